@@ -1,0 +1,2 @@
+//! Layout kernels: data moved, not computed.
+pub mod transpose;

@@ -1,0 +1,103 @@
+//! Thread, block and grid indices, and grid-stride iteration.
+use core::arch::nvptx;
+
+/// `threadIdx.x`.
+#[inline(always)]
+pub fn thread_x() -> usize {
+    // SAFETY: reads a special register; no memory access.
+    unsafe { nvptx::_thread_idx_x() as usize }
+}
+/// `threadIdx.y`.
+#[inline(always)]
+pub fn thread_y() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_thread_idx_y() as usize }
+}
+/// `blockIdx.x`.
+#[inline(always)]
+pub fn block_x() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_x() as usize }
+}
+/// `blockIdx.y`.
+#[inline(always)]
+pub fn block_y() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_y() as usize }
+}
+/// `blockDim.x`.
+#[inline(always)]
+pub fn block_dim_x() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_dim_x() as usize }
+}
+/// `blockDim.y`.
+#[inline(always)]
+pub fn block_dim_y() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_dim_y() as usize }
+}
+/// `gridDim.x`.
+#[inline(always)]
+pub fn grid_dim_x() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_grid_dim_x() as usize }
+}
+
+/// Flat index of this thread in a 1-D launch.
+#[inline(always)]
+pub fn global_x() -> usize {
+    block_x() * block_dim_x() + thread_x()
+}
+
+/// Number of threads in a 1-D launch.
+#[inline(always)]
+pub fn grid_threads_x() -> usize {
+    grid_dim_x() * block_dim_x()
+}
+
+/// Flat index of this thread inside its block (x fastest).
+#[inline(always)]
+pub fn thread_in_block() -> usize {
+    thread_y() * block_dim_x() + thread_x()
+}
+
+/// Lane of this thread in its warp.
+#[inline(always)]
+pub fn lane() -> usize {
+    thread_in_block() & 31
+}
+
+/// Warp index of this thread in its block.
+#[inline(always)]
+pub fn warp_in_block() -> usize {
+    thread_in_block() >> 5
+}
+
+/// Indices `global_x(), global_x() + grid_threads_x(), ...` below `end`: the grid-stride loop,
+/// so that any grid size covers any `end`.
+#[inline(always)]
+pub fn grid_stride(end: usize) -> GridStride {
+    GridStride { next: global_x(), step: grid_threads_x(), end }
+}
+
+/// Iterator returned by [`grid_stride`].
+pub struct GridStride {
+    next: usize,
+    step: usize,
+    end: usize,
+}
+
+impl Iterator for GridStride {
+    type Item = usize;
+    #[inline(always)]
+    fn next(&mut self) -> Option<usize> {
+        if self.next < self.end {
+            let i = self.next;
+            self.next += self.step;
+            Some(i)
+        } else {
+            None
+        }
+    }
+}

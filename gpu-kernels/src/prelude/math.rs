@@ -1,0 +1,101 @@
+//! Fast math on the special-function unit, and the activations built from it.
+//!
+//! `tanh.approx.f32` alone is off by up to 2^-11 relative, too coarse for the f32 tolerance
+//! (1e-5), so `tanh`, `sigmoid` and `gelu` are built from `ex2.approx` (about 2^-22) and
+//! `rcp.approx` instead, in forms without cancellation.
+
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.ex2.approx.ftz.f32"]
+    fn ex2_approx_ftz_f32(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.rcp.approx.ftz.f"]
+    fn rcp_approx_ftz_f32(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.tanh.approx.f32"]
+    fn tanh_approx_f32(x: f32) -> f32;
+    #[link_name = "llvm.fma.f32"]
+    fn fma_f32(a: f32, b: f32, c: f32) -> f32;
+}
+
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+
+/// `2^x` (`ex2.approx.ftz.f32`).
+#[inline(always)]
+pub fn exp2_approx(x: f32) -> f32 {
+    // SAFETY: pure arithmetic intrinsic.
+    unsafe { ex2_approx_ftz_f32(x) }
+}
+
+/// `1/x` (`rcp.approx.ftz.f32`).
+#[inline(always)]
+pub fn rcp_approx(x: f32) -> f32 {
+    // SAFETY: pure arithmetic intrinsic.
+    unsafe { rcp_approx_ftz_f32(x) }
+}
+
+/// `tanh.approx.f32`: 2^-11 relative; for code that tolerates it.
+#[inline(always)]
+pub fn tanh_approx(x: f32) -> f32 {
+    // SAFETY: pure arithmetic intrinsic.
+    unsafe { tanh_approx_f32(x) }
+}
+
+/// Fused multiply-add `a * b + c`, one rounding.
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    // SAFETY: pure arithmetic intrinsic.
+    unsafe { fma_f32(a, b, c) }
+}
+
+/// `e^x` through `ex2.approx`.
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    exp2_approx(x * LOG2_E)
+}
+
+/// Logistic sigmoid `1 / (1 + e^-x)`.
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    rcp_approx(1.0 + exp_fast(-x))
+}
+
+/// `tanh(x)`: an odd Taylor polynomial near 0 (where `1 - 2/(e^2x + 1)` would cancel), the
+/// exponential form elsewhere.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let a = if x < 0.0 { -x } else { x };
+    let t = if a < 0.3 {
+        let a2 = a * a;
+        // x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 - 1382x^11/155925
+        let p = fma(a2, -0.008_863_24, 0.021_869_49);
+        let p = fma(a2, p, -0.053_968_25);
+        let p = fma(a2, p, 0.133_333_33);
+        let p = fma(a2, p, -0.333_333_34);
+        fma(a * a2, p, a)
+    } else {
+        1.0 - 2.0 * rcp_approx(exp_fast(2.0 * a) + 1.0)
+    };
+    if x < 0.0 {
+        -t
+    } else {
+        t
+    }
+}
+
+/// GELU, tanh form: `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`, computed as
+/// `x · sigmoid(2u)`, the same value without the cancellation of `1 + tanh` for negative x.
+#[inline(always)]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const C: f32 = 0.044_715;
+    let u = SQRT_2_OVER_PI * fma(C * x, x * x, x);
+    x * sigmoid(2.0 * u)
+}
+
+/// `max(x, 0)`; NaN passes through.
+#[inline(always)]
+pub fn relu(x: f32) -> f32 {
+    if x < 0.0 {
+        0.0
+    } else {
+        x
+    }
+}

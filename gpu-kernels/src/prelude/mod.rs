@@ -1,0 +1,22 @@
+//! The device prelude: the only place that touches intrinsics, inline PTX and shared memory.
+//!
+//! Kernels import `crate::prelude::*` and stay free of `core::arch`, `asm!` and `llvm.*` names.
+//! Unstable features and intrinsic names move with rustc releases; keeping them here means one
+//! file to fix when the kernel toolchain moves.
+
+#[macro_use]
+pub mod shared;
+pub mod block;
+pub mod index;
+pub mod math;
+pub mod memory;
+pub mod sync;
+pub mod warp;
+
+pub use block::{block_reduce, Max, Min, ReduceOp, Sum};
+pub use index::*;
+pub use math::*;
+pub use memory::*;
+pub use shared::{dynamic_shared, shared_ptr};
+pub use sync::*;
+pub use warp::*;

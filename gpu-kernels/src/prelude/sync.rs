@@ -1,0 +1,37 @@
+//! Barriers, memory fences, atomics and trap.
+use core::arch::{asm, nvptx};
+
+/// `__syncthreads()`: every thread of the block arrives before any continues, and their
+/// shared- and global-memory writes before it are visible to the block after it.
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: a block-wide barrier; callers keep it out of divergent code.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// Acquire-release fence at GPU scope: orders this thread's memory accesses before and after it
+/// as seen by every thread of the grid.
+#[inline(always)]
+pub fn fence_gpu() {
+    // SAFETY: a fence has no operands.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) }
+}
+
+/// `atomicAdd` on a `u32` in global memory at GPU scope; returns the old value.
+///
+/// # Safety
+/// `p` points to a live, 4-byte-aligned `u32` in global memory.
+#[inline(always)]
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    asm!("atom.global.gpu.relaxed.add.u32 {old}, [{p}], {v};",
+         old = out(reg32) old, p = in(reg64) p, v = in(reg32) v, options(nostack));
+    old
+}
+
+/// Abort the kernel (a launch failure on the host).
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `trap` ends the thread; nothing follows.
+    unsafe { nvptx::trap() }
+}
