@@ -94,7 +94,11 @@ impl KernelToolchain {
         let sysroot = PathBuf::from(capture(Command::new(&rustc).args(["--print", "sysroot"]))?.trim());
         let core_src = sysroot.join("lib/rustlib/src/rust/library/core");
         if !core_src.is_dir() {
-            return Err(format!("{} has no library source ({} missing)", rustc.display(), core_src.display()));
+            return Err(format!(
+                "{} has no library source ({} missing)",
+                rustc.display(),
+                core_src.display()
+            ));
         }
         let llvm_bin = match env::var("FERROCUDA_LLVM_BIN") {
             Ok(dir) => PathBuf::from(dir),
@@ -108,7 +112,10 @@ impl KernelToolchain {
         };
         for t in ["llvm-link", "opt", "llc"] {
             if !llvm_bin.join(t).is_file() {
-                return Err(format!("{} not found (it must be the LLVM rustc was built with)", llvm_bin.join(t).display()));
+                return Err(format!(
+                    "{} not found (it must be the LLVM rustc was built with)",
+                    llvm_bin.join(t).display()
+                ));
             }
         }
         Ok(Self { rustc, cargo, llvm_bin })
@@ -173,10 +180,7 @@ fn capture(cmd: &mut Command) -> Result<String, String> {
 /// The kernel build's own target directory, beside the host's build outputs in the cargo target
 /// directory (marked by CACHEDIR.TAG), so every profile shares one prebuilt `core`.
 fn kernel_target_dir(out: &Path) -> PathBuf {
-    out.ancestors()
-        .find(|d| d.join("CACHEDIR.TAG").is_file())
-        .unwrap_or(out)
-        .join("gpu-kernels")
+    out.ancestors().find(|d| d.join("CACHEDIR.TAG").is_file()).unwrap_or(out).join("gpu-kernels")
 }
 
 /// The LLVM module that defines every `shared_array!` of the kernel sources in `addrspace(3)`,
@@ -196,15 +200,19 @@ fn shared_memory_module(src: &Path) -> String {
     for file in files {
         let text = fs::read_to_string(&file).unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())));
         // A declaration is a statement of its own; mentions in comments and docs are not.
-        let starts = text.match_indices("shared_array!(").map(|(at, _)| at).filter(|&at| {
-            text[..at].rsplit('\n').next().is_some_and(|line| line.trim().is_empty())
-        });
+        let starts = text
+            .match_indices("shared_array!(")
+            .map(|(at, _)| at)
+            .filter(|&at| text[..at].rsplit('\n').next().is_some_and(|line| line.trim().is_empty()));
         for at in starts {
             let rest = &text[at + "shared_array!(".len()..];
-            let decl = &rest[..rest.find(");").unwrap_or_else(|| fail(&format!("{}: unterminated shared_array!", file.display())))];
+            let decl = &rest[..rest
+                .find(");")
+                .unwrap_or_else(|| fail(&format!("{}: unterminated shared_array!", file.display())))];
             let (name, ty, len) = parse_shared_decl(decl)
                 .unwrap_or_else(|| fail(&format!("{}: cannot read `shared_array!({decl})`: expected `static NAME: [f32|u32|i32|f64|u64|u8; LEN]` with LEN made of integer literals, `*` and `+`", file.display())));
-            writeln!(ll, "@{name} = addrspace(3) global [{len} x {ty}] undef, align 16").expect("write to String");
+            writeln!(ll, "@{name} = addrspace(3) global [{len} x {ty}] undef, align 16")
+                .expect("write to String");
         }
     }
     ll
@@ -250,10 +258,8 @@ fn parse_shared_decl(decl: &str) -> Option<(String, &'static str, u64)> {
 /// A misspelt `llvm.*` intrinsic or a missing symbol becomes an `.extern .func` that fails only when
 /// the driver loads the module: refuse it here.
 fn refuse_unresolved_externs(ptx: &str) {
-    let bad: Vec<&str> = ptx
-        .lines()
-        .filter(|l| l.trim_start().starts_with(".extern") && !l.contains(".shared"))
-        .collect();
+    let bad: Vec<&str> =
+        ptx.lines().filter(|l| l.trim_start().starts_with(".extern") && !l.contains(".shared")).collect();
     if !bad.is_empty() {
         fail(&format!("the kernel PTX has unresolved externs:\n  {}", bad.join("\n  ")));
     }
@@ -271,10 +277,18 @@ fn assemble_with_ptxas(ptx: &Path, sm: &str, out: &Path) {
         .output();
     match run {
         Ok(o) if o.status.success() => {
-            fs::write(out.join("ptxas.log"), &o.stderr).unwrap_or_else(|e| fail(&format!("writing ptxas.log: {e}")));
+            fs::write(out.join("ptxas.log"), &o.stderr)
+                .unwrap_or_else(|e| fail(&format!("writing ptxas.log: {e}")));
         }
-        Ok(o) => fail(&format!("ptxas -arch={sm} rejected the kernel PTX:\n{}", String::from_utf8_lossy(&o.stderr))),
-        Err(_) if env::var("FERROCUDA_PTXAS").is_ok() => fail(&format!("FERROCUDA_PTXAS={ptxas} cannot be run")),
-        Err(_) => println!("cargo:warning=ferrocuda kernels: no ptxas found; PTX not assembled (set FERROCUDA_PTXAS)"),
+        Ok(o) => fail(&format!(
+            "ptxas -arch={sm} rejected the kernel PTX:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(_) if env::var("FERROCUDA_PTXAS").is_ok() => {
+            fail(&format!("FERROCUDA_PTXAS={ptxas} cannot be run"))
+        }
+        Err(_) => println!(
+            "cargo:warning=ferrocuda kernels: no ptxas found; PTX not assembled (set FERROCUDA_PTXAS)"
+        ),
     }
 }

@@ -1,1 +1,31 @@
-pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
+//! ferrocuda: CUDA kernels written in Rust, with a safe host runtime and a CPU fallback.
+//!
+//! ```no_run
+//! # fn main() -> ferrocuda::Result<()> {
+//! let ctx = ferrocuda::Context::new()?; // CUDA device 0, or the CPU backend (said once)
+//! let a = ctx.randn(&[4096, 1024], 7)?;
+//! let b = ctx.full(&[4096, 1024], 0.5)?;
+//! let y = a.add(&b)?.gelu()?;
+//! let s = y.sum()?.to_vec()?;
+//! println!("{} -> {s:?}", ctx.device());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Kernels live in `gpu-kernels/` (no_std Rust compiled to PTX by `build.rs`); each op's launcher
+//! and its CPU twin live in [`ops`].
+
+pub mod ops;
+mod runtime;
+mod tensor;
+
+#[path = "../../gpu-kernels/src/shapes.rs"]
+pub(crate) mod shapes;
+
+pub use runtime::context::{Context, Device};
+pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
+pub use runtime::error::{Error, Result};
+pub use runtime::module::KERNELS_PTX;
+pub use runtime::pool::PoolStats;
+pub use runtime::stream::{Event, PinnedBuffer};
+pub use tensor::{DType, Tensor};

@@ -1,8 +1,8 @@
 //! Block-wide reductions: warp butterflies, then one value per warp through shared memory.
 use super::index::{block_dim_x, block_dim_y, lane, warp_in_block};
+use super::shared::shared_ptr;
 use super::sync::sync_threads;
 use super::warp::warp_reduce;
-use super::shared::shared_ptr;
 
 shared_array!(static BLOCK_REDUCE_SCRATCH: [f32; 32]);
 

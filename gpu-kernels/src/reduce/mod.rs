@@ -13,12 +13,7 @@ pub mod rows;
 /// # Safety
 /// `x` is a 16-byte-aligned device buffer of at least `n` elements.
 #[inline(always)]
-pub(crate) unsafe fn fold_strided<R: ReduceOp>(
-    x: *const f32,
-    n: usize,
-    first: usize,
-    step: usize,
-) -> f32 {
+pub(crate) unsafe fn fold_strided<R: ReduceOp>(x: *const f32, n: usize, first: usize, step: usize) -> f32 {
     let mut acc = R::IDENTITY;
     let n4 = n / 4;
     let mut i = first;

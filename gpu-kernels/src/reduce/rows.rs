@@ -10,11 +10,7 @@ use crate::prelude::*;
 #[inline(always)]
 unsafe fn reduce_rows<R: ReduceOp>(x: *const f32, rows: usize, cols: usize, out: *mut f32, scale: f32) {
     let warp_per_row = block_dim_x() == 32;
-    let row = if warp_per_row {
-        block_x() * block_dim_y() + thread_y()
-    } else {
-        block_x()
-    };
+    let row = if warp_per_row { block_x() * block_dim_y() + thread_y() } else { block_x() };
     // A whole warp (or block) shares `row`, so this exit keeps every barrier below uniform.
     if row >= rows {
         return;
@@ -25,11 +21,7 @@ unsafe fn reduce_rows<R: ReduceOp>(x: *const f32, rows: usize, cols: usize, out:
     } else {
         fold_strided_scalar::<R>(base, cols, thread_x(), block_dim_x())
     };
-    let total = if warp_per_row {
-        warp_reduce::<R>(acc)
-    } else {
-        block_reduce::<R>(acc)
-    };
+    let total = if warp_per_row { warp_reduce::<R>(acc) } else { block_reduce::<R>(acc) };
     if thread_x() == 0 {
         *out.add(row) = total * scale;
     }

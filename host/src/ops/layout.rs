@@ -1,0 +1,63 @@
+//! Layout ops: transpose. Kernel: `gpu-kernels/src/layout/transpose.rs`.
+use super::CPU_CHUNK;
+use crate::runtime::error::{Error, Result};
+use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::shapes::{TRANSPOSE_ROWS_PER_PASS, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
+use crate::tensor::{Storage, Tensor};
+use rayon::prelude::*;
+
+impl Tensor {
+    /// The transpose of a matrix: `[rows, cols]` → `[cols, rows]`, materialised.
+    pub fn transpose(&self) -> Result<Tensor> {
+        const OP: &str = "transpose";
+        self.require_f32(OP)?;
+        let &[rows, cols] = self.shape() else {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                shape: self.shape().to_vec(),
+                reason: "expects a 2-D tensor".into(),
+            });
+        };
+        match self.storage() {
+            Storage::Cpu(x) => {
+                let mut out = vec![0.0f32; rows * cols];
+                if rows > 0 {
+                    out.par_chunks_mut(rows).with_min_len(CPU_CHUNK / rows.max(1)).enumerate().for_each(
+                        |(c, dst)| {
+                            for (r, d) in dst.iter_mut().enumerate() {
+                                *d = x[r * cols + c];
+                            }
+                        },
+                    );
+                }
+                Ok(Tensor::from_cpu(self.context(), &[cols, rows], out))
+            }
+            Storage::Cuda(_) => {
+                let out = Tensor::uninit(self.context(), &[cols, rows], OP)?;
+                if out.is_empty() {
+                    return Ok(out);
+                }
+                let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
+                if grid_y > 65_535 || grid_x > i32::MAX as usize {
+                    return Err(Error::InvalidArgument {
+                        op: OP,
+                        shape: self.shape().to_vec(),
+                        reason: format!("at most {} rows", 65_535 * TRANSPOSE_TILE),
+                    });
+                }
+                let cfg = LaunchConfig {
+                    grid: (grid_x as u32, grid_y as u32, 1),
+                    block: (TRANSPOSE_TILE as u32, TRANSPOSE_ROWS_PER_PASS as u32, 1),
+                    shared_bytes: (TRANSPOSE_TILE_WORDS * 4) as u32,
+                };
+                let stream = self.context().stream(OP)?;
+                let (px, po) = (self.device_ptr(), out.device_ptr());
+                // SAFETY: `transpose_f32(x, rows, cols, out)`: `x` and `out` hold rows·cols
+                // floats; block (TILE, ROWS_PER_PASS), a grid of tiles covering the matrix, and
+                // TRANSPOSE_TILE_WORDS floats of dynamic shared memory, as the kernel asks.
+                unsafe { launch(stream, "transpose_f32", cfg, &mut kernel_args![&px, &rows, &cols, &po])? };
+                Ok(out)
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! `Context`: a device (CUDA or the CPU backend) and, on CUDA, the stream its work goes to.
+use super::device::{driver, CudaDevice, DeviceInfo};
+use super::error::{Error, Result};
+use super::pool::PoolStats;
+use super::stream::{Event, PinnedBuffer, Stream};
+use std::fmt;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+/// Where a context runs its work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Device {
+    Cuda(DeviceInfo),
+    /// The CPU backend (rayon), used when there is no CUDA device or on request.
+    Cpu {
+        threads: usize,
+    },
+}
+
+impl Device {
+    /// e.g. "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.2 GiB)" or "CPU backend (16 threads)".
+    pub fn name(&self) -> String {
+        self.to_string()
+    }
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cuda(info) => info.fmt(f),
+            Device::Cpu { threads } => write!(f, "CPU backend ({threads} threads)"),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Cuda(Arc<Stream>),
+    Cpu,
+}
+
+/// The handle every tensor belongs to. Cheap to clone; `Send + Sync`, so one context can be
+/// driven from many threads (their work is ordered on its stream).
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) backend: Backend,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Context({})", self.label())
+    }
+}
+
+impl Context {
+    /// CUDA device 0 on a new stream; without a usable CUDA device, the CPU backend (said once on
+    /// stderr).
+    pub fn new() -> Result<Self> {
+        match Self::cuda(0) {
+            Ok(ctx) => Ok(ctx),
+            Err(Error::NoDevice(reason)) => {
+                static NOTICE: Once = Once::new();
+                NOTICE.call_once(|| eprintln!("ferrocuda: no CUDA device ({reason}); using the CPU backend"));
+                Ok(Self::cpu())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// CUDA device `ordinal` on a new stream; `Error::NoDevice` where there is none.
+    pub fn cuda(ordinal: usize) -> Result<Self> {
+        let device = CudaDevice::open(ordinal)?;
+        Ok(Self { backend: Backend::Cuda(Stream::new(device)?) })
+    }
+
+    /// The CPU backend.
+    pub fn cpu() -> Self {
+        Self { backend: Backend::Cpu }
+    }
+
+    /// Whether a CUDA device can be opened (libcuda present, at least one device).
+    pub fn cuda_available() -> bool {
+        driver().is_ok() && super::device::cuda_device_count() > 0
+    }
+
+    /// Another context on the same device with its own stream (work on the two may overlap).
+    pub fn new_stream(&self) -> Result<Self> {
+        match &self.backend {
+            Backend::Cuda(s) => Ok(Self { backend: Backend::Cuda(Stream::new(s.device.clone())?) }),
+            Backend::Cpu => Ok(Self::cpu()),
+        }
+    }
+
+    pub fn device(&self) -> Device {
+        match &self.backend {
+            Backend::Cuda(s) => Device::Cuda(s.device.info.clone()),
+            Backend::Cpu => Device::Cpu { threads: rayon::current_num_threads() },
+        }
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.backend, Backend::Cuda(_))
+    }
+
+    /// Wait until all work queued on this context has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Cuda(s) => s.synchronize(),
+            Backend::Cpu => Ok(()),
+        }
+    }
+
+    /// Later work on this context waits for everything queued on `other` so far.
+    pub fn wait_for(&self, other: &Context) -> Result<()> {
+        match (&self.backend, &other.backend) {
+            (Backend::Cuda(a), Backend::Cuda(b)) if Arc::ptr_eq(&a.device, &b.device) => a.wait_for(b),
+            (Backend::Cpu, Backend::Cpu) => Ok(()),
+            _ => Err(self.mismatch("wait_for", other)),
+        }
+    }
+
+    /// An event recorded now on this context's stream (CUDA only), for timing and ordering.
+    pub fn record_event(&self) -> Result<Event> {
+        Event::record(self.stream("record_event")?)
+    }
+
+    /// The device's memory pool counters (CUDA only).
+    pub fn pool_stats(&self) -> Option<PoolStats> {
+        match &self.backend {
+            Backend::Cuda(s) => Some(s.device.pool.stats()),
+            Backend::Cpu => None,
+        }
+    }
+
+    /// Return the pool's cached blocks to the driver (waits for the device first).
+    pub fn trim_pool(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Cuda(s) => s.device.pool.trim(s),
+            Backend::Cpu => Ok(()),
+        }
+    }
+
+    /// (free, total) bytes of device memory (CUDA only).
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.stream("memory_info")?.device.memory_info()
+    }
+
+    /// How long loading the kernel module into this device took (CUDA only).
+    pub fn module_load_time(&self) -> Option<Duration> {
+        match &self.backend {
+            Backend::Cuda(s) => Some(s.device.module.load_time),
+            Backend::Cpu => None,
+        }
+    }
+
+    /// Page-locked host memory of `len` floats for asynchronous copies (CUDA only).
+    pub fn pinned(&self, len: usize) -> Result<PinnedBuffer> {
+        PinnedBuffer::new(self.stream("pinned")?.device.clone(), len)
+    }
+
+    pub(crate) fn stream(&self, op: &'static str) -> Result<&Arc<Stream>> {
+        match &self.backend {
+            Backend::Cuda(s) => Ok(s),
+            Backend::Cpu => {
+                Err(Error::NoDevice(format!("{op} needs a CUDA context; this one is the CPU backend")))
+            }
+        }
+    }
+
+    /// Whether tensors of the two contexts may meet in one op: the CPU backend, or one stream.
+    pub(crate) fn same_queue(&self, other: &Context) -> bool {
+        match (&self.backend, &other.backend) {
+            (Backend::Cuda(a), Backend::Cuda(b)) => Arc::ptr_eq(a, b),
+            (Backend::Cpu, Backend::Cpu) => true,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn mismatch(&self, op: &'static str, other: &Context) -> Error {
+        Error::DeviceMismatch { op, lhs: self.label(), rhs: other.label() }
+    }
+
+    fn label(&self) -> String {
+        match &self.backend {
+            Backend::Cuda(s) => format!("cuda:{} stream {:#x}", s.device.info.ordinal, s.id()),
+            Backend::Cpu => "cpu".into(),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! The crate's one error type. Every failure names the operation (and the shapes where they matter).
+use crate::tensor::DType;
+use cudarc::driver::DriverError;
+
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong; user input never panics.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
+    #[error("CUDA driver call {call} failed: {source}")]
+    Driver {
+        call: &'static str,
+        #[source]
+        source: DriverError,
+    },
+    #[error("kernel {kernel} failed to launch (grid {grid:?}, block {block:?}, {shared_bytes} B shared): {source}")]
+    Launch {
+        kernel: &'static str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        #[source]
+        source: DriverError,
+    },
+    #[error("{op}: out of memory: asked for {requested} bytes, {free} bytes free on the device")]
+    OutOfMemory { op: &'static str, requested: usize, free: usize },
+    #[error("{op}: shape mismatch: {lhs:?} vs {rhs:?}")]
+    ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize> },
+    #[error("{op}: dtype mismatch: {lhs:?} vs {rhs:?}")]
+    DTypeMismatch { op: &'static str, lhs: DType, rhs: DType },
+    #[error("{op}: dtype {dtype:?} is not supported yet")]
+    UnsupportedDType { op: &'static str, dtype: DType },
+    #[error("{op}: tensors live on different devices or streams: {lhs} vs {rhs}")]
+    DeviceMismatch { op: &'static str, lhs: String, rhs: String },
+    #[error("{op}: size overflow for shape {shape:?}")]
+    SizeOverflow { op: &'static str, shape: Vec<usize> },
+    #[error("{op}: {reason} (shape {shape:?})")]
+    InvalidArgument { op: &'static str, shape: Vec<usize>, reason: String },
+}
+
+/// Names the driver call that a `DriverError` came from.
+pub(crate) trait DriverResultExt<T> {
+    fn call(self, call: &'static str) -> Result<T>;
+}
+
+impl<T> DriverResultExt<T> for std::result::Result<T, DriverError> {
+    fn call(self, call: &'static str) -> Result<T> {
+        self.map_err(|source| Error::Driver { call, source })
+    }
+}

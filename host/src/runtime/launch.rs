@@ -1,0 +1,61 @@
+//! Kernel launches: grid sizing from the device's properties, and the one `unsafe` call.
+use super::device::DeviceInfo;
+use super::error::{Error, Result};
+use super::stream::Stream;
+use cudarc::driver::result;
+use std::ffi::c_void;
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LaunchConfig {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A 1-D grid-stride launch over `items` work items with `block` threads per block: enough
+    /// blocks to cover the items, capped at `waves` full occupancies of the device (the loop
+    /// covers the rest). The shape depends only on `items` and the device, never on timing.
+    pub(crate) fn grid_stride(device: &DeviceInfo, items: usize, block: usize, waves: usize) -> Self {
+        let resident = device.sm_count as usize * (device.max_threads_per_sm as usize / block).max(1);
+        let blocks = items.div_ceil(block).clamp(1, resident * waves);
+        Self { grid: (blocks as u32, 1, 1), block: (block as u32, 1, 1), shared_bytes: 0 }
+    }
+}
+
+/// Argument list for [`launch`]: each expression must be a reference to a value whose type
+/// matches the kernel's parameter (`u64` for pointers and `usize`, `u32`, `f32`).
+macro_rules! kernel_args {
+    ($($arg:expr),* $(,)?) => {
+        [$($arg as *const _ as *mut ::std::ffi::c_void),*]
+    };
+}
+pub(crate) use kernel_args;
+
+/// Launch the kernel `name` of the embedded module on `stream`.
+///
+/// # Safety
+/// `args` match the kernel's parameters in number and type, every pointer among them refers to
+/// device memory that stays allocated until the kernel finishes (buffers return to the
+/// stream-ordered pool, so holding them until this call returns suffices), and the config
+/// satisfies what the kernel's documentation asks of its launch shape.
+pub(crate) unsafe fn launch(
+    stream: &Stream,
+    name: &'static str,
+    cfg: LaunchConfig,
+    args: &mut [*mut c_void],
+) -> Result<()> {
+    let device = &stream.device;
+    device.bind()?;
+    let f = device.module.function(name)?;
+    result::launch_kernel(f.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args).map_err(|source| {
+        Error::Launch {
+            kernel: name,
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_bytes: cfg.shared_bytes,
+            source,
+        }
+    })
+}

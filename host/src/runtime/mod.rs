@@ -1,0 +1,8 @@
+//! The host runtime: devices, streams and events, the memory pool, the kernel module, launches.
+pub(crate) mod context;
+pub(crate) mod device;
+pub(crate) mod error;
+pub(crate) mod launch;
+pub(crate) mod module;
+pub(crate) mod pool;
+pub(crate) mod stream;

@@ -1,0 +1,217 @@
+//! Streams, events and pinned host buffers.
+use super::device::CudaDevice;
+use super::error::{DriverResultExt, Error, Result};
+use cudarc::driver::{result, sys};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A CUDA stream of one device. Work on one stream runs in order; different streams may overlap.
+pub(crate) struct Stream {
+    raw: sys::CUstream,
+    pub(crate) device: Arc<CudaDevice>,
+    /// A zeroed `u32` that the whole-tensor reductions use as their block counter (they leave it
+    /// zero); one per stream, since launches on one stream never overlap.
+    reduce_counter: OnceLock<sys::CUdeviceptr>,
+}
+// SAFETY: a CUstream may be used from any thread; the driver serialises work submitted to it.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub(crate) fn new(device: Arc<CudaDevice>) -> Result<Arc<Self>> {
+        device.bind()?;
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking).call("cuStreamCreate")?;
+        Ok(Arc::new(Self { raw, device, reduce_counter: OnceLock::new() }))
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// Stable identity of this stream (for pool bookkeeping and error messages).
+    pub(crate) fn id(&self) -> usize {
+        self.raw as usize
+    }
+
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: `raw` is a live stream.
+        unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
+    }
+
+    pub(crate) fn reduce_counter(&self) -> Result<sys::CUdeviceptr> {
+        if let Some(p) = self.reduce_counter.get() {
+            return Ok(*p);
+        }
+        self.device.bind()?;
+        // SAFETY: a fresh 4-byte allocation, zeroed before any kernel sees it; freed in Drop.
+        let p = unsafe {
+            let p = result::malloc_sync(4).call("cuMemAlloc")?;
+            result::memset_d8_sync(p, 0, 4).call("cuMemsetD8")?;
+            p
+        };
+        match self.reduce_counter.set(p) {
+            Ok(()) => Ok(p),
+            Err(p) => {
+                // Another thread won the race; keep its counter.
+                // SAFETY: `p` was allocated above and never handed out.
+                unsafe { result::free_sync(p) }.call("cuMemFree")?;
+                Ok(*self.reduce_counter.get().expect("set by the winner"))
+            }
+        }
+    }
+
+    /// Make later work on this stream wait for all work submitted to `other` so far.
+    pub(crate) fn wait_for(&self, other: &Stream) -> Result<()> {
+        let event = Event::record(other)?;
+        // SAFETY: both handles are live; the driver keeps the dependency after the event is freed.
+        unsafe {
+            result::stream::wait_event(self.raw, event.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        }
+        .call("cuStreamWaitEvent")
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Errors cannot be returned from drop; a failing driver here means the process is ending.
+        if self.device.bind().is_ok() {
+            // SAFETY: `raw` is live; every buffer allocated on it (each holds an Arc of this
+            // stream) is gone, so after the sync nothing uses the counter or the stream.
+            unsafe {
+                let _ = result::stream::synchronize(self.raw);
+                self.device.pool.forget_stream(self);
+                if let Some(p) = self.reduce_counter.get() {
+                    let _ = result::free_sync(*p);
+                }
+                let _ = result::stream::destroy(self.raw);
+            }
+        }
+    }
+}
+
+/// A CUDA event recorded on a stream.
+pub struct Event {
+    raw: sys::CUevent,
+    device: Arc<CudaDevice>,
+}
+// SAFETY: events may be recorded, queried and waited on from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub(crate) fn record(stream: &Stream) -> Result<Self> {
+        stream.device.bind()?;
+        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?;
+        let event = Event { raw, device: stream.device.clone() };
+        // SAFETY: both handles are live.
+        unsafe { result::event::record(event.raw, stream.raw) }.call("cuEventRecord")?;
+        Ok(event)
+    }
+
+    /// Block until the work before the event has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: `raw` is a live, recorded event.
+        unsafe { result::event::synchronize(self.raw) }.call("cuEventSynchronize")
+    }
+
+    /// Milliseconds of device time from `self` to `later` (both on the same device).
+    pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
+        later.synchronize()?;
+        // SAFETY: both events are live and recorded; `later` has completed.
+        unsafe { result::event::elapsed(self.raw, later.raw) }.call("cuEventElapsedTime")
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: `raw` is live and dropped once; the driver defers the release until the
+            // event has completed.
+            let _ = unsafe { result::event::destroy(self.raw) };
+        }
+    }
+}
+
+/// Page-locked host memory for asynchronous copies. Any access from the host first waits for
+/// the copy in flight, so the host never sees a half-written buffer.
+pub struct PinnedBuffer {
+    ptr: *mut f32,
+    len: usize,
+    device: Arc<CudaDevice>,
+    pending: Mutex<Option<Event>>,
+}
+// SAFETY: the buffer is plain host memory; `pending` serialises the host against the device.
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: as above; shared access only reads after the pending copy is complete.
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub(crate) fn new(device: Arc<CudaDevice>, len: usize) -> Result<Self> {
+        let bytes = len.checked_mul(4).ok_or(Error::SizeOverflow { op: "pinned", shape: vec![len] })?;
+        device.bind()?;
+        let ptr = if bytes == 0 {
+            std::ptr::NonNull::<f32>::dangling().as_ptr()
+        } else {
+            // SAFETY: a fresh page-locked allocation, zero-filled below before any read.
+            let p = unsafe { result::malloc_host(bytes, 0) }.call("cuMemHostAlloc")? as *mut f32;
+            // SAFETY: `p` points to `len` writable floats.
+            unsafe { std::ptr::write_bytes(p, 0, len) };
+            p
+        };
+        Ok(Self { ptr, len, device, pending: Mutex::new(None) })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn wait(&self) -> Result<()> {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(event) = pending.take() {
+            event.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// The contents, after any copy in flight has finished.
+    pub fn as_slice(&self) -> Result<&[f32]> {
+        self.wait()?;
+        // SAFETY: `ptr` holds `len` initialised floats and no copy is in flight.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    }
+
+    /// The contents for writing, after any copy in flight has finished.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [f32]> {
+        self.wait()?;
+        // SAFETY: as above, and `&mut self` excludes every other host access.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+
+    /// Start a copy that involves this buffer on `stream`; later host access waits for it.
+    pub(crate) fn begin_copy(
+        &self,
+        stream: &Stream,
+        copy: impl FnOnce(*mut f32) -> Result<()>,
+    ) -> Result<()> {
+        self.wait()?;
+        copy(self.ptr)?;
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(Event::record(stream)?);
+        Ok(())
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if self.wait().is_ok() && self.len > 0 && self.device.bind().is_ok() {
+            // SAFETY: allocated by cuMemHostAlloc, no copy in flight, freed once.
+            let _ = unsafe { result::free_host(self.ptr.cast()) };
+        }
+    }
+}

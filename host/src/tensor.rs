@@ -1,0 +1,280 @@
+//! `Tensor`: a contiguous row-major buffer with a shape and a dtype, on a context.
+use crate::runtime::context::{Backend, Context};
+use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::pool::DeviceBuffer;
+use crate::runtime::stream::PinnedBuffer;
+use cudarc::driver::{result, sys};
+use std::fmt;
+use std::sync::Arc;
+
+/// Element types. Kernels exist for `F32` so far; `F16`/`BF16` tensors are refused by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+}
+
+pub(crate) enum Storage {
+    Cuda(DeviceBuffer),
+    Cpu(Vec<f32>),
+}
+
+/// An immutable tensor; ops return new tensors. Clones share the buffer.
+#[derive(Clone)]
+pub struct Tensor {
+    ctx: Context,
+    storage: Arc<Storage>,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({:?}, {:?}, {:?})", self.shape, self.dtype, self.ctx)
+    }
+}
+
+/// Elements of `shape`, refusing products (or byte counts) that overflow.
+pub(crate) fn element_count(op: &'static str, shape: &[usize]) -> Result<usize> {
+    let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    match n {
+        Some(n) if n.checked_mul(4).is_some_and(|b| b <= isize::MAX as usize) => Ok(n),
+        _ => Err(Error::SizeOverflow { op, shape: shape.to_vec() }),
+    }
+}
+
+impl Context {
+    /// A tensor holding `data` (row-major) with `shape`.
+    pub fn from_slice(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+        let n = element_count("from_slice", shape)?;
+        if n != data.len() {
+            return Err(Error::ShapeMismatch {
+                op: "from_slice",
+                lhs: vec![data.len()],
+                rhs: shape.to_vec(),
+            });
+        }
+        match &self.backend {
+            Backend::Cpu => Ok(Tensor::from_cpu(self, shape, data.to_vec())),
+            Backend::Cuda(_) => {
+                let t = Tensor::uninit(self, shape, "from_slice")?;
+                if n > 0 {
+                    // SAFETY: the buffer holds `n` floats; for pageable memory the call returns
+                    // once `data` has been staged, so `data` may go away afterwards.
+                    unsafe { result::memcpy_htod_async(t.device_ptr(), data, t.raw_stream()) }
+                        .call("cuMemcpyHtoDAsync")?;
+                }
+                Ok(t)
+            }
+        }
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
+        self.full(shape, 0.0)
+    }
+
+    /// A tensor with every element `value`.
+    pub fn full(&self, shape: &[usize], value: f32) -> Result<Tensor> {
+        crate::ops::elementwise::fill(self, shape, value)
+    }
+
+    /// Upload from pinned memory without blocking the host (later host access to `src` waits).
+    pub fn from_pinned(&self, src: &PinnedBuffer, shape: &[usize]) -> Result<Tensor> {
+        let n = element_count("from_pinned", shape)?;
+        if n != src.len() {
+            return Err(Error::ShapeMismatch {
+                op: "from_pinned",
+                lhs: vec![src.len()],
+                rhs: shape.to_vec(),
+            });
+        }
+        let stream = self.stream("from_pinned")?.clone();
+        let t = Tensor::uninit(self, shape, "from_pinned")?;
+        if n > 0 {
+            src.begin_copy(&stream, |host| {
+                // SAFETY: `host` is pinned memory of `n` floats that stays allocated and unread
+                // by the host until the recorded event completes; the buffer holds `n` floats.
+                unsafe { sys::cuMemcpyHtoDAsync_v2(t.device_ptr(), host.cast(), n * 4, stream.raw()) }
+                    .result()
+                    .call("cuMemcpyHtoDAsync")
+            })?;
+        }
+        Ok(t)
+    }
+}
+
+impl Tensor {
+    pub(crate) fn from_cpu(ctx: &Context, shape: &[usize], data: Vec<f32>) -> Tensor {
+        Tensor {
+            ctx: ctx.clone(),
+            storage: Arc::new(Storage::Cpu(data)),
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+        }
+    }
+
+    /// A tensor whose contents the caller writes before anyone reads them.
+    pub(crate) fn uninit(ctx: &Context, shape: &[usize], op: &'static str) -> Result<Tensor> {
+        let n = element_count(op, shape)?;
+        let storage = match &ctx.backend {
+            Backend::Cuda(stream) => Storage::Cuda(stream.device.pool.alloc(stream, n * 4, op)?),
+            Backend::Cpu => Storage::Cpu(vec![0.0; n]),
+        };
+        Ok(Tensor { ctx: ctx.clone(), storage: Arc::new(storage), shape: shape.to_vec(), dtype: DType::F32 })
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// Device address of the buffer (0 for the CPU backend or an empty tensor).
+    pub(crate) fn device_ptr(&self) -> u64 {
+        match &*self.storage {
+            Storage::Cuda(b) => b.ptr(),
+            Storage::Cpu(_) => 0,
+        }
+    }
+
+    fn raw_stream(&self) -> sys::CUstream {
+        match &*self.storage {
+            Storage::Cuda(b) => b.stream().raw(),
+            Storage::Cpu(_) => std::ptr::null_mut(),
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The same data under another shape with as many elements (no copy).
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let n = element_count("reshape", shape)?;
+        if n != self.len() {
+            return Err(Error::ShapeMismatch { op: "reshape", lhs: self.shape.clone(), rhs: shape.to_vec() });
+        }
+        Ok(Tensor { shape: shape.to_vec(), ..self.clone() })
+    }
+
+    /// The elements, row-major (waits for the work that produces them).
+    pub fn to_vec(&self) -> Result<Vec<f32>> {
+        self.require_f32("to_vec")?;
+        match &*self.storage {
+            Storage::Cpu(v) => Ok(v.clone()),
+            Storage::Cuda(buf) => {
+                let mut out = vec![0.0f32; self.len()];
+                if !out.is_empty() {
+                    // SAFETY: the buffer holds `len` floats; the sync below completes the copy
+                    // before `out` is returned.
+                    unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr(), buf.stream().raw()) }
+                        .call("cuMemcpyDtoHAsync")?;
+                }
+                buf.stream().synchronize()?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// The one element of a one-element tensor.
+    pub fn to_scalar(&self) -> Result<f32> {
+        if self.len() != 1 {
+            return Err(Error::ShapeMismatch { op: "to_scalar", lhs: self.shape.clone(), rhs: vec![] });
+        }
+        Ok(self.to_vec()?[0])
+    }
+
+    /// Download into pinned memory without blocking the host (later host access waits).
+    pub fn copy_to_pinned(&self, dst: &PinnedBuffer) -> Result<()> {
+        if dst.len() != self.len() {
+            return Err(Error::ShapeMismatch {
+                op: "copy_to_pinned",
+                lhs: self.shape.clone(),
+                rhs: vec![dst.len()],
+            });
+        }
+        let Storage::Cuda(buf) = &*self.storage else {
+            return Err(Error::NoDevice("copy_to_pinned needs a CUDA tensor".into()));
+        };
+        if buf.bytes() == 0 {
+            return Ok(());
+        }
+        dst.begin_copy(buf.stream(), |host| {
+            // SAFETY: `host` is pinned memory of `len` floats that the host does not touch until
+            // the recorded event completes; the source block is only reused after the copy,
+            // in the order of the stream it was queued on.
+            unsafe { sys::cuMemcpyDtoHAsync_v2(host.cast(), buf.ptr(), buf.bytes(), buf.stream().raw()) }
+                .result()
+                .call("cuMemcpyDtoHAsync")
+        })
+    }
+
+    /// A copy of this tensor on `ctx` (another stream, device or backend).
+    pub fn to_context(&self, ctx: &Context) -> Result<Tensor> {
+        if let (Storage::Cuda(src), Backend::Cuda(dst_stream)) = (&*self.storage, &ctx.backend) {
+            if Arc::ptr_eq(&src.stream().device, &dst_stream.device) {
+                ctx.wait_for(&self.ctx)?;
+                let t = Tensor::uninit(ctx, &self.shape, "to_context")?;
+                if src.bytes() > 0 {
+                    // SAFETY: both buffers hold `bytes` and the destination stream has waited
+                    // for the source's work. The pool would hand the source block out again in
+                    // the source stream's order, which does not include this copy: wait for it.
+                    unsafe {
+                        result::memcpy_dtod_async(t.device_ptr(), src.ptr(), src.bytes(), dst_stream.raw())
+                    }
+                    .call("cuMemcpyDtoDAsync")?;
+                    dst_stream.synchronize()?;
+                }
+                return Ok(t);
+            }
+        }
+        ctx.from_slice(&self.to_vec()?, &self.shape)
+    }
+
+    pub(crate) fn require_f32(&self, op: &'static str) -> Result<()> {
+        match self.dtype {
+            DType::F32 => Ok(()),
+            dtype => Err(Error::UnsupportedDType { op, dtype }),
+        }
+    }
+
+    /// Check that `other` can meet `self` in `op`: same queue, same dtype, same shape.
+    pub(crate) fn check_pair(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if !self.ctx.same_queue(&other.ctx) {
+            return Err(self.ctx.mismatch(op, &other.ctx));
+        }
+        if self.dtype != other.dtype {
+            return Err(Error::DTypeMismatch { op, lhs: self.dtype, rhs: other.dtype });
+        }
+        self.require_f32(op)?;
+        if self.shape != other.shape {
+            return Err(Error::ShapeMismatch { op, lhs: self.shape.clone(), rhs: other.shape.clone() });
+        }
+        Ok(())
+    }
+}
