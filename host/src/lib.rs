@@ -18,6 +18,7 @@
 pub mod ops;
 mod runtime;
 mod tensor;
+pub mod timing;
 
 #[path = "../../gpu-kernels/src/shapes.rs"]
 pub(crate) mod shapes;

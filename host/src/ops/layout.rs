@@ -1,12 +1,37 @@
-//! Layout ops: transpose. Kernel: `gpu-kernels/src/layout/transpose.rs`.
+//! Layout ops: copy and transpose. Kernel: `gpu-kernels/src/layout/transpose.rs`.
 use super::CPU_CHUNK;
-use crate::runtime::error::{Error, Result};
+use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
 use crate::shapes::{TRANSPOSE_ROWS_PER_PASS, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
 use crate::tensor::{Storage, Tensor};
+use cudarc::driver::result;
 use rayon::prelude::*;
 
 impl Tensor {
+    /// A copy of this tensor in a buffer of its own (device-to-device on CUDA).
+    pub fn copy(&self) -> Result<Tensor> {
+        self.require_f32("copy")?;
+        match self.storage() {
+            Storage::Cpu(x) => Ok(Tensor::from_cpu(self.context(), self.shape(), x.clone())),
+            Storage::Cuda(src) => {
+                let out = Tensor::uninit(self.context(), self.shape(), "copy")?;
+                if src.bytes() > 0 {
+                    // SAFETY: both buffers hold `bytes` and live on this stream.
+                    unsafe {
+                        result::memcpy_dtod_async(
+                            out.device_ptr(),
+                            src.ptr(),
+                            src.bytes(),
+                            src.stream().raw(),
+                        )
+                    }
+                    .call("cuMemcpyDtoDAsync")?;
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// The transpose of a matrix: `[rows, cols]` → `[cols, rows]`, materialised.
     pub fn transpose(&self) -> Result<Tensor> {
         const OP: &str = "transpose";

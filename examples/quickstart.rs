@@ -1,0 +1,88 @@
+//! The main job: open the device, run every op, check each against the CPU backend (f64
+//! oracle), and print per-op time and bandwidth.
+//!
+//!     cargo run --release --example quickstart            # 4096×1024 inputs
+//!     cargo run --release --example quickstart -- 1000 31 # any shape
+use ferrocuda::timing::{gb_per_s, median_ms};
+use ferrocuda::{Context, Result, Tensor};
+use std::time::Instant;
+
+type Op = fn(&Tensor, &Tensor) -> Result<Tensor>;
+
+fn main() -> Result<()> {
+    let shape: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let shape = if shape.is_empty() { vec![4096, 1024] } else { shape };
+    let n: usize = shape.iter().product();
+
+    let started = Instant::now();
+    let ctx = Context::new()?;
+    println!("device: {}", ctx.device());
+    println!(
+        "context ready in {:.1} ms{}",
+        started.elapsed().as_secs_f64() * 1e3,
+        ctx.module_load_time()
+            .map(|t| format!(" (kernel module JIT load {:.1} ms)", t.as_secs_f64() * 1e3))
+            .unwrap_or_default()
+    );
+    let cpu = Context::cpu();
+    let a = ctx.randn(&shape, 7)?;
+    let b = ctx.randn(&shape, 8)?.add_scalar(3.0)?;
+    let (ac, bc) = (a.to_context(&cpu)?, b.to_context(&cpu)?);
+
+    // (name, op, bytes moved per element, tolerance)
+    let ops: [(&str, Op, usize, f64); 16] = [
+        ("add", |x, y| x.add(y), 12, 1e-5),
+        ("sub", |x, y| x.sub(y), 12, 1e-5),
+        ("mul", |x, y| x.mul(y), 12, 1e-5),
+        ("div", |x, y| x.div(y), 12, 1e-5),
+        ("add_scalar", |x, _| x.add_scalar(0.5), 8, 1e-5),
+        ("relu", |x, _| x.relu(), 8, 1e-5),
+        ("sigmoid", |x, _| x.sigmoid(), 8, 1e-5),
+        ("tanh", |x, _| x.tanh(), 8, 1e-5),
+        ("gelu", |x, _| x.gelu(), 8, 1e-5),
+        ("sum", |x, _| x.sum(), 4, 1e-6),
+        ("mean", |x, _| x.mean(), 4, 1e-5),
+        ("max", |x, _| x.max(), 4, 0.0),
+        ("min", |x, _| x.min(), 4, 0.0),
+        ("sum_last", |x, _| x.sum_last(), 4, 1e-5),
+        ("max_last", |x, _| x.max_last(), 4, 0.0),
+        (
+            "transpose",
+            |x, _| x.reshape(&[x.len() / x.shape()[x.rank() - 1], x.shape()[x.rank() - 1]])?.transpose(),
+            8,
+            0.0,
+        ),
+    ];
+    println!("\n{:<11} {:>10} {:>10} {:>12}  check vs CPU (f64)", "op", "shape", "ms", "GB/s");
+    let mut failures = 0;
+    for (name, op, bytes_per_elem, tol) in ops {
+        let got = op(&a, &b)?.to_vec()?;
+        let want = op(&ac, &bc)?.to_vec()?;
+        let err = relative_error(&got, &want);
+        let ok = err <= tol.max(1e-7);
+        failures += usize::from(!ok);
+        let ms = median_ms(&ctx, 3, 20, || op(&a, &b).map(drop))?;
+        println!(
+            "{name:<11} {:>10} {ms:>10.4} {:>12.1}  rel err {err:.1e} {}",
+            format!("{shape:?}").replace(' ', ""),
+            gb_per_s(n * bytes_per_elem, ms),
+            if ok { "ok" } else { "MISMATCH" }
+        );
+    }
+    let y = a.add(&b)?.gelu()?;
+    println!("\nsum(gelu(a + b)) = {}", y.sum()?.to_scalar()?);
+    if let Some(stats) = ctx.pool_stats() {
+        println!("pool: {stats:?}");
+    }
+    if failures > 0 {
+        eprintln!("{failures} ops disagree with the CPU reference");
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn relative_error(got: &[f32], want: &[f32]) -> f64 {
+    let num: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w as f64).powi(2)).sum();
+    let den: f64 = want.iter().map(|&w| (w as f64).powi(2)).sum();
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Build the release test, bench and example binaries and gather them, with a runner, into one
+# folder that runs on a machine with only the NVIDIA driver (no Rust, no CUDA toolkit).
+#   scripts/gpu-bundle.sh [OUT]        (default: bundle/, git-ignored)
+# On the GPU machine: OUT/run.sh tests | sanitize | quickstart | bench | all
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/bundle}
+cd "$root"
+rm -rf "$out"
+mkdir -p "$out/tests" "$out/benches" "$out/examples"
+
+executables() { # cargo args... -> "kind name path" lines
+  cargo "$@" --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'
+}
+
+{
+  executables test --release --no-run
+  executables bench --no-run
+  executables build --release --examples
+} | sort -u | while read -r kind name path; do
+  case "$kind" in
+    test) dest="$out/tests/$name" ;;
+    bench) dest="$out/benches/$name" ;;
+    example) dest="$out/examples/$name" ;;
+    *) continue ;;
+  esac
+  cp "$path" "$dest"
+  strip "$dest" 2>/dev/null || true
+done
+# The unit-test binary of the library itself is named after the crate.
+[ -e "$out/tests/ferrocuda" ] && mv "$out/tests/ferrocuda" "$out/tests/lib"
+
+cp scripts/bundle-run.sh "$out/run.sh"
+shared_baselines="$root/../shared/baselines"
+if [ -f "$shared_baselines/torch_ref.py" ]; then cp "$shared_baselines/torch_ref.py" "$out/"; fi
+cp scripts/torch_extra.py "$out/"
+chmod +x "$out/run.sh"
+du -sh "$out"
+ls "$out"/*/

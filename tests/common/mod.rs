@@ -1,0 +1,123 @@
+//! Test support shared by every test file: a small runner, the CPU oracle, inputs and tolerances.
+//!
+//! Each test file is its own harness (`harness = false`) so that, without a CUDA device, the GPU
+//! cases print `skipped (no CUDA device)` in `cargo test`'s own output; with
+//! `FERROCUDA_REQUIRE_GPU=1` a missing device fails them instead. The summary line follows
+//! libtest's (`test result: ok. N passed; M failed; K ignored; ...`).
+#![allow(dead_code)]
+
+use ferrocuda::{Context, Tensor};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+/// A test case: `Gpu` cases take a CUDA context and compare it against the CPU backend; `Cpu`
+/// cases check the CPU backend itself (against plain f64 loops) and always run.
+pub enum Case {
+    Gpu(fn(&Context)),
+    Cpu(fn()),
+}
+
+/// Run the cases whose names contain every non-flag argument; exit non-zero if any failed.
+pub fn run(cases: &[(&str, Case)]) {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let require_gpu = std::env::var("FERROCUDA_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let gpu = if Context::cuda_available() { Context::cuda(0).ok() } else { None };
+    let selected: Vec<_> =
+        cases.iter().filter(|(n, _)| filters.iter().all(|f| n.contains(f.as_str()))).collect();
+    let started = Instant::now();
+    println!("\nrunning {} tests", selected.len());
+    if let Some(ctx) = &gpu {
+        println!("device: {}", ctx.device());
+    }
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    let mut failures = Vec::new();
+    for (name, case) in &selected {
+        let outcome = match (case, &gpu) {
+            (Case::Gpu(_), None) if !require_gpu => {
+                println!("test {name} ... skipped (no CUDA device)");
+                skipped += 1;
+                continue;
+            }
+            (Case::Gpu(_), None) => Err("FERROCUDA_REQUIRE_GPU=1 but no CUDA device".to_string()),
+            (Case::Gpu(f), Some(ctx)) => catch_unwind(AssertUnwindSafe(|| f(ctx))).map_err(panic_text),
+            (Case::Cpu(f), _) => catch_unwind(AssertUnwindSafe(f)).map_err(panic_text),
+        };
+        match outcome {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(msg) => {
+                println!("test {name} ... FAILED");
+                failures.push(format!("{name}: {msg}"));
+                failed += 1;
+            }
+        }
+    }
+    for f in &failures {
+        println!("---- {f}");
+    }
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    println!(
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; {skipped} ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
+        cases.len() - selected.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed > 0 {
+        std::process::exit(101);
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// The sizes every elementwise and whole-tensor test covers: empty, tiny, odd, past every tile,
+/// 2^20+3, and 4096×4097.
+pub const SIZES: [usize; 6] = [0, 1, 31, 1000, (1 << 20) + 3, 4096 * 4097];
+
+/// Fresh random normal inputs from the CPU backend (never zeros): a new seed per call site.
+pub fn randn_host(n: usize, seed: u64) -> Vec<f32> {
+    Context::cpu().randn(&[n], seed).and_then(|t| t.to_vec()).expect("CPU randn")
+}
+
+/// `‖got − want‖ / ‖want‖` in f64; NaN anywhere in `got` where `want` has none fails it.
+pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        if w.is_nan() {
+            assert!(g.is_nan(), "expected NaN, got {g}");
+            continue;
+        }
+        assert!(!g.is_nan(), "NaN where {w} was expected");
+        num += (g as f64 - w as f64).powi(2);
+        den += (w as f64).powi(2);
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Assert `rel_err(got, want) <= tol`, naming the case.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f64) {
+    let e = rel_err(got, want);
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.1e}");
+}
+
+/// A GPU output poisoned with NaN before the op under test writes a fresh buffer: the pool hands
+/// the same block back for the next allocation of that size class, so filling and dropping one
+/// first makes any element the kernel fails to write show up as NaN.
+pub fn poison_pool(ctx: &Context, shape: &[usize]) {
+    drop(ctx.full(shape, f32::NAN).expect("poison"));
+}
+
+/// Same data on both backends.
+pub fn pair(gpu: &Context, data: &[f32], shape: &[usize]) -> (Tensor, Tensor) {
+    (gpu.from_slice(data, shape).expect("upload"), Context::cpu().from_slice(data, shape).expect("cpu"))
+}
