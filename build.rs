@@ -277,7 +277,9 @@ fn assemble_with_ptxas(ptx: &Path, sm: &str, out: &Path) {
         .output();
     match run {
         Ok(o) if o.status.success() => {
-            fs::write(out.join("ptxas.log"), &o.stderr)
+            let report = String::from_utf8_lossy(&o.stderr);
+            warn_about_local_memory(&report);
+            fs::write(out.join("ptxas.log"), report.as_bytes())
                 .unwrap_or_else(|e| fail(&format!("writing ptxas.log: {e}")));
         }
         Ok(o) => fail(&format!(
@@ -290,5 +292,20 @@ fn assemble_with_ptxas(ptx: &Path, sm: &str, out: &Path) {
         Err(_) => println!(
             "cargo:warning=ferrocuda kernels: no ptxas found; PTX not assembled (set FERROCUDA_PTXAS)"
         ),
+    }
+}
+
+/// Kernels keep their arrays in registers (unrolled loops, constant indices); a stack frame means
+/// one went to local memory, which costs bandwidth. Say which.
+fn warn_about_local_memory(ptxas_report: &str) {
+    let mut kernel = "";
+    for line in ptxas_report.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            kernel = rest.split('\'').next().unwrap_or("");
+        } else if let Some((frame, spills)) = line.trim().split_once(" bytes stack frame, ") {
+            if frame != "0" || spills != "0 bytes spill stores, 0 bytes spill loads" {
+                println!("cargo:warning=kernel {kernel} uses local memory: {}", line.trim());
+            }
+        }
     }
 }

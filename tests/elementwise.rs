@@ -134,7 +134,8 @@ fn cpu_matches_f64_loops() {
     let (ta, tb) = (cpu.from_slice(&a, &[1000]).unwrap(), cpu.from_slice(&b, &[1000]).unwrap());
     let gelu =
         |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh());
-    let cases: [(&str, Tensor, Box<dyn Fn(usize) -> f64>); 4] = [
+    type Reference<'a> = Box<dyn Fn(usize) -> f64 + 'a>;
+    let cases: [(&str, Tensor, Reference); 4] = [
         ("add", ta.add(&tb).unwrap(), Box::new(|i| a[i] as f64 + b[i] as f64)),
         ("div_scalar", ta.div_scalar(3.0).unwrap(), Box::new(|i| a[i] as f64 / 3.0)),
         ("sigmoid", ta.sigmoid().unwrap(), Box::new(|i| 1.0 / (1.0 + (-(a[i] as f64)).exp()))),

@@ -58,21 +58,20 @@ pub fn sigmoid(x: f32) -> f32 {
 }
 
 /// `tanh(x)`: an odd Taylor polynomial near 0 (where `1 - 2/(e^2x + 1)` would cancel), the
-/// exponential form elsewhere.
+/// exponential form elsewhere. Both are computed and one selected: a branch here would keep the
+/// callers' unrolled loops rolled (their vectors then go to local memory).
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     let a = if x < 0.0 { -x } else { x };
-    let t = if a < 0.3 {
-        let a2 = a * a;
-        // x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 - 1382x^11/155925
-        let p = fma(a2, -0.008_863_24, 0.021_869_49);
-        let p = fma(a2, p, -0.053_968_25);
-        let p = fma(a2, p, 0.133_333_33);
-        let p = fma(a2, p, -0.333_333_34);
-        fma(a * a2, p, a)
-    } else {
-        1.0 - 2.0 * rcp_approx(exp_fast(2.0 * a) + 1.0)
-    };
+    let a2 = a * a;
+    // x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 - 1382x^11/155925
+    let p = fma(a2, -0.008_863_24, 0.021_869_49);
+    let p = fma(a2, p, -0.053_968_25);
+    let p = fma(a2, p, 0.133_333_33);
+    let p = fma(a2, p, -0.333_333_34);
+    let near_zero = fma(a * a2, p, a);
+    let elsewhere = 1.0 - 2.0 * rcp_approx(exp_fast(2.0 * a) + 1.0);
+    let t = if a < 0.3 { near_zero } else { elsewhere };
     if x < 0.0 {
         -t
     } else {

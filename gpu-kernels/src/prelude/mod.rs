@@ -6,6 +6,8 @@
 
 #[macro_use]
 pub mod shared;
+#[macro_use]
+pub mod unroll;
 pub mod block;
 pub mod index;
 pub mod math;

@@ -6,16 +6,14 @@ use super::CPU_CHUNK;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::Result;
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
-use crate::runtime::stream::Stream;
-use crate::shapes::ELEMENTWISE_BLOCK;
+use crate::shapes::{ELEMENTWISE_BLOCK, ELEMENTWISE_UNROLL};
 use crate::tensor::{element_count, Storage, Tensor};
 use rayon::prelude::*;
 
-/// Full occupancies of the device an elementwise grid covers before its threads loop.
-const WAVES: usize = 4;
-
-fn config(stream: &Stream, n: usize) -> LaunchConfig {
-    LaunchConfig::grid_stride(&stream.device.info, n.div_ceil(4), ELEMENTWISE_BLOCK, WAVES)
+/// One thread per `ELEMENTWISE_UNROLL` vectors: measured faster on the H100 than grids capped
+/// at 1-16 device occupancies (docs/perf-notes.md).
+fn config(n: usize) -> LaunchConfig {
+    LaunchConfig::covering(n.div_ceil(4 * ELEMENTWISE_UNROLL), ELEMENTWISE_BLOCK)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -108,7 +106,7 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
                 let (pa, pb, po) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
                 // SAFETY: `<op>_f32(a, b, out, n)`: three live buffers of `n` floats from the
                 // pool (16-byte aligned), `out` distinct from the inputs; any grid is valid.
-                unsafe { launch(stream, kernel, config(stream, n), &mut kernel_args![&pa, &pb, &po, &n])? };
+                unsafe { launch(stream, kernel, config(n), &mut kernel_args![&pa, &pb, &po, &n])? };
             }
             Ok(out)
         }
@@ -130,7 +128,7 @@ fn binary_scalar(a: &Tensor, s: f32, op: BinaryOp) -> Result<Tensor> {
                 let (pa, po) = (a.device_ptr(), out.device_ptr());
                 // SAFETY: `<op>_scalar_f32(a, s, out, n)`: two live, distinct buffers of `n`
                 // floats (16-byte aligned); any grid is valid.
-                unsafe { launch(stream, kernel, config(stream, n), &mut kernel_args![&pa, &s, &po, &n])? };
+                unsafe { launch(stream, kernel, config(n), &mut kernel_args![&pa, &s, &po, &n])? };
             }
             Ok(out)
         }
@@ -150,7 +148,7 @@ fn unary(x: &Tensor, op: UnaryOp) -> Result<Tensor> {
                 let (px, po) = (x.device_ptr(), out.device_ptr());
                 // SAFETY: `<op>_f32(x, out, n)`: two live, distinct buffers of `n` floats
                 // (16-byte aligned); any grid is valid.
-                unsafe { launch(stream, kernel, config(stream, n), &mut kernel_args![&px, &po, &n])? };
+                unsafe { launch(stream, kernel, config(n), &mut kernel_args![&px, &po, &n])? };
             }
             Ok(out)
         }
@@ -168,7 +166,7 @@ pub(crate) fn fill(ctx: &Context, shape: &[usize], value: f32) -> Result<Tensor>
                 let po = out.device_ptr();
                 // SAFETY: `fill_f32(out, value, n)`: a live buffer of `n` floats (16-byte
                 // aligned); any grid is valid.
-                unsafe { launch(stream, "fill_f32", config(stream, n), &mut kernel_args![&po, &value, &n])? };
+                unsafe { launch(stream, "fill_f32", config(n), &mut kernel_args![&po, &value, &n])? };
             }
             Ok(out)
         }

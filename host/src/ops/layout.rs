@@ -2,7 +2,7 @@
 use super::CPU_CHUNK;
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
-use crate::shapes::{TRANSPOSE_ROWS_PER_PASS, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
+use crate::shapes::{TRANSPOSE_BLOCK, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
 use crate::tensor::{Storage, Tensor};
 use cudarc::driver::result;
 use rayon::prelude::*;
@@ -72,13 +72,13 @@ impl Tensor {
                 }
                 let cfg = LaunchConfig {
                     grid: (grid_x as u32, grid_y as u32, 1),
-                    block: (TRANSPOSE_TILE as u32, TRANSPOSE_ROWS_PER_PASS as u32, 1),
+                    block: (TRANSPOSE_BLOCK as u32, 1, 1),
                     shared_bytes: (TRANSPOSE_TILE_WORDS * 4) as u32,
                 };
                 let stream = self.context().stream(OP)?;
                 let (px, po) = (self.device_ptr(), out.device_ptr());
                 // SAFETY: `transpose_f32(x, rows, cols, out)`: `x` and `out` hold rows·cols
-                // floats; block (TILE, ROWS_PER_PASS), a grid of tiles covering the matrix, and
+                // floats; TRANSPOSE_BLOCK threads, a grid of tiles covering the matrix, and
                 // TRANSPOSE_TILE_WORDS floats of dynamic shared memory, as the kernel asks.
                 unsafe { launch(stream, "transpose_f32", cfg, &mut kernel_args![&px, &rows, &cols, &po])? };
                 Ok(out)

@@ -33,7 +33,7 @@ fn generate(
             let out = Tensor::uninit(ctx, shape, op)?;
             let n = out.len();
             if n > 0 {
-                let cfg = LaunchConfig::grid_stride(&stream.device.info, n.div_ceil(4), ELEMENTWISE_BLOCK, 4);
+                let cfg = LaunchConfig::covering(n.div_ceil(4), ELEMENTWISE_BLOCK);
                 let po = out.device_ptr();
                 // SAFETY: `<rand|randn>_f32(out, n, seed)`: a live buffer of `n` floats (16-byte
                 // aligned); any grid is valid.

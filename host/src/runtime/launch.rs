@@ -19,7 +19,13 @@ impl LaunchConfig {
     /// covers the rest). The shape depends only on `items` and the device, never on timing.
     pub(crate) fn grid_stride(device: &DeviceInfo, items: usize, block: usize, waves: usize) -> Self {
         let resident = device.sm_count as usize * (device.max_threads_per_sm as usize / block).max(1);
-        let blocks = items.div_ceil(block).clamp(1, resident * waves);
+        Self::covering(items.min(resident * waves * block), block)
+    }
+
+    /// One thread per work item (up to the grid's limit; kernels loop over any rest): for
+    /// streaming kernels, where blocks that finish early make room for new ones.
+    pub(crate) fn covering(items: usize, block: usize) -> Self {
+        let blocks = items.div_ceil(block).clamp(1, i32::MAX as usize);
         Self { grid: (blocks as u32, 1, 1), block: (block as u32, 1, 1), shared_bytes: 0 }
     }
 }

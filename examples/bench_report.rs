@@ -1,0 +1,134 @@
+//! One table of every benchmarked op: median ms (CUDA events, after warm-up), GB/s, % of the
+//! device-to-device copy bandwidth measured in the same run, and the ratio to PyTorch when given
+//! the JSON of `torch_ref.py` (and `torch_extra.py`) run in the same device call.
+//!
+//!     bench_report [torch.json ...]
+//!
+//! Ratio = PyTorch ms / ferrocuda ms: above 1.0 means ferrocuda is faster.
+use ferrocuda::timing::{gb_per_s, median_ms};
+use ferrocuda::{Context, Result, Tensor};
+use std::collections::HashMap;
+
+const WARMUP: usize = 10;
+const REPS: usize = 50;
+
+struct Row {
+    op: &'static str,
+    /// The shape exactly as torch_ref.py prints it, to pair the rows.
+    shape: String,
+    ms: f64,
+    bytes: usize,
+    /// Fraction of the copy bandwidth this op should reach (None: no target at this size).
+    target: Option<f64>,
+}
+
+fn torch_times(paths: &[String]) -> HashMap<(String, String), f64> {
+    let mut times = HashMap::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        for r in rows {
+            if let (Some(w), Some(s), Some(ms)) =
+                (r["workload"].as_str(), r["shape"].as_str(), r["ms"].as_f64())
+            {
+                times.insert((w.to_string(), s.to_string()), ms);
+            }
+        }
+    }
+    times
+}
+
+/// Python's `str()` of a shape: `n` for an int, `(a, b)` / `(a,)` for a tuple.
+fn py_shape(shape: &[usize], as_tuple: bool) -> String {
+    match (shape, as_tuple) {
+        ([n], false) => n.to_string(),
+        ([n], true) => format!("({n},)"),
+        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+fn measure(
+    ctx: &Context,
+    op: &'static str,
+    shape: &[usize],
+    tuple: bool,
+    bytes_per_elem: usize,
+    f: impl Fn(&Tensor) -> Result<Tensor>,
+) -> Result<Row> {
+    let n: usize = shape.iter().product();
+    let x = ctx.randn(shape, 11)?;
+    let ms = median_ms(ctx, WARMUP, REPS, || f(&x).map(drop))?;
+    let big = n >= 1 << 26;
+    let target = match op {
+        "transpose" => Some(0.8),
+        "add" | "gelu_tanh" | "relu" | "sum" | "max" if big => Some(0.9),
+        _ => None,
+    };
+    Ok(Row { op, shape: py_shape(shape, tuple), ms, bytes: n * bytes_per_elem, target })
+}
+
+fn main() -> Result<()> {
+    let torch = torch_times(&std::env::args().skip(1).collect::<Vec<_>>());
+    let ctx = Context::new()?;
+    println!("# ferrocuda bench_report on {}", ctx.device());
+    let mut rows = vec![measure(&ctx, "copy", &[1 << 28], false, 8, |x| x.copy())?];
+    let copy_gbs = gb_per_s(rows[0].bytes, rows[0].ms);
+    for n in [1_000, 10_000, 100_000, 1_000_000, 10_000_000, 1 << 28] {
+        let y = ctx.randn(&[n], 12)?;
+        rows.push(measure(&ctx, "add", &[n], false, 12, |x| x.add(&y))?);
+    }
+    for (shape, tuple) in [(&[4096usize, 1024][..], true), (&[1 << 26][..], true)] {
+        rows.push(measure(&ctx, "gelu_tanh", shape, tuple, 8, Tensor::gelu)?);
+        rows.push(measure(&ctx, "relu", shape, tuple, 8, Tensor::relu)?);
+        rows.push(measure(&ctx, "sigmoid", shape, tuple, 8, Tensor::sigmoid)?);
+        rows.push(measure(&ctx, "tanh", shape, tuple, 8, Tensor::tanh)?);
+    }
+    for n in [1 << 20, 1 << 28] {
+        rows.push(measure(&ctx, "sum", &[n], false, 4, Tensor::sum)?);
+        rows.push(measure(&ctx, "max", &[n], false, 4, Tensor::max)?);
+    }
+    rows.push(measure(&ctx, "sum_rows", &[4096, 4096], true, 4, Tensor::sum_last)?);
+    rows.push(measure(&ctx, "transpose", &[4096, 4096], true, 8, Tensor::transpose)?);
+
+    println!(
+        "# copy bandwidth (read + write, 2^28 f32): {copy_gbs:.0} GB/s; ratio = PyTorch ms / ferrocuda ms"
+    );
+    println!(
+        "{:<10} {:>14} {:>10} {:>9} {:>7} {:>10} {:>7}  target",
+        "op", "shape", "ms", "GB/s", "%copy", "torch ms", "ratio"
+    );
+    let mut missed = 0;
+    for r in &rows {
+        let gbs = gb_per_s(r.bytes, r.ms);
+        let frac = gbs / copy_gbs;
+        let torch_ms = torch.get(&(r.op.to_string(), r.shape.clone())).copied();
+        let ratio = torch_ms.map(|t| t / r.ms);
+        let mut verdict = Vec::new();
+        if let Some(t) = r.target {
+            verdict.push(if frac >= t {
+                format!("≥{:.0}% copy ok", t * 100.0)
+            } else {
+                format!("<{:.0}% copy MISSED", t * 100.0)
+            });
+            missed += usize::from(frac < t);
+        }
+        if let Some(q) = ratio {
+            verdict.push(if q >= 1.0 { "≥1.0× torch ok".into() } else { "<1.0× torch MISSED".into() });
+            missed += usize::from(q < 1.0 && r.op != "copy");
+        }
+        println!(
+            "{:<10} {:>14} {:>10.4} {:>9.1} {:>6.1}% {:>10} {:>7}  {}",
+            r.op,
+            r.shape,
+            r.ms,
+            gbs,
+            frac * 100.0,
+            torch_ms.map_or("-".into(), |t| format!("{t:.4}")),
+            ratio.map_or("-".into(), |q| format!("{q:.2}x")),
+            verdict.join(", ")
+        );
+    }
+    println!("# targets missed: {missed}");
+    Ok(())
+}
