@@ -101,13 +101,32 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    pub(crate) fn record(stream: &Stream) -> Result<Self> {
+    /// A new event on the stream's device, not yet recorded.
+    pub(crate) fn new(stream: &Stream) -> Result<Self> {
         stream.device.bind()?;
         let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?;
-        let event = Event { raw, device: stream.device.clone() };
-        // SAFETY: both handles are live.
-        unsafe { result::event::record(event.raw, stream.raw) }.call("cuEventRecord")?;
+        Ok(Event { raw, device: stream.device.clone() })
+    }
+
+    /// A new event recorded now on `stream`.
+    pub(crate) fn record(stream: &Stream) -> Result<Self> {
+        let event = Self::new(stream)?;
+        event.record_on(stream)?;
         Ok(event)
+    }
+
+    /// (Re-)record this event at the current end of `stream`'s queue.
+    pub(crate) fn record_on(&self, stream: &Stream) -> Result<()> {
+        if !Arc::ptr_eq(&self.device, &stream.device) {
+            return Err(Error::DeviceMismatch {
+                op: "record_event",
+                lhs: self.device.info.to_string(),
+                rhs: stream.device.info.to_string(),
+            });
+        }
+        self.device.bind()?;
+        // SAFETY: both handles are live and belong to the same device.
+        unsafe { result::event::record(self.raw, stream.raw) }.call("cuEventRecord")
     }
 
     /// Block until the work before the event has finished.
