@@ -118,8 +118,8 @@ fn streams_events_and_pinned_copies(gpu: &Context) {
     let x = other.from_pinned(&pinned, &[n]).unwrap();
     let y = x.relu().unwrap();
     let end = other.record_event().unwrap();
-    let back = other.pinned(n).unwrap();
-    y.copy_to_pinned(&back).unwrap();
+    let mut back = other.pinned(n).unwrap();
+    y.copy_to_pinned(&mut back).unwrap();
     let want: Vec<f32> = data.iter().map(|&v| v.max(0.0)).collect();
     assert_eq!(back.as_slice().unwrap(), &want[..]);
     assert!(start.elapsed_ms(&end).unwrap() >= 0.0);

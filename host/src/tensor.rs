@@ -210,7 +210,8 @@ impl Tensor {
     }
 
     /// Download into pinned memory without blocking the host (later host access waits).
-    pub fn copy_to_pinned(&self, dst: &PinnedBuffer) -> Result<()> {
+    /// `&mut` because the device writes into `dst`: no host slice of it may be alive meanwhile.
+    pub fn copy_to_pinned(&self, dst: &mut PinnedBuffer) -> Result<()> {
         if dst.len() != self.len() {
             return Err(Error::ShapeMismatch {
                 op: "copy_to_pinned",

@@ -1,47 +1,32 @@
 //! Thread, block and grid indices, and grid-stride iteration.
 use core::arch::nvptx;
 
-/// `threadIdx.x`.
-#[inline(always)]
-pub fn thread_x() -> usize {
-    // SAFETY: reads a special register; no memory access.
-    unsafe { nvptx::_thread_idx_x() as usize }
+macro_rules! special_registers {
+    ($($(#[$doc:meta])* $name:ident => $intrinsic:ident;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name() -> usize {
+            // SAFETY: reads a special register; no memory access.
+            unsafe { nvptx::$intrinsic() as usize }
+        }
+    )*};
 }
-/// `threadIdx.y`.
-#[inline(always)]
-pub fn thread_y() -> usize {
-    // SAFETY: as above.
-    unsafe { nvptx::_thread_idx_y() as usize }
-}
-/// `blockIdx.x`.
-#[inline(always)]
-pub fn block_x() -> usize {
-    // SAFETY: as above.
-    unsafe { nvptx::_block_idx_x() as usize }
-}
-/// `blockIdx.y`.
-#[inline(always)]
-pub fn block_y() -> usize {
-    // SAFETY: as above.
-    unsafe { nvptx::_block_idx_y() as usize }
-}
-/// `blockDim.x`.
-#[inline(always)]
-pub fn block_dim_x() -> usize {
-    // SAFETY: as above.
-    unsafe { nvptx::_block_dim_x() as usize }
-}
-/// `blockDim.y`.
-#[inline(always)]
-pub fn block_dim_y() -> usize {
-    // SAFETY: as above.
-    unsafe { nvptx::_block_dim_y() as usize }
-}
-/// `gridDim.x`.
-#[inline(always)]
-pub fn grid_dim_x() -> usize {
-    // SAFETY: as above.
-    unsafe { nvptx::_grid_dim_x() as usize }
+
+special_registers! {
+    /// `threadIdx.x`.
+    thread_x => _thread_idx_x;
+    /// `threadIdx.y`.
+    thread_y => _thread_idx_y;
+    /// `blockIdx.x`.
+    block_x => _block_idx_x;
+    /// `blockIdx.y`.
+    block_y => _block_idx_y;
+    /// `blockDim.x`.
+    block_dim_x => _block_dim_x;
+    /// `blockDim.y`.
+    block_dim_y => _block_dim_y;
+    /// `gridDim.x`.
+    grid_dim_x => _grid_dim_x;
 }
 
 /// Flat index of this thread in a 1-D launch.

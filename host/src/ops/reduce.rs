@@ -55,12 +55,16 @@ impl Reduce {
         }
     }
 
-    /// What reducing nothing gives, or the reason it is refused.
-    fn of_empty(self) -> std::result::Result<f32, &'static str> {
+    /// What reducing nothing gives (`op` on a tensor of `shape`), or the typed refusal.
+    fn of_empty(self, op: &'static str, shape: &[usize]) -> Result<f32> {
         match self {
             Reduce::Sum => Ok(0.0),
             Reduce::Mean => Ok(f32::NAN),
-            Reduce::Max | Reduce::Min => Err("cannot reduce an empty set of elements"),
+            Reduce::Max | Reduce::Min => Err(Error::InvalidArgument {
+                op,
+                shape: shape.to_vec(),
+                reason: "cannot reduce an empty set of elements".into(),
+            }),
         }
     }
 
@@ -91,11 +95,7 @@ fn reduce_all(x: &Tensor, op: Reduce) -> Result<Tensor> {
     x.require_f32(name)?;
     let n = x.len();
     if n == 0 {
-        let value = op.of_empty().map_err(|reason| Error::InvalidArgument {
-            op: name,
-            shape: x.shape().to_vec(),
-            reason: reason.into(),
-        })?;
+        let value = op.of_empty(name, x.shape())?;
         return x.context().full(&[], value);
     }
     match x.storage() {
@@ -132,11 +132,7 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
     };
     let rows: usize = outer.iter().product();
     if cols == 0 {
-        let value = op.of_empty().map_err(|reason| Error::InvalidArgument {
-            op: name,
-            shape: x.shape().to_vec(),
-            reason: reason.into(),
-        })?;
+        let value = op.of_empty(name, x.shape())?;
         return x.context().full(outer, value);
     }
     match x.storage() {
