@@ -26,6 +26,7 @@ for line in sys.stdin:
 } | sort -u | while read -r kind name path; do
   case "$kind" in
     test) dest="$out/tests/$name" ;;
+    lib) dest="$out/tests/lib" ;;
     bench) dest="$out/benches/$name" ;;
     example) dest="$out/examples/$name" ;;
     *) continue ;;
@@ -33,8 +34,6 @@ for line in sys.stdin:
   cp "$path" "$dest"
   strip "$dest" 2>/dev/null || true
 done
-# The unit-test binary of the library itself is named after the crate.
-[ -e "$out/tests/ferrocuda" ] && mv "$out/tests/ferrocuda" "$out/tests/lib"
 
 cp scripts/bundle-run.sh "$out/run.sh"
 shared_baselines="$root/../shared/baselines"

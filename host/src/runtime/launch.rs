@@ -65,3 +65,35 @@ pub(crate) unsafe fn launch(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::context::Context;
+
+    #[test]
+    fn a_refused_launch_names_the_kernel() {
+        let ctx = match Context::cuda(0) {
+            Ok(ctx) => ctx,
+            Err(e) if std::env::var("FERROCUDA_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+                panic!("FERROCUDA_REQUIRE_GPU=1 but no CUDA device: {e}")
+            }
+            Err(_) => {
+                println!("skipped (no CUDA device)");
+                return;
+            }
+        };
+        let stream = ctx.stream("test").unwrap();
+        // 2048 threads per block is over every CUDA device's limit.
+        let cfg = LaunchConfig { grid: (1, 1, 1), block: (2048, 1, 1), shared_bytes: 0 };
+        let (out, value, n) = (0u64, 0f32, 0usize);
+        // SAFETY: the driver refuses the shape before anything runs; with n = 0 the kernel would
+        // touch no memory anyway.
+        let err =
+            unsafe { launch(stream, "fill_f32", cfg, &mut kernel_args![&out, &value, &n]) }.unwrap_err();
+        assert!(matches!(err, Error::Launch { kernel: "fill_f32", block: (2048, 1, 1), .. }), "{err}");
+        assert!(err.to_string().contains("fill_f32"), "{err}");
+        // The stream is still usable afterwards.
+        assert_eq!(ctx.full(&[5], 1.5).unwrap().to_vec().unwrap(), vec![1.5; 5]);
+    }
+}
