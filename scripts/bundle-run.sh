@@ -4,7 +4,7 @@
 #   run.sh tests        every test binary, FERROCUDA_REQUIRE_GPU=1
 #   run.sh sanitize     every test binary under compute-sanitizer memcheck and racecheck
 #   run.sh quickstart   the quickstart example
-#   run.sh bench [OUT]  PyTorch baseline then bench_report in the same call (JSON to OUT)
+#   run.sh bench [OUT]  PyTorch baseline, then bench_report and matmul_bench (with cuBLAS) in the same call
 #   run.sh all [OUT]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,13 +32,18 @@ sanitize() {
   done
 }
 
+# cuBLAS for the matmul baselines: the CUDA toolkit's, or the one PyTorch ships.
+cublas_dir=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so* 2>/dev/null | head -1)" 2>/dev/null)
+[ -n "$cublas_dir" ] && export LD_LIBRARY_PATH="$cublas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
 bench() {
   local out=${1:-$here/out}
   mkdir -p "$out"
   python3 "$here/torch_ref.py" --json "$out/torch.json" \
-    --only copy,add,gelu,relu,sigmoid,sum,max,transpose || status=1
+    --only copy,add,gelu,relu,sigmoid,sum,max,transpose,matmul,linear_gelu || status=1
   python3 "$here/torch_extra.py" --json "$out/torch_extra.json" || status=1
   "$here/examples/bench_report" "$out/torch.json" "$out/torch_extra.json" | tee "$out/bench_report.txt" || status=1
+  "$here/examples/matmul_bench" "$out/torch.json" | tee "$out/matmul_bench.txt" || status=1
 }
 
 case "${1:-all}" in

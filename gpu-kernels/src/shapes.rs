@@ -20,3 +20,28 @@ pub const TRANSPOSE_BLOCK: usize = 256;
 /// Shared-memory words a transpose tile takes: one padding column, so that the column-wise
 /// reads stay within 2-way bank conflicts.
 pub const TRANSPOSE_TILE_WORDS: usize = TRANSPOSE_TILE * (TRANSPOSE_TILE + 1);
+
+/// Depth of one SIMT GEMM k-step (floats of A's rows / B's columns staged per tile).
+pub const GEMM_BK: usize = 8;
+/// Outputs per thread along M and N in the SIMT GEMM (an 8×8 register tile).
+pub const GEMM_TM: usize = 8;
+/// The SIMT GEMM tile shapes (rows of C, columns of C) a block computes, by kernel suffix.
+pub const GEMM_TILE_LARGE: (usize, usize) = (128, 128);
+pub const GEMM_TILE_MEDIUM: (usize, usize) = (128, 64);
+pub const GEMM_TILE_SMALL: (usize, usize) = (64, 64);
+
+/// Threads of a SIMT GEMM block with tile `(bm, bn)`: one per 8×8 register tile.
+pub const fn gemm_threads(tile: (usize, usize)) -> usize {
+    (tile.0 / GEMM_TM) * (tile.1 / GEMM_TM)
+}
+
+/// Dynamic shared memory of a SIMT GEMM block: two stages of an A tile (BK×bm) and a B tile
+/// (BK×bn), in bytes.
+pub const fn gemm_shared_bytes(tile: (usize, usize)) -> usize {
+    2 * GEMM_BK * (tile.0 + tile.1) * 4
+}
+
+/// Epilogue activations of the GEMM kernels (the `activation` kernel argument).
+pub const ACTIVATION_NONE: u32 = 0;
+pub const ACTIVATION_RELU: u32 = 1;
+pub const ACTIVATION_GELU: u32 = 2;

@@ -23,6 +23,7 @@ pub mod timing;
 #[path = "../../gpu-kernels/src/shapes.rs"]
 pub(crate) mod shapes;
 
+pub use ops::matmul::{linear, Activation, Gemm};
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};

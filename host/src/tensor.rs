@@ -264,15 +264,20 @@ impl Tensor {
         }
     }
 
-    /// Check that `other` can meet `self` in `op`: same queue, same dtype, same shape.
-    pub(crate) fn check_pair(&self, op: &'static str, other: &Tensor) -> Result<()> {
+    /// Check that `other` can meet `self` in `op`: same queue, same dtype (f32 for now).
+    pub(crate) fn check_peer(&self, op: &'static str, other: &Tensor) -> Result<()> {
         if !self.ctx.same_queue(&other.ctx) {
             return Err(self.ctx.mismatch(op, &other.ctx));
         }
         if self.dtype != other.dtype {
             return Err(Error::DTypeMismatch { op, lhs: self.dtype, rhs: other.dtype });
         }
-        self.require_f32(op)?;
+        self.require_f32(op)
+    }
+
+    /// [`Tensor::check_peer`], and the same shape.
+    pub(crate) fn check_pair(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        self.check_peer(op, other)?;
         if self.shape != other.shape {
             return Err(Error::ShapeMismatch { op, lhs: self.shape.clone(), rhs: other.shape.clone() });
         }

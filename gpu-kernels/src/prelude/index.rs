@@ -21,6 +21,8 @@ special_registers! {
     block_x => _block_idx_x;
     /// `blockIdx.y`.
     block_y => _block_idx_y;
+    /// `blockIdx.z`.
+    block_z => _block_idx_z;
     /// `blockDim.x`.
     block_dim_x => _block_dim_x;
     /// `blockDim.y`.

@@ -4,6 +4,7 @@
 //! hold their implementations, one per kernel family in `gpu-kernels/src/`.
 pub mod elementwise;
 pub mod layout;
+pub mod matmul;
 pub mod random;
 pub mod reduce;
 

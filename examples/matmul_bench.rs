@@ -1,0 +1,90 @@
+//! Matrix multiply table: ferrocuda's GEMM against cuBLAS in the same process, and the fused
+//! linear+GELU against the unfused path (and against PyTorch's `gelu(linear(x, w, b))`, i.e.
+//! cuBLAS + a separate GELU kernel, when given torch_ref.py's JSON). The CPU backend's GFLOP/s
+//! for the small sizes, like the seeds' "Matrix Operations" table.
+//!
+//!     matmul_bench [torch.json]
+use ferrocuda::timing::median_ms;
+use ferrocuda::{linear, Activation, Context, Result};
+
+#[path = "../benches/baseline/cublas.rs"]
+mod cublas;
+
+fn tflops(m: usize, n: usize, k: usize, ms: f64) -> f64 {
+    2.0 * (m * n * k) as f64 / (ms * 1e9)
+}
+
+fn torch_ms(path: Option<&String>, workload: &str, shape: &str) -> Option<f64> {
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(path?).ok()?).ok()?;
+    rows.iter().find(|r| r["workload"] == workload && r["shape"] == shape).and_then(|r| r["ms"].as_f64())
+}
+
+fn main() -> Result<()> {
+    let torch_json = std::env::args().nth(1);
+    let ctx = Context::new()?;
+    println!("# matmul_bench on {}", ctx.device());
+    let blas = if ctx.is_cuda() { cublas::Cublas::new() } else { Err("CPU backend".into()) };
+    if let Err(why) = &blas {
+        println!("# cuBLAS baseline unavailable: {why}");
+    }
+    let cpu = Context::cpu();
+    println!(
+        "{:<22} {:>10} {:>9} {:>10} {:>9} {:>7} {:>12}",
+        "f32 (SIMT) C = A·B", "ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio", "CPU GFLOP/s"
+    );
+    for n in [128, 256, 512, 1024, 2048, 4096, 8192] {
+        let (a, b) = (ctx.randn(&[n, n], 1)?, ctx.randn(&[n, n], 2)?);
+        let reps = if n >= 4096 { 10 } else { 30 };
+        let ms = median_ms(&ctx, 3, reps, || a.matmul(&b).map(drop))?;
+        let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(n, n, n, reps).ok());
+        let cpu_gflops = if n <= 512 {
+            let (ac, bc) = (a.to_context(&cpu)?, b.to_context(&cpu)?);
+            let cms = median_ms(&cpu, 1, 3, || ac.matmul(&bc).map(drop))?;
+            format!("{:.1}", tflops(n, n, n, cms) * 1e3)
+        } else {
+            "-".into()
+        };
+        println!(
+            "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7} {cpu_gflops:>12}",
+            format!("{n}x{n}x{n}"),
+            tflops(n, n, n, ms),
+            base.map_or("-".into(), |b| format!("{b:.4}")),
+            base.map_or("-".into(), |b| format!("{:.2}", tflops(n, n, n, b))),
+            base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+        );
+    }
+    let (m, k, n) = (8192, 4096, 4096);
+    let (a, b) = (ctx.randn(&[m, k], 3)?, ctx.randn(&[k, n], 4)?);
+    let ms = median_ms(&ctx, 2, 10, || a.matmul(&b).map(drop))?;
+    let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(m, n, k, 10).ok());
+    println!(
+        "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7}",
+        format!("{m}x{n}x{k}"),
+        tflops(m, n, k, ms),
+        base.map_or("-".into(), |b| format!("{b:.4}")),
+        base.map_or("-".into(), |b| format!("{:.2}", tflops(m, n, k, b))),
+        base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+    );
+
+    println!(
+        "\n{:<28} {:>10} {:>10} {:>9} {:>10} {:>8}",
+        "linear+GELU (M, K, N)", "fused ms", "unfused", "speedup", "torch ms", "vs torch"
+    );
+    for (m, k, n) in [(1024, 512, 768), (8192, 4096, 4096)] {
+        let (x, w, bias) = (ctx.randn(&[m, k], 5)?, ctx.randn(&[n, k], 6)?, ctx.randn(&[n], 7)?);
+        let bias_row = bias.reshape(&[1, n])?;
+        let ones = ctx.full(&[m, 1], 1.0)?;
+        let bias_full = ones.matmul(&bias_row)?;
+        let fused = median_ms(&ctx, 2, 10, || linear(&x, &w, Some(&bias), Activation::Gelu).map(drop))?;
+        let unfused = median_ms(&ctx, 2, 10, || x.matmul_t(&w)?.add(&bias_full)?.gelu().map(drop))?;
+        let torch = torch_ms(torch_json.as_ref(), "linear_gelu_fp32", &format!("({m}, {k}, {n})"));
+        println!(
+            "{:<28} {fused:>10.4} {unfused:>10.4} {:>8.2}x {:>10} {:>8}",
+            format!("({m}, {k}, {n})"),
+            unfused / fused,
+            torch.map_or("-".into(), |t| format!("{t:.4}")),
+            torch.map_or("-".into(), |t| format!("{:.2}x", t / fused)),
+        );
+    }
+    Ok(())
+}

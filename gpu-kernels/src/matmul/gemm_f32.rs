@@ -1,0 +1,225 @@
+//! SIMT f32 GEMM: `out = act(alpha · op(A) · op(B) + beta · C + bias)`, batched over `gridDim.z`.
+//!
+//! Floor: 2·M·N·K flops on the FP32 pipes: 132 SMs × 128 FMA/clk × 2 × ~1.98 GHz ≈ 67 TFLOP/s,
+//! so 4096³ (137 GFLOP) needs ≥ 2.05 ms; the bytes (3 × 64 MiB) are noise beside that.
+//!
+//! A block computes a BM×BN tile of C in k-steps of BK: A's BM×BK and B's BK×BN tiles go through
+//! shared memory (two stages, k-major so that each thread reads its 8 rows and 8 columns as
+//! 16-byte vectors), while the next step's tiles are already loading into registers. Each thread
+//! owns an 8×8 register tile split in four 4×4 quadrants, half a tile apart, which keeps the
+//! shared-memory reads of a warp conflict-free. `op(X)` is X or Xᵀ by the kernel's suffix
+//! (`_nn`, `_nt`, `_tn`, `_tt`); any M, N, K: partial tiles load zeros and store nothing outside.
+//! Launch: `blockDim = gemm_threads(tile)`, `gridDim = (⌈N/BN⌉, ⌈M/BM⌉, batch)`, dynamic shared
+//! memory `gemm_shared_bytes(tile)`.
+use super::epilogue;
+use crate::prelude::*;
+use crate::shapes::{
+    gemm_threads, GEMM_BK as BK, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TM as TM,
+};
+
+/// Most 16-byte vectors one thread moves per operand per k-step (the small tile's count).
+const MAX_LOADS: usize = 2;
+
+/// The kernel arguments, gathered so the generic body takes one value.
+#[derive(Clone, Copy)]
+struct Gemm {
+    a: *const f32,
+    b: *const f32,
+    c: *const f32,
+    bias: *const f32,
+    out: *mut f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    lda: usize,
+    ldb: usize,
+    ldc: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+    alpha: f32,
+    beta: f32,
+    activation: u32,
+}
+
+/// Four consecutive floats from `p` where `valid(j)` says element `j` exists: one 16-byte load when
+/// all four do and `vector_ok`, else element loads with zeros for the missing ones.
+#[inline(always)]
+unsafe fn load4(p: *const f32, vector_ok: bool, valid: impl Fn(usize) -> bool) -> F32x4 {
+    if vector_ok && valid(3) {
+        load_nc_f32x4(p)
+    } else {
+        let mut v = [0.0f32; 4];
+        unroll!(j in [0, 1, 2, 3] => {
+            if valid(j) {
+                v[j] = load_nc_f32(p.add(j));
+            }
+        });
+        F32x4(v)
+    }
+}
+
+#[inline(always)]
+unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>(g: Gemm) {
+    let threads = gemm_threads((BM, BN));
+    let (a_loads, b_loads) = (BM * BK / 4 / threads, BN * BK / 4 / threads);
+    let t = thread_x();
+    let (m0, n0, batch) = (block_y() * BM, block_x() * BN, block_z());
+    let a = g.a.add(batch * g.stride_a);
+    let b = g.b.add(batch * g.stride_b);
+    let a_vec_ok = g.lda % 4 == 0 && g.stride_a % 4 == 0;
+    let b_vec_ok = g.ldb % 4 == 0 && g.stride_b % 4 == 0;
+    let smem = dynamic_shared::<f32>();
+    let (a_s, b_s) = (smem, smem.add(2 * BK * BM));
+
+    // One k-step's A and B tiles, global memory -> registers.
+    let load_tiles = |k0: usize, ra: &mut [F32x4; MAX_LOADS], rb: &mut [F32x4; MAX_LOADS]| {
+        for (l, r) in ra.iter_mut().enumerate().take(a_loads) {
+            let v = t + l * threads;
+            *r = if TA {
+                let (kk, mq) = (v / (BM / 4), v % (BM / 4) * 4);
+                load4(a.add((k0 + kk) * g.lda + m0 + mq), a_vec_ok, |j| k0 + kk < g.k && m0 + mq + j < g.m)
+            } else {
+                let (row, kq) = (v / (BK / 4), v % (BK / 4) * 4);
+                load4(a.add((m0 + row) * g.lda + k0 + kq), a_vec_ok, |j| m0 + row < g.m && k0 + kq + j < g.k)
+            };
+        }
+        for (l, r) in rb.iter_mut().enumerate().take(b_loads) {
+            let v = t + l * threads;
+            *r = if TB {
+                let (col, kq) = (v / (BK / 4), v % (BK / 4) * 4);
+                load4(b.add((n0 + col) * g.ldb + k0 + kq), b_vec_ok, |j| n0 + col < g.n && k0 + kq + j < g.k)
+            } else {
+                let (kk, nq) = (v / (BN / 4), v % (BN / 4) * 4);
+                load4(b.add((k0 + kk) * g.ldb + n0 + nq), b_vec_ok, |j| k0 + kk < g.k && n0 + nq + j < g.n)
+            };
+        }
+    };
+    // Registers -> shared stage `s`, k-major (`[BK][BM]` and `[BK][BN]`).
+    let store_tiles = |s: usize, ra: &[F32x4; MAX_LOADS], rb: &[F32x4; MAX_LOADS]| {
+        let (sa, sb) = (a_s.add(s * BK * BM), b_s.add(s * BK * BN));
+        for (l, r) in ra.iter().enumerate().take(a_loads) {
+            let v = t + l * threads;
+            for (j, &x) in r.0.iter().enumerate() {
+                if TA {
+                    *sa.add(v / (BM / 4) * BM + v % (BM / 4) * 4 + j) = x;
+                } else {
+                    *sa.add((v % (BK / 4) * 4 + j) * BM + v / (BK / 4)) = x;
+                }
+            }
+        }
+        for (l, r) in rb.iter().enumerate().take(b_loads) {
+            let v = t + l * threads;
+            for (j, &x) in r.0.iter().enumerate() {
+                if TB {
+                    *sb.add((v % (BK / 4) * 4 + j) * BN + v / (BK / 4)) = x;
+                } else {
+                    *sb.add(v / (BN / 4) * BN + v % (BN / 4) * 4 + j) = x;
+                }
+            }
+        }
+    };
+
+    let (tr, tc) = (t / (BN / TM), t % (BN / TM));
+    let mut acc = [[0.0f32; TM]; TM];
+    let mut ra = [F32x4([0.0; 4]); MAX_LOADS];
+    let mut rb = [F32x4([0.0; 4]); MAX_LOADS];
+    let steps = g.k.div_ceil(BK);
+    if steps > 0 {
+        load_tiles(0, &mut ra, &mut rb);
+        store_tiles(0, &ra, &rb);
+        sync_threads();
+    }
+    for step in 0..steps {
+        let next = step + 1 < steps;
+        if next {
+            load_tiles((step + 1) * BK, &mut ra, &mut rb);
+        }
+        let (sa, sb) = (a_s.add(step % 2 * BK * BM), b_s.add(step % 2 * BK * BN));
+        for kk in 0..BK {
+            let row = sa.add(kk * BM + tr * 4);
+            let col = sb.add(kk * BN + tc * 4);
+            let fa = [*(row as *const F32x4), *(row.add(BM / 2) as *const F32x4)];
+            let fb = [*(col as *const F32x4), *(col.add(BN / 2) as *const F32x4)];
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let x = fa[i / 4].0[i % 4];
+                unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    acc[i][j] = fma(x, fb[j / 4].0[j % 4], acc[i][j]);
+                });
+            });
+        }
+        if next {
+            store_tiles((step + 1) % 2, &ra, &rb);
+        }
+        sync_threads();
+    }
+
+    // Epilogue: rows tr·4 + i (+ BM/2), columns tc·4 + j (+ BN/2).
+    let out = g.out.add(batch * g.m * g.n);
+    let c = g.c.add(batch * g.stride_c);
+    let has_c = !g.c.is_null() && g.beta != 0.0;
+    let out_vec_ok = g.ldc % 4 == 0 && (g.m * g.n) % 4 == 0;
+    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        let row = m0 + i / 4 * (BM / 2) + tr * 4 + i % 4;
+        if row < g.m {
+            unroll!(h in [0, 1] => {
+                let col = n0 + h * (BN / 2) + tc * 4;
+                let mut v = [0.0f32; 4];
+                unroll!(j in [0, 1, 2, 3] => {
+                    if col + j < g.n {
+                        let beta_c = if has_c { g.beta * load_nc_f32(c.add(row * g.ldc + col + j)) } else { 0.0 };
+                        let bias = if g.bias.is_null() { 0.0 } else { load_nc_f32(g.bias.add(col + j)) };
+                        v[j] = epilogue(acc[i][h * 4 + j], g.alpha, beta_c, bias, g.activation);
+                    }
+                });
+                let dst = out.add(row * g.ldc + col);
+                if out_vec_ok && col + 3 < g.n {
+                    store_f32x4(dst, F32x4(v));
+                } else {
+                    unroll!(j in [0, 1, 2, 3] => {
+                        if col + j < g.n {
+                            store_f32(dst.add(j), v[j]);
+                        }
+                    });
+                }
+            });
+        }
+    });
+}
+
+macro_rules! gemm_kernels {
+    ($($name:ident: $tile:ident, $ta:literal, $tb:literal;)*) => {$(
+        /// SIMT f32 GEMM; see the module documentation. Per batch `a` is `[M, K]` (`[K, M]`
+        /// when transposed), `b` is `[K, N]` (`[N, K]`), `c` and `out` are `[M, N]`, all
+        /// row-major; batch `z` starts at `z·stride_*` (0 repeats one matrix), `out`'s batches
+        /// are contiguous; `c` and `bias` may be null.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32,
+            m: usize, n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+            alpha: f32, beta: f32, activation: u32,
+        ) {
+            let lda = if $ta { m } else { k };
+            let ldb = if $tb { k } else { n };
+            let g = Gemm {
+                a, b, c, bias, out, m, n, k, lda, ldb, ldc: n, stride_a, stride_b, stride_c, alpha, beta, activation,
+            };
+            gemm::<{ $tile.0 }, { $tile.1 }, $ta, $tb>(g)
+        }
+    )*};
+}
+
+gemm_kernels! {
+    gemm_f32_large_nn: GEMM_TILE_LARGE, false, false;
+    gemm_f32_large_nt: GEMM_TILE_LARGE, false, true;
+    gemm_f32_large_tn: GEMM_TILE_LARGE, true, false;
+    gemm_f32_large_tt: GEMM_TILE_LARGE, true, true;
+    gemm_f32_medium_nn: GEMM_TILE_MEDIUM, false, false;
+    gemm_f32_medium_nt: GEMM_TILE_MEDIUM, false, true;
+    gemm_f32_medium_tn: GEMM_TILE_MEDIUM, true, false;
+    gemm_f32_medium_tt: GEMM_TILE_MEDIUM, true, true;
+    gemm_f32_small_nn: GEMM_TILE_SMALL, false, false;
+    gemm_f32_small_nt: GEMM_TILE_SMALL, false, true;
+    gemm_f32_small_tn: GEMM_TILE_SMALL, true, false;
+    gemm_f32_small_tt: GEMM_TILE_SMALL, true, true;
+}

@@ -1,0 +1,338 @@
+//! Matrix multiply: `matmul`, `matmul_t`, `linear`, and the general [`Gemm`] (transposes,
+//! `alpha`/`beta`, bias and activation fused in the epilogue, batched and strided-batched).
+//! Kernels: `gpu-kernels/src/matmul/`.
+//!
+//! Tile choice (SIMT f32): the largest tile (128×128, then 128×64, then 64×64) whose grid still
+//! gives every SM at least one block; small or skinny products get smaller tiles and so more
+//! blocks.
+use crate::runtime::error::{Error, Result};
+use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::shapes::{
+    gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_TILE_LARGE,
+    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL,
+};
+use crate::tensor::{Storage, Tensor};
+use rayon::prelude::*;
+
+/// The activation a GEMM applies in its epilogue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activation {
+    #[default]
+    None,
+    Relu,
+    /// GELU, tanh approximation.
+    Gelu,
+}
+
+impl Activation {
+    fn code(self) -> u32 {
+        match self {
+            Activation::None => ACTIVATION_NONE,
+            Activation::Relu => ACTIVATION_RELU,
+            Activation::Gelu => ACTIVATION_GELU,
+        }
+    }
+
+    fn apply(self, v: f64) -> f64 {
+        match self {
+            Activation::None => v,
+            Activation::Relu => v.max(0.0),
+            Activation::Gelu => {
+                0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044_715 * v * v * v)).tanh())
+            }
+        }
+    }
+}
+
+/// `out = act(alpha · op(A) · op(B) + beta · C + bias)`, batched when A or B has rank 3
+/// (a rank-2 operand is shared by every batch).
+#[derive(Clone, Copy)]
+pub struct Gemm<'a> {
+    a: &'a Tensor,
+    b: &'a Tensor,
+    transpose_a: bool,
+    transpose_b: bool,
+    alpha: f32,
+    beta: f32,
+    c: Option<&'a Tensor>,
+    bias: Option<&'a Tensor>,
+    activation: Activation,
+    op: &'static str,
+}
+
+/// Shapes of one GEMM after validation.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+}
+
+impl<'a> Gemm<'a> {
+    /// `A · B` with A `[M, K]` or `[batch, M, K]`, B `[K, N]` or `[batch, K, N]`.
+    pub fn new(a: &'a Tensor, b: &'a Tensor) -> Self {
+        Gemm {
+            a,
+            b,
+            transpose_a: false,
+            transpose_b: false,
+            alpha: 1.0,
+            beta: 0.0,
+            c: None,
+            bias: None,
+            activation: Activation::None,
+            op: "matmul",
+        }
+    }
+    /// Use Aᵀ: A is stored `[K, M]` (per batch).
+    pub fn transpose_a(mut self, yes: bool) -> Self {
+        self.transpose_a = yes;
+        self
+    }
+    /// Use Bᵀ: B is stored `[N, K]` (per batch).
+    pub fn transpose_b(mut self, yes: bool) -> Self {
+        self.transpose_b = yes;
+        self
+    }
+    pub fn alpha(mut self, alpha: f32) -> Self {
+        self.alpha = alpha;
+        self
+    }
+    /// Add `beta · c`; `c` has the output's shape, or `[M, N]` shared by every batch.
+    pub fn beta(mut self, beta: f32, c: &'a Tensor) -> Self {
+        self.beta = beta;
+        self.c = Some(c);
+        self
+    }
+    /// Add `bias[n]` to every row.
+    pub fn bias(mut self, bias: &'a Tensor) -> Self {
+        self.bias = Some(bias);
+        self
+    }
+    pub fn activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+
+    fn named(mut self, op: &'static str) -> Self {
+        self.op = op;
+        self
+    }
+
+    fn dims(&self) -> Result<Dims> {
+        let op = self.op;
+        let (a, b) = (self.a, self.b);
+        a.check_peer(op, b)?;
+        let mismatch = || Error::ShapeMismatch { op, lhs: a.shape().to_vec(), rhs: b.shape().to_vec() };
+        let split = |t: &Tensor| -> Result<(Option<usize>, usize, usize)> {
+            match *t.shape() {
+                [r, c] => Ok((None, r, c)),
+                [bt, r, c] => Ok((Some(bt), r, c)),
+                _ => Err(Error::InvalidArgument {
+                    op,
+                    shape: t.shape().to_vec(),
+                    reason: "expects rank 2 or 3".into(),
+                }),
+            }
+        };
+        let (ba, ar, ac) = split(a)?;
+        let (bb, br, bc) = split(b)?;
+        let (m, k) = if self.transpose_a { (ac, ar) } else { (ar, ac) };
+        let (kb, n) = if self.transpose_b { (bc, br) } else { (br, bc) };
+        if k != kb {
+            return Err(mismatch());
+        }
+        let batch = match (ba, bb) {
+            (Some(x), Some(y)) if x != y => return Err(mismatch()),
+            (Some(x), _) | (_, Some(x)) => x,
+            (None, None) => 1,
+        };
+        let stride = |bt: Option<usize>, len: usize| if bt.is_some() { len } else { 0 };
+        let mut stride_c = 0;
+        if let Some(c) = self.c {
+            a.check_peer(op, c)?;
+            let expected = self.out_shape(batch, m, n, ba.or(bb).is_some());
+            if c.shape() == expected.as_slice() {
+                stride_c = if ba.or(bb).is_some() { m * n } else { 0 };
+            } else if c.shape() != [m, n] {
+                return Err(Error::ShapeMismatch { op, lhs: c.shape().to_vec(), rhs: expected });
+            }
+        }
+        if let Some(bias) = self.bias {
+            a.check_peer(op, bias)?;
+            if bias.shape() != [n] {
+                return Err(Error::ShapeMismatch { op, lhs: bias.shape().to_vec(), rhs: vec![n] });
+            }
+        }
+        Ok(Dims { batch, m, n, k, stride_a: stride(ba, m * k), stride_b: stride(bb, k * n), stride_c })
+    }
+
+    fn out_shape(&self, batch: usize, m: usize, n: usize, batched: bool) -> Vec<usize> {
+        if batched {
+            vec![batch, m, n]
+        } else {
+            vec![m, n]
+        }
+    }
+
+    /// Run it.
+    pub fn run(self) -> Result<Tensor> {
+        let d = self.dims()?;
+        let batched = self.a.rank() == 3 || self.b.rank() == 3;
+        let shape = self.out_shape(d.batch, d.m, d.n, batched);
+        match self.a.storage() {
+            Storage::Cpu(_) => Ok(Tensor::from_cpu(self.a.context(), &shape, self.cpu(d)?)),
+            Storage::Cuda(_) => self.launch(d, &shape),
+        }
+    }
+
+    fn launch(self, d: Dims, shape: &[usize]) -> Result<Tensor> {
+        let op = self.op;
+        let out = Tensor::uninit(self.a.context(), shape, op)?;
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let stream = self.a.context().stream(op)?;
+        let sms = stream.device.info.sm_count as usize;
+        let blocks = |tile: (usize, usize)| d.n.div_ceil(tile.1) * d.m.div_ceil(tile.0) * d.batch;
+        let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
+            .into_iter()
+            .find(|&(t, _)| blocks(t) >= sms)
+            .unwrap_or((GEMM_TILE_SMALL, 2));
+        let (grid_x, grid_y) = (d.n.div_ceil(tile.1), d.m.div_ceil(tile.0));
+        if grid_y > 65_535 || d.batch > 65_535 {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: shape.to_vec(),
+                reason: "M or the batch is too large for one launch".into(),
+            });
+        }
+        let cfg = LaunchConfig {
+            grid: (grid_x as u32, grid_y as u32, d.batch as u32),
+            block: (gemm_threads(tile) as u32, 1, 1),
+            shared_bytes: gemm_shared_bytes(tile) as u32,
+        };
+        let kernel = SIMT_F32_KERNELS[size][usize::from(self.transpose_a)][usize::from(self.transpose_b)];
+        let (pa, pb, po) = (self.a.device_ptr(), self.b.device_ptr(), out.device_ptr());
+        let pc = self.c.map_or(0, Tensor::device_ptr);
+        let pbias = self.bias.map_or(0, Tensor::device_ptr);
+        let (alpha, beta, act) = (self.alpha, self.beta, self.activation.code());
+        // SAFETY: `gemm_f32_<tile>_<ta><tb>(a, b, c, bias, out, m, n, k, stride_a, stride_b,
+        // stride_c, alpha, beta, activation)`: every pointer is a live buffer of this stream whose
+        // shape `dims()` checked against m, n, k and the batch strides (c and bias may be null);
+        // `out` is fresh; block, grid and dynamic shared memory follow `tile`, as the kernel asks.
+        unsafe {
+            launch(
+                stream,
+                kernel,
+                cfg,
+                &mut kernel_args![
+                    &pa,
+                    &pb,
+                    &pc,
+                    &pbias,
+                    &po,
+                    &d.m,
+                    &d.n,
+                    &d.k,
+                    &d.stride_a,
+                    &d.stride_b,
+                    &d.stride_c,
+                    &alpha,
+                    &beta,
+                    &act
+                ],
+            )?
+        };
+        Ok(out)
+    }
+
+    /// The CPU twin: f64 accumulation, the same epilogue.
+    fn cpu(&self, d: Dims) -> Result<Vec<f32>> {
+        let host = |t: &Tensor| t.to_vec();
+        let (a, b) = (host(self.a)?, host(self.b)?);
+        let c = self.c.map(host).transpose()?;
+        let bias = self.bias.map(host).transpose()?;
+        let (ta, tb) = (self.transpose_a, self.transpose_b);
+        let mut out = vec![0.0f32; d.batch * d.m * d.n];
+        if d.n == 0 {
+            return Ok(out);
+        }
+        out.par_chunks_mut(d.n).enumerate().for_each(|(row_index, row)| {
+            let (z, i) = (row_index / d.m, row_index % d.m);
+            let (a, b) = (&a[z * d.stride_a..], &b[z * d.stride_b..]);
+            let mut acc = vec![0.0f64; d.n];
+            for p in 0..d.k {
+                let x = if ta { a[p * d.m + i] } else { a[i * d.k + p] } as f64;
+                for (j, s) in acc.iter_mut().enumerate() {
+                    *s += x * if tb { b[j * d.k + p] } else { b[p * d.n + j] } as f64;
+                }
+            }
+            for (j, o) in row.iter_mut().enumerate() {
+                let mut v = self.alpha as f64 * acc[j];
+                if let Some(c) = &c {
+                    v += self.beta as f64 * c[z * d.stride_c + i * d.n + j] as f64;
+                }
+                if let Some(bias) = &bias {
+                    v += bias[j] as f64;
+                }
+                *o = self.activation.apply(v) as f32;
+            }
+        });
+        Ok(out)
+    }
+}
+
+/// `[tile size][A transposed][B transposed]`.
+const SIMT_F32_KERNELS: [[[&str; 2]; 2]; 3] = [
+    [["gemm_f32_large_nn", "gemm_f32_large_nt"], ["gemm_f32_large_tn", "gemm_f32_large_tt"]],
+    [["gemm_f32_medium_nn", "gemm_f32_medium_nt"], ["gemm_f32_medium_tn", "gemm_f32_medium_tt"]],
+    [["gemm_f32_small_nn", "gemm_f32_small_nt"], ["gemm_f32_small_tn", "gemm_f32_small_tt"]],
+];
+
+impl Tensor {
+    /// `self · other`: `[M, K] · [K, N]`, batched when either has rank 3.
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        Gemm::new(self, other).run()
+    }
+
+    /// `self · otherᵀ`: `[M, K] · [N, K]ᵀ` (the layout of a linear layer's weight).
+    pub fn matmul_t(&self, other: &Tensor) -> Result<Tensor> {
+        Gemm::new(self, other).transpose_b(true).named("matmul_t").run()
+    }
+}
+
+/// A linear layer in one launch: `act(x · wᵀ + bias)` with `x` `[.., in]` and `w` `[out, in]`;
+/// the result is `[.., out]`.
+pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, activation: Activation) -> Result<Tensor> {
+    const OP: &str = "linear";
+    let Some((&features, lead)) = x.shape().split_last() else {
+        return Err(Error::InvalidArgument {
+            op: OP, shape: vec![], reason: "x must have rank ≥ 1".into()
+        });
+    };
+    let &[out_features, in_features] = w.shape() else {
+        return Err(Error::InvalidArgument {
+            op: OP,
+            shape: w.shape().to_vec(),
+            reason: "w must be [out, in]".into(),
+        });
+    };
+    if features != in_features {
+        return Err(Error::ShapeMismatch { op: OP, lhs: x.shape().to_vec(), rhs: w.shape().to_vec() });
+    }
+    let rows: usize = lead.iter().product();
+    let x2 = x.reshape(&[rows, features])?;
+    let mut gemm = Gemm::new(&x2, w).transpose_b(true).activation(activation).named(OP);
+    if let Some(bias) = bias {
+        gemm = gemm.bias(bias);
+    }
+    let y = gemm.run()?;
+    let mut shape = lead.to_vec();
+    shape.push(out_features);
+    y.reshape(&shape)
+}

@@ -1,0 +1,167 @@
+//! Matrix multiply on the GPU against the CPU backend (f64 accumulation): every transpose, the
+//! fused epilogues, batches; typed errors for bad shapes.
+mod common;
+use common::*;
+use ferrocuda::{linear, Activation, Context, Error, Gemm, Tensor};
+
+/// f32 GEMM: 1e-5 relative (norm-wise).
+const TOL: f64 = 1e-5;
+
+/// (M, N, K): tiny, odd, square, non-multiples of every tile, a row vector, a skinny middle.
+const SHAPES: [(usize, usize, usize); 6] =
+    [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (4097, 4095, 1023), (1, 4096, 4096), (8192, 64, 8192)];
+
+fn operand(gpu: &Context, rows: usize, cols: usize, seed: u64) -> (Tensor, Tensor) {
+    pair(gpu, &randn_host(rows * cols, seed), &[rows, cols])
+}
+
+fn every_transpose_matches_cpu(gpu: &Context) {
+    for (s, &(m, n, k)) in SHAPES.iter().enumerate() {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let (ag, ac) =
+                if ta { operand(gpu, k, m, 10 + s as u64) } else { operand(gpu, m, k, 10 + s as u64) };
+            let (bg, bc) =
+                if tb { operand(gpu, n, k, 20 + s as u64) } else { operand(gpu, k, n, 20 + s as u64) };
+            poison_pool(gpu, &[m, n]);
+            let got = Gemm::new(&ag, &bg).transpose_a(ta).transpose_b(tb).run().unwrap();
+            assert_eq!(got.shape(), &[m, n]);
+            let want = Gemm::new(&ac, &bc).transpose_a(ta).transpose_b(tb).run().unwrap().to_vec().unwrap();
+            assert_close(&format!("{m}x{n}x{k} ta={ta} tb={tb}"), &got.to_vec().unwrap(), &want, TOL);
+        }
+    }
+}
+
+fn epilogues_match_cpu(gpu: &Context) {
+    for &(m, n, k) in &[(17, 33, 65), (1000, 1000, 1000), (1024, 768, 512)] {
+        let (ag, ac) = operand(gpu, m, k, 31);
+        let (wg, wc) = operand(gpu, n, k, 32);
+        let (cg, cc) = operand(gpu, m, n, 33);
+        let (bias_g, bias_c) = pair(gpu, &randn_host(n, 34), &[n]);
+        for act in [Activation::None, Activation::Relu, Activation::Gelu] {
+            poison_pool(gpu, &[m, n]);
+            let got = linear(&ag, &wg, Some(&bias_g), act).unwrap().to_vec().unwrap();
+            let want = linear(&ac, &wc, Some(&bias_c), act).unwrap().to_vec().unwrap();
+            assert_close(&format!("linear {m}x{n}x{k} {act:?}"), &got, &want, TOL);
+            let run = |a: &Tensor, w: &Tensor, c: &Tensor, bias: &Tensor| {
+                Gemm::new(a, w).transpose_b(true).alpha(-0.5).beta(2.0, c).bias(bias).activation(act).run()
+            };
+            let got = run(&ag, &wg, &cg, &bias_g).unwrap().to_vec().unwrap();
+            let want = run(&ac, &wc, &cc, &bias_c).unwrap().to_vec().unwrap();
+            assert_close(&format!("alpha/beta/bias {m}x{n}x{k} {act:?}"), &got, &want, TOL);
+        }
+    }
+}
+
+fn fused_equals_unfused(gpu: &Context) {
+    let (x, _) = operand(gpu, 1024, 512, 41);
+    let (w, _) = operand(gpu, 768, 512, 42);
+    let bias = gpu.randn(&[768], 43).unwrap();
+    let fused = linear(&x, &w, Some(&bias), Activation::Gelu).unwrap().to_vec().unwrap();
+    let bias_rows = bias.reshape(&[1, 768]).unwrap();
+    let ones = gpu.full(&[1024, 1], 1.0).unwrap();
+    let unfused = x.matmul_t(&w).unwrap().add(&ones.matmul(&bias_rows).unwrap()).unwrap().gelu().unwrap();
+    assert_close("fused vs unfused linear+gelu", &fused, &unfused.to_vec().unwrap(), TOL);
+}
+
+fn batched_matches_cpu(gpu: &Context) {
+    let cases: [(&[usize], &[usize]); 4] = [
+        (&[3, 17, 33], &[3, 33, 65]),
+        (&[5, 100, 64], &[64, 70]),
+        (&[64, 31], &[4, 31, 129]),
+        (&[2, 1, 1], &[2, 1, 1]),
+    ];
+    for (i, (sa, sb)) in cases.iter().enumerate() {
+        let (ag, ac) = pair(gpu, &randn_host(sa.iter().product(), 50 + i as u64), sa);
+        let (bg, bc) = pair(gpu, &randn_host(sb.iter().product(), 60 + i as u64), sb);
+        let got = ag.matmul(&bg).unwrap();
+        let want = ac.matmul(&bc).unwrap();
+        assert_eq!(got.shape(), want.shape());
+        assert_close(
+            &format!("batched {sa:?} x {sb:?}"),
+            &got.to_vec().unwrap(),
+            &want.to_vec().unwrap(),
+            TOL,
+        );
+    }
+    // Each batch equals its own 2-D product.
+    let a = gpu.randn(&[4, 65, 33], 70).unwrap();
+    let b = gpu.randn(&[4, 33, 17], 71).unwrap();
+    let batched = a.matmul(&b).unwrap().to_vec().unwrap();
+    let (av, bv) = (a.to_vec().unwrap(), b.to_vec().unwrap());
+    for z in 0..4 {
+        let az = gpu.from_slice(&av[z * 65 * 33..(z + 1) * 65 * 33], &[65, 33]).unwrap();
+        let bz = gpu.from_slice(&bv[z * 33 * 17..(z + 1) * 33 * 17], &[33, 17]).unwrap();
+        let single = az.matmul(&bz).unwrap().to_vec().unwrap();
+        assert_eq!(&batched[z * 65 * 17..(z + 1) * 65 * 17], &single[..], "batch {z}");
+    }
+}
+
+fn empty_and_zero_k(gpu: &Context) {
+    let a = gpu.randn(&[0, 5], 1).unwrap();
+    let b = gpu.randn(&[5, 3], 2).unwrap();
+    assert_eq!(a.matmul(&b).unwrap().shape(), &[0, 3]);
+    let a = gpu.zeros(&[4, 0]).unwrap();
+    let b = gpu.zeros(&[0, 3]).unwrap();
+    let bias = gpu.full(&[3], 2.0).unwrap();
+    let y = Gemm::new(&a, &b).bias(&bias).run().unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![2.0; 12]);
+}
+
+fn bad_shapes_on(ctx: &Context) {
+    let a = ctx.zeros(&[4, 5]).unwrap();
+    let b = ctx.zeros(&[6, 3]).unwrap();
+    let err = a.matmul(&b).unwrap_err();
+    assert!(
+        matches!(&err, Error::ShapeMismatch { op: "matmul", lhs, rhs } if lhs == &[4, 5] && rhs == &[6, 3]),
+        "{err}"
+    );
+    let w = ctx.zeros(&[3, 5]).unwrap();
+    let bad_bias = ctx.zeros(&[4]).unwrap();
+    let err = linear(&a, &w, Some(&bad_bias), Activation::Relu).unwrap_err();
+    assert!(
+        matches!(&err, Error::ShapeMismatch { op: "linear", lhs, rhs } if lhs == &[4] && rhs == &[3]),
+        "{err}"
+    );
+    let err = ctx.zeros(&[2, 2, 2, 2]).unwrap().matmul(&a).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "matmul", .. }), "{err}");
+    let err = ctx.zeros(&[2, 4, 5]).unwrap().matmul(&ctx.zeros(&[3, 5, 2]).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "matmul", .. }), "{err}");
+}
+
+fn gpu_bad_shapes(gpu: &Context) {
+    bad_shapes_on(gpu);
+    let a = gpu.zeros(&[4, 5]).unwrap();
+    let b = Context::cpu().zeros(&[5, 3]).unwrap();
+    let err = a.matmul(&b).unwrap_err();
+    assert!(matches!(err, Error::DeviceMismatch { op: "matmul", .. }), "{err}");
+}
+
+fn cpu_bad_shapes() {
+    bad_shapes_on(&Context::cpu());
+}
+
+fn cpu_matches_loops() {
+    let cpu = Context::cpu();
+    let (a, b) = (randn_host(7 * 5, 1), randn_host(5 * 3, 2));
+    let got = cpu.from_slice(&a, &[7, 5]).unwrap().matmul(&cpu.from_slice(&b, &[5, 3]).unwrap()).unwrap();
+    let got = got.to_vec().unwrap();
+    for i in 0..7 {
+        for j in 0..3 {
+            let want: f64 = (0..5).map(|p| a[i * 5 + p] as f64 * b[p * 3 + j] as f64).sum();
+            assert!((got[i * 3 + j] as f64 - want).abs() < 1e-6, "({i}, {j})");
+        }
+    }
+}
+
+fn main() {
+    run(&[
+        ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
+        ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
+        ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),
+        ("gpu_batched_matches_cpu", Case::Gpu(batched_matches_cpu)),
+        ("gpu_empty_and_zero_k", Case::Gpu(empty_and_zero_k)),
+        ("gpu_bad_shapes", Case::Gpu(gpu_bad_shapes)),
+        ("cpu_bad_shapes", Case::Cpu(cpu_bad_shapes)),
+        ("cpu_matches_loops", Case::Cpu(cpu_matches_loops)),
+    ]);
+}
