@@ -1,5 +1,7 @@
 //! Shared by the criterion benches: a CUDA context (or a loud skip), and a bench of one op on
 //! one input timed with CUDA events.
+#![allow(dead_code)] // each bench binary uses a different part of it
+
 use criterion::{BenchmarkId, Criterion, Throughput};
 use ferrocuda::{timing, Context, Result, Tensor};
 
