@@ -22,7 +22,7 @@ pub const TRANSPOSE_BLOCK: usize = 256;
 pub const TRANSPOSE_TILE_WORDS: usize = TRANSPOSE_TILE * (TRANSPOSE_TILE + 1);
 
 /// Depth of one SIMT GEMM k-step (floats of A's rows / B's columns staged per tile).
-pub const GEMM_BK: usize = 8;
+pub const GEMM_BK: usize = 16;
 /// Outputs per thread along M and N in the SIMT GEMM (an 8×8 register tile).
 pub const GEMM_TM: usize = 8;
 /// The SIMT GEMM tile shapes (rows of C, columns of C) a block computes, by kernel suffix.

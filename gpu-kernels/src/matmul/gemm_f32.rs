@@ -18,7 +18,7 @@ use crate::shapes::{
 };
 
 /// Most 16-byte vectors one thread moves per operand per k-step (the small tile's count).
-const MAX_LOADS: usize = 2;
+const MAX_LOADS: usize = 4;
 
 /// The kernel arguments, gathered so the generic body takes one value.
 #[derive(Clone, Copy)]
