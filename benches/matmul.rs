@@ -23,7 +23,28 @@ fn bench_gemm(
     if let Some(blas) = blas {
         g.bench_function(BenchmarkId::new("cublas", &id), |bench| {
             bench.iter_custom(|iters| {
-                let ms = blas.sgemm_ms(m, n, k, iters as usize).expect("sgemm");
+                let ms = blas.sgemm_ms(m, n, k, false, iters as usize).expect("sgemm");
+                std::time::Duration::from_secs_f64(ms * iters as f64 / 1e3)
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_tf32(c: &mut Criterion, ctx: &Context, blas: Option<&cublas::Cublas>, n: usize) {
+    let mut g = c.benchmark_group("matmul_tf32");
+    g.throughput(Throughput::Elements((2 * n * n * n) as u64));
+    let (a, b) = (ctx.randn(&[n, n], 1).expect("a"), ctx.randn(&[n, n], 2).expect("b"));
+    g.bench_function(BenchmarkId::new("ferrocuda", n), |bench| {
+        bench.iter_custom(|iters| {
+            timing::total(ctx, iters, || ferrocuda::Gemm::new(&a, &b).allow_tf32(true).run().map(drop))
+                .expect("gemm")
+        })
+    });
+    if let Some(blas) = blas {
+        g.bench_function(BenchmarkId::new("cublas", n), |bench| {
+            bench.iter_custom(|iters| {
+                let ms = blas.sgemm_ms(n, n, n, true, iters as usize).expect("sgemm");
                 std::time::Duration::from_secs_f64(ms * iters as f64 / 1e3)
             })
         });
@@ -53,6 +74,9 @@ fn matmul(c: &mut Criterion) {
         bench_gemm(c, &ctx, blas.as_ref(), (n, n, n));
     }
     bench_gemm(c, &ctx, blas.as_ref(), (8192, 4096, 4096));
+    for n in [1024, 4096, 8192] {
+        bench_tf32(c, &ctx, blas.as_ref(), n);
+    }
     bench_linear_gelu(c, &ctx, (1024, 512, 768));
     bench_linear_gelu(c, &ctx, (8192, 4096, 4096));
 }

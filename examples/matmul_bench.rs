@@ -36,7 +36,7 @@ fn main() -> Result<()> {
         let (a, b) = (ctx.randn(&[n, n], 1)?, ctx.randn(&[n, n], 2)?);
         let reps = if n >= 4096 { 10 } else { 30 };
         let ms = median_ms(&ctx, 3, reps, || a.matmul(&b).map(drop))?;
-        let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(n, n, n, reps).ok());
+        let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(n, n, n, false, reps).ok());
         let cpu_gflops = if n <= 512 {
             let (ac, bc) = (a.to_context(&cpu)?, b.to_context(&cpu)?);
             let cms = median_ms(&cpu, 1, 3, || ac.matmul(&bc).map(drop))?;
@@ -56,7 +56,7 @@ fn main() -> Result<()> {
     let (m, k, n) = (8192, 4096, 4096);
     let (a, b) = (ctx.randn(&[m, k], 3)?, ctx.randn(&[k, n], 4)?);
     let ms = median_ms(&ctx, 2, 10, || a.matmul(&b).map(drop))?;
-    let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(m, n, k, 10).ok());
+    let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(m, n, k, false, 10).ok());
     println!(
         "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7}",
         format!("{m}x{n}x{k}"),

@@ -6,6 +6,8 @@ use ferrocuda::{linear, Activation, Context, Error, Gemm, Tensor};
 
 /// f32 GEMM: 1e-5 relative (norm-wise).
 const TOL: f64 = 1e-5;
+/// TF32 tensor cores (10-bit mantissas): 2e-3 relative (norm-wise).
+const TF32_TOL: f64 = 2e-3;
 
 /// (M, N, K): tiny, odd, square, non-multiples of every tile, a row vector, a skinny middle.
 const SHAPES: [(usize, usize, usize); 6] =
@@ -29,6 +31,40 @@ fn every_transpose_matches_cpu(gpu: &Context) {
             assert_close(&format!("{m}x{n}x{k} ta={ta} tb={tb}"), &got.to_vec().unwrap(), &want, TOL);
         }
     }
+}
+
+fn tf32_matches_cpu(gpu: &Context) {
+    for (s, &(m, n, k)) in SHAPES.iter().enumerate() {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let (ag, ac) =
+                if ta { operand(gpu, k, m, 80 + s as u64) } else { operand(gpu, m, k, 80 + s as u64) };
+            let (bg, bc) =
+                if tb { operand(gpu, n, k, 90 + s as u64) } else { operand(gpu, k, n, 90 + s as u64) };
+            poison_pool(gpu, &[m, n]);
+            let got = Gemm::new(&ag, &bg).transpose_a(ta).transpose_b(tb).allow_tf32(true).run().unwrap();
+            let want = Gemm::new(&ac, &bc).transpose_a(ta).transpose_b(tb).run().unwrap().to_vec().unwrap();
+            let e = rel_err(&got.to_vec().unwrap(), &want);
+            assert!(e <= TF32_TOL, "tf32 {m}x{n}x{k} ta={ta} tb={tb}: relative error {e:.3e}");
+            // TF32 really is in use: it cannot match f32 to 1e-6 on random data of this depth.
+            assert!(k < 64 || e > 1e-6, "tf32 {m}x{n}x{k}: error {e:.1e} looks like exact f32");
+        }
+    }
+    // Unaligned rows (K, M, N not multiples of 4) take the 4-byte copy path; batched; epilogue.
+    let (x, xc) = pair(gpu, &randn_host(3 * 101 * 67, 95), &[3, 101, 67]);
+    let (w, wc) = pair(gpu, &randn_host(67 * 53, 96), &[67, 53]);
+    let (bias, bias_c) = pair(gpu, &randn_host(53, 97), &[53]);
+    let got = Gemm::new(&x, &w).bias(&bias).activation(Activation::Gelu).allow_tf32(true).run().unwrap();
+    let want = Gemm::new(&xc, &wc).bias(&bias_c).activation(Activation::Gelu).run().unwrap();
+    assert!(rel_err(&got.to_vec().unwrap(), &want.to_vec().unwrap()) <= TF32_TOL);
+    // The context's policy: off by default, on for the context it is set on (and its clones).
+    let ctx = gpu.new_stream().unwrap();
+    assert!(!ctx.allow_tf32());
+    ctx.set_allow_tf32(true);
+    let (a, b) = (ctx.randn(&[256, 512], 1).unwrap(), ctx.randn(&[512, 256], 2).unwrap());
+    let tf32 = a.matmul(&b).unwrap().to_vec().unwrap();
+    let exact = Gemm::new(&a, &b).allow_tf32(false).run().unwrap().to_vec().unwrap();
+    let e = rel_err(&tf32, &exact);
+    assert!(e > 1e-6 && e < TF32_TOL, "context policy: {e:.1e}");
 }
 
 fn epilogues_match_cpu(gpu: &Context) {
@@ -156,6 +192,7 @@ fn cpu_matches_loops() {
 fn main() {
     run(&[
         ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
+        ("gpu_tf32_matches_cpu", Case::Gpu(tf32_matches_cpu)),
         ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
         ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),
         ("gpu_batched_matches_cpu", Case::Gpu(batched_matches_cpu)),

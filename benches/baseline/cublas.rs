@@ -24,8 +24,19 @@ impl Cublas {
         Ok(Self { ctx, stream, blas })
     }
 
-    /// Median ms of `C = A·B` (f32, no TF32) over `reps` calls after warm-up, on random inputs.
-    pub fn sgemm_ms(&self, m: usize, n: usize, k: usize, reps: usize) -> Result<f64, String> {
+    /// Median ms of `C = A·B` (f32 in and out; TF32 tensor cores when `tf32`) over `reps` calls
+    /// after warm-up, on random inputs.
+    pub fn sgemm_ms(&self, m: usize, n: usize, k: usize, tf32: bool, reps: usize) -> Result<f64, String> {
+        let mode = if tf32 {
+            sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        // SAFETY: a live handle; the mode only selects the algorithms.
+        let status = unsafe { sys::cublasSetMathMode(*self.blas.handle(), mode) };
+        if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(format!("cublasSetMathMode: {status:?}"));
+        }
         let fill = |len: usize, seed: u64| -> Result<CudaSlice<f32>, String> {
             let host: Vec<f32> = (0..len as u64)
                 .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)

@@ -45,3 +45,15 @@ pub const fn gemm_shared_bytes(tile: (usize, usize)) -> usize {
 pub const ACTIVATION_NONE: u32 = 0;
 pub const ACTIVATION_RELU: u32 = 1;
 pub const ACTIVATION_GELU: u32 = 2;
+
+/// The tensor-core (mma.sync) GEMM: a 128×128 tile of C per 256-thread block, k-steps of 32,
+/// three shared-memory stages of cp.async copies.
+pub const MMA_TILE: (usize, usize) = (128, 128);
+pub const MMA_BK: usize = 32;
+pub const MMA_THREADS: usize = 256;
+pub const MMA_STAGES: usize = 3;
+/// Floats of one operand's tile in shared memory, padded so the fragment reads are
+/// conflict-free: `[128][32 + 4]` when k is contiguous, `[32][128 + 8]` otherwise (the larger).
+pub const MMA_OPERAND_FLOATS: usize = 128 * (MMA_BK + 4);
+/// Dynamic shared memory of a tensor-core GEMM block, in bytes.
+pub const MMA_SHARED_BYTES: usize = MMA_STAGES * 2 * MMA_OPERAND_FLOATS * 4;

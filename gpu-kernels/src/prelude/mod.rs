@@ -13,6 +13,7 @@ pub mod index;
 pub mod math;
 pub mod memory;
 pub mod sync;
+pub mod tensor_core;
 pub mod warp;
 
 pub use block::{block_reduce, Max, Min, ReduceOp, Sum};
@@ -21,4 +22,5 @@ pub use math::*;
 pub use memory::*;
 pub use shared::{dynamic_shared, shared_ptr};
 pub use sync::*;
+pub use tensor_core::*;
 pub use warp::*;

@@ -2,14 +2,15 @@
 //! `alpha`/`beta`, bias and activation fused in the epilogue, batched and strided-batched).
 //! Kernels: `gpu-kernels/src/matmul/`.
 //!
-//! Tile choice (SIMT f32): the largest tile (128×128, then 128×64, then 64×64) whose grid still
-//! gives every SM at least one block; small or skinny products get smaller tiles and so more
-//! blocks.
+//! Kernel choice: with TF32 allowed on the context (or by [`Gemm::allow_tf32`]), the tensor-core
+//! TF32 kernel (128×128 tiles). Otherwise the exact SIMT f32 kernel with the largest tile
+//! (128×128, then 128×64, then 64×64) whose grid still gives every SM at least one block; small
+//! or skinny products get smaller tiles and so more blocks.
 use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_TILE_LARGE,
-    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL,
+    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -57,6 +58,7 @@ pub struct Gemm<'a> {
     c: Option<&'a Tensor>,
     bias: Option<&'a Tensor>,
     activation: Activation,
+    allow_tf32: Option<bool>,
     op: &'static str,
 }
 
@@ -85,6 +87,7 @@ impl<'a> Gemm<'a> {
             c: None,
             bias: None,
             activation: Activation::None,
+            allow_tf32: None,
             op: "matmul",
         }
     }
@@ -115,6 +118,12 @@ impl<'a> Gemm<'a> {
     }
     pub fn activation(mut self, activation: Activation) -> Self {
         self.activation = activation;
+        self
+    }
+
+    /// Allow (or forbid) TF32 tensor cores for this product, whatever the context says.
+    pub fn allow_tf32(mut self, allow: bool) -> Self {
+        self.allow_tf32 = Some(allow);
         self
     }
 
@@ -199,10 +208,17 @@ impl<'a> Gemm<'a> {
         let stream = self.a.context().stream(op)?;
         let sms = stream.device.info.sm_count as usize;
         let blocks = |tile: (usize, usize)| d.n.div_ceil(tile.1) * d.m.div_ceil(tile.0) * d.batch;
-        let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
-            .into_iter()
-            .find(|&(t, _)| blocks(t) >= sms)
-            .unwrap_or((GEMM_TILE_SMALL, 2));
+        let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
+        let (kernel, tile, threads, shared_bytes) =
+            if self.allow_tf32.unwrap_or(self.a.context().allow_tf32()) {
+                (TF32_KERNELS[ta][tb], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
+            } else {
+                let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
+                    .into_iter()
+                    .find(|&(t, _)| blocks(t) >= sms)
+                    .unwrap_or((GEMM_TILE_SMALL, 2));
+                (SIMT_F32_KERNELS[size][ta][tb], tile, gemm_threads(tile), gemm_shared_bytes(tile))
+            };
         let (grid_x, grid_y) = (d.n.div_ceil(tile.1), d.m.div_ceil(tile.0));
         if grid_y > 65_535 || d.batch > 65_535 {
             return Err(Error::InvalidArgument {
@@ -213,18 +229,17 @@ impl<'a> Gemm<'a> {
         }
         let cfg = LaunchConfig {
             grid: (grid_x as u32, grid_y as u32, d.batch as u32),
-            block: (gemm_threads(tile) as u32, 1, 1),
-            shared_bytes: gemm_shared_bytes(tile) as u32,
+            block: (threads as u32, 1, 1),
+            shared_bytes: shared_bytes as u32,
         };
-        let kernel = SIMT_F32_KERNELS[size][usize::from(self.transpose_a)][usize::from(self.transpose_b)];
         let (pa, pb, po) = (self.a.device_ptr(), self.b.device_ptr(), out.device_ptr());
         let pc = self.c.map_or(0, Tensor::device_ptr);
         let pbias = self.bias.map_or(0, Tensor::device_ptr);
         let (alpha, beta, act) = (self.alpha, self.beta, self.activation.code());
-        // SAFETY: `gemm_f32_<tile>_<ta><tb>(a, b, c, bias, out, m, n, k, stride_a, stride_b,
-        // stride_c, alpha, beta, activation)`: every pointer is a live buffer of this stream whose
-        // shape `dims()` checked against m, n, k and the batch strides (c and bias may be null);
-        // `out` is fresh; block, grid and dynamic shared memory follow `tile`, as the kernel asks.
+        // SAFETY: `gemm_{f32_<tile>,tf32}_<ta><tb>(a, b, c, bias, out, m, n, k, stride_a,
+        // stride_b, stride_c, alpha, beta, activation)`: every pointer is a live buffer of this
+        // stream whose shape `dims()` checked against m, n, k and the batch strides (c and bias
+        // may be null); `out` is fresh; block, grid and dynamic shared memory are the kernel's.
         unsafe {
             launch(
                 stream,
@@ -293,6 +308,9 @@ const SIMT_F32_KERNELS: [[[&str; 2]; 2]; 3] = [
     [["gemm_f32_medium_nn", "gemm_f32_medium_nt"], ["gemm_f32_medium_tn", "gemm_f32_medium_tt"]],
     [["gemm_f32_small_nn", "gemm_f32_small_nt"], ["gemm_f32_small_tn", "gemm_f32_small_tt"]],
 ];
+
+/// `[A transposed][B transposed]`.
+const TF32_KERNELS: [[&str; 2]; 2] = [["gemm_tf32_nn", "gemm_tf32_nt"], ["gemm_tf32_tn", "gemm_tf32_tt"]];
 
 impl Tensor {
     /// `self · other`: `[M, K] · [K, N]`, batched when either has rank 3.

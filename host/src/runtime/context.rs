@@ -4,6 +4,7 @@ use super::error::{Error, Result};
 use super::pool::PoolStats;
 use super::stream::{Event, PinnedBuffer, Stream};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
@@ -47,6 +48,8 @@ pub(crate) enum Backend {
 #[derive(Clone)]
 pub struct Context {
     pub(crate) backend: Backend,
+    /// Whether f32 matrix products may use TF32 tensor cores (shared by the clones).
+    allow_tf32: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Context {
@@ -73,12 +76,28 @@ impl Context {
     /// CUDA device `ordinal` on a new stream; `Error::NoDevice` where there is none.
     pub fn cuda(ordinal: usize) -> Result<Self> {
         let device = CudaDevice::open(ordinal)?;
-        Ok(Self { backend: Backend::Cuda(Stream::new(device)?) })
+        Ok(Self::with_backend(Backend::Cuda(Stream::new(device)?)))
     }
 
     /// The CPU backend.
     pub fn cpu() -> Self {
-        Self { backend: Backend::Cpu }
+        Self::with_backend(Backend::Cpu)
+    }
+
+    fn with_backend(backend: Backend) -> Self {
+        Self { backend, allow_tf32: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// Let f32 matrix products on this context (and its clones) use TF32 tensor cores: about 10
+    /// mantissa bits per product term instead of 23, several times the speed (PyTorch's
+    /// `allow_tf32`). Off by default: exact f32.
+    pub fn set_allow_tf32(&self, allow: bool) {
+        self.allow_tf32.store(allow, Ordering::Relaxed);
+    }
+
+    /// Whether f32 matrix products may use TF32; see [`Context::set_allow_tf32`].
+    pub fn allow_tf32(&self) -> bool {
+        self.allow_tf32.load(Ordering::Relaxed)
     }
 
     /// Whether a CUDA device can be opened (libcuda present, at least one device).
@@ -89,7 +108,10 @@ impl Context {
     /// Another context on the same device with its own stream (work on the two may overlap).
     pub fn new_stream(&self) -> Result<Self> {
         match &self.backend {
-            Backend::Cuda(s) => Ok(Self { backend: Backend::Cuda(Stream::new(s.device.clone())?) }),
+            Backend::Cuda(s) => Ok(Self {
+                backend: Backend::Cuda(Stream::new(s.device.clone())?),
+                allow_tf32: Arc::new(AtomicBool::new(self.allow_tf32())),
+            }),
             Backend::Cpu => Ok(Self::cpu()),
         }
     }

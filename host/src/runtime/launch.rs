@@ -1,8 +1,11 @@
 //! Kernel launches: grid sizing from the device's properties, and the one `unsafe` call.
 use super::device::DeviceInfo;
-use super::error::{Error, Result};
+use super::error::{DriverResultExt, Error, Result};
 use super::stream::Stream;
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
+
+/// Dynamic shared memory a block gets without opting in.
+const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
 use std::ffi::c_void;
 
 /// Grid, block and dynamic shared memory of one launch.
@@ -55,6 +58,18 @@ pub(crate) unsafe fn launch(
     let device = &stream.device;
     device.bind()?;
     let f = device.module.function(name)?;
+    if cfg.shared_bytes as usize > DEFAULT_SHARED_LIMIT {
+        // Blocks get more than 48 KiB of dynamic shared memory only when the kernel opts in.
+        // SAFETY: `f` is a live kernel handle; the attribute only raises a limit.
+        unsafe {
+            result::function::set_function_attribute(
+                f.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.shared_bytes as i32,
+            )
+        }
+        .call("cuFuncSetAttribute")?;
+    }
     result::launch_kernel(f.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args).map_err(|source| {
         Error::Launch {
             kernel: name,
