@@ -67,6 +67,24 @@ fn main() -> Result<()> {
     );
 
     println!(
+        "\n{:<22} {:>10} {:>9} {:>10} {:>9} {:>7}",
+        "tf32 (mma.sync)", "ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio"
+    );
+    for n in [1024, 2048, 4096, 8192] {
+        let (a, b) = (ctx.randn(&[n, n], 1)?, ctx.randn(&[n, n], 2)?);
+        let ms = median_ms(&ctx, 3, 20, || ferrocuda::Gemm::new(&a, &b).allow_tf32(true).run().map(drop))?;
+        let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(n, n, n, true, 20).ok());
+        println!(
+            "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7}",
+            format!("{n}x{n}x{n}"),
+            tflops(n, n, n, ms),
+            base.map_or("-".into(), |b| format!("{b:.4}")),
+            base.map_or("-".into(), |b| format!("{:.2}", tflops(n, n, n, b))),
+            base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+        );
+    }
+
+    println!(
         "\n{:<28} {:>10} {:>10} {:>9} {:>10} {:>8}",
         "linear+GELU (M, K, N)", "fused ms", "unfused", "speedup", "torch ms", "vs torch"
     );
