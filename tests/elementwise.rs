@@ -2,7 +2,7 @@
 //! plain f64 loops.
 mod common;
 use common::*;
-use ferrocuda::{Context, Error, Tensor};
+use ferrocuda::{bf16, f16, Context, DType, Error, Tensor};
 
 type Unary = fn(&Tensor) -> ferrocuda::Result<Tensor>;
 type Binary = fn(&Tensor, &Tensor) -> ferrocuda::Result<Tensor>;
@@ -94,6 +94,112 @@ fn full_and_zeros(gpu: &Context) {
     }
 }
 
+/// f16/bf16 results: 1e-2 relative (norm-wise).
+const HALF_TOL: f64 = 1e-2;
+
+fn half_ops_match_cpu(gpu: &Context) {
+    for dtype in [DType::F16, DType::BF16] {
+        for (seed, &n) in SIZES.iter().enumerate() {
+            let x: Vec<f32> = randn_host(n, 800 + seed as u64).iter().map(|v| v * 3.0).collect();
+            let y: Vec<f32> = randn_host(n, 900 + seed as u64).iter().map(|v| v + v.signum() * 0.5).collect();
+            let (xg, xc) = pair(gpu, &x, &[n]);
+            let (yg, yc) = pair(gpu, &y, &[n]);
+            let (xg, xc) = (xg.to_dtype(dtype).unwrap(), xc.to_dtype(dtype).unwrap());
+            let (yg, yc) = (yg.to_dtype(dtype).unwrap(), yc.to_dtype(dtype).unwrap());
+            assert_eq!(xg.to_vec().unwrap(), xc.to_vec().unwrap(), "{dtype:?} conversion n={n}");
+            for (name, op) in UNARY {
+                let got = op(&xg).unwrap();
+                assert_eq!(got.dtype(), dtype);
+                let want = op(&xc).unwrap().to_vec().unwrap();
+                assert_close(&format!("{name} {dtype:?} n={n}"), &got.to_vec().unwrap(), &want, HALF_TOL);
+            }
+            for (name, op) in BINARY {
+                let got = op(&xg, &yg).unwrap().to_vec().unwrap();
+                let want = op(&xc, &yc).unwrap().to_vec().unwrap();
+                assert_close(&format!("{name} {dtype:?} n={n}"), &got, &want, HALF_TOL);
+            }
+            for (name, op) in SCALAR {
+                let got = op(&xg, 0.75).unwrap().to_vec().unwrap();
+                let want = op(&xc, 0.75).unwrap().to_vec().unwrap();
+                assert_close(&format!("{name} {dtype:?} n={n}"), &got, &want, HALF_TOL);
+            }
+            let full = gpu.full_as(&[n], -1.5, dtype).unwrap().to_vec().unwrap();
+            assert!(full.iter().all(|&v| v == -1.5), "full_as {dtype:?} n={n}");
+        }
+    }
+}
+
+fn conversions_round_like_the_half_crate(gpu: &Context) {
+    let mut x =
+        vec![0.0, -0.0, 1.0, -2.5, 65504.0, 65520.0, 1e5, -1e5, 6e-8, 1e-10, 3.0e38, f32::INFINITY, f32::NAN];
+    x.extend(randn_host(100_003, 1000).iter().map(|v| v * 100.0));
+    let t = gpu.from_slice(&x, &[x.len()]).unwrap();
+    let as_f16 = t.to_dtype(DType::F16).unwrap().to_vec_of::<f16>().unwrap();
+    let as_bf16 = t.to_dtype(DType::BF16).unwrap().to_vec_of::<bf16>().unwrap();
+    for (i, &v) in x.iter().enumerate() {
+        let (want16, wantb) = (f16::from_f32(v), bf16::from_f32(v));
+        assert!(
+            as_f16[i] == want16 || (v.is_nan() && as_f16[i].is_nan()),
+            "f16({v}) = {} want {want16}",
+            as_f16[i]
+        );
+        assert!(
+            as_bf16[i] == wantb || (v.is_nan() && as_bf16[i].is_nan()),
+            "bf16({v}) = {} want {wantb}",
+            as_bf16[i]
+        );
+    }
+    // Through the other 16-bit format and back to f32.
+    let round_trip =
+        t.to_dtype(DType::F16).unwrap().to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+    let want: Vec<f32> = x.iter().map(|&v| bf16::from_f32(f16::from_f32(v).to_f32()).to_f32()).collect();
+    let got = round_trip.to_vec().unwrap();
+    assert!(
+        got.iter().zip(&want).all(|(g, w)| g == w || (g.is_nan() && w.is_nan())),
+        "f32 -> f16 -> bf16 -> f32"
+    );
+    // Typed uploads keep their dtype.
+    let h: Vec<bf16> = x[..64].iter().map(|&v| bf16::from_f32(v)).collect();
+    let hb = gpu.from_slice(&h, &[64]).unwrap();
+    assert_eq!(hb.dtype(), DType::BF16);
+    assert_eq!(hb.to_vec_of::<bf16>().unwrap()[..12], h[..12]);
+}
+
+fn mixed_and_unsupported_dtypes_are_errors_on(ctx: &Context) {
+    let a = ctx.full_as(&[4, 4], 1.0, DType::F16).unwrap();
+    let b = ctx.full_as(&[4, 4], 1.0, DType::BF16).unwrap();
+    let err = a.add(&b).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "add", lhs: DType::F16, rhs: DType::BF16 }), "{err}");
+    let err = a.to_vec_of::<f32>().unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "to_vec_of", .. }), "{err}");
+    let err = b.sum().unwrap_err();
+    assert!(matches!(err, Error::UnsupportedDType { op: "sum", dtype: DType::BF16 }), "{err}");
+    let err = a.matmul(&a).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedDType { op: "matmul", dtype: DType::F16 }), "{err}");
+    let f = ctx.full(&[4, 4], 1.0).unwrap();
+    let err = f.mul(&a).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "mul", .. }), "{err}");
+}
+
+fn gpu_mixed_and_unsupported_dtypes(gpu: &Context) {
+    mixed_and_unsupported_dtypes_are_errors_on(gpu);
+}
+
+fn cpu_mixed_and_unsupported_dtypes() {
+    mixed_and_unsupported_dtypes_are_errors_on(&Context::cpu());
+}
+
+fn cpu_half_rounds_like_the_half_crate() {
+    let cpu = Context::cpu();
+    let x = randn_host(1000, 5);
+    let t = cpu.from_slice(&x, &[1000]).unwrap().to_dtype(DType::BF16).unwrap();
+    let y = t.mul_scalar(3.0).unwrap().to_vec_of::<bf16>().unwrap();
+    for (i, &v) in x.iter().enumerate() {
+        let want = bf16::from_f64(bf16::from_f32(v).to_f64() * 3.0);
+        assert_eq!(y[i], want, "bf16 3·{v}");
+    }
+}
+
 fn device_mismatch_is_an_error(gpu: &Context) {
     let a = gpu.full(&[3], 1.0).unwrap();
     let b = Context::cpu().full(&[3], 1.0).unwrap();
@@ -161,10 +267,15 @@ fn main() {
         ("gpu_two_dimensional_shapes", Case::Gpu(two_dimensional_shapes)),
         ("gpu_nan_and_inf_pass_through", Case::Gpu(nan_and_inf_pass_through)),
         ("gpu_full_and_zeros", Case::Gpu(full_and_zeros)),
+        ("gpu_half_ops_match_cpu", Case::Gpu(half_ops_match_cpu)),
+        ("gpu_conversions_round_like_the_half_crate", Case::Gpu(conversions_round_like_the_half_crate)),
+        ("gpu_mixed_and_unsupported_dtypes", Case::Gpu(gpu_mixed_and_unsupported_dtypes)),
         ("gpu_device_mismatch_is_an_error", Case::Gpu(device_mismatch_is_an_error)),
         ("gpu_shape_mismatch", Case::Gpu(gpu_shape_mismatch)),
         ("cpu_shape_mismatch", Case::Cpu(cpu_shape_mismatch)),
         ("cpu_matches_f64_loops", Case::Cpu(cpu_matches_f64_loops)),
         ("cpu_zero_size", Case::Cpu(cpu_zero_size)),
+        ("cpu_mixed_and_unsupported_dtypes", Case::Cpu(cpu_mixed_and_unsupported_dtypes)),
+        ("cpu_half_rounds_like_the_half_crate", Case::Cpu(cpu_half_rounds_like_the_half_crate)),
     ]);
 }

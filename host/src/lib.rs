@@ -23,6 +23,7 @@ pub mod timing;
 #[path = "../../gpu-kernels/src/shapes.rs"]
 pub(crate) mod shapes;
 
+pub use half::{bf16, f16};
 pub use ops::matmul::{linear, Activation, Gemm};
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
@@ -30,4 +31,4 @@ pub use runtime::error::{Error, Result};
 pub use runtime::module::KERNELS_PTX;
 pub use runtime::pool::PoolStats;
 pub use runtime::stream::{Event, PinnedBuffer};
-pub use tensor::{DType, Tensor};
+pub use tensor::{DType, Element, Tensor};

@@ -4,10 +4,12 @@ use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::PinnedBuffer;
 use cudarc::driver::{result, sys};
+use half::{bf16, f16};
 use std::fmt;
 use std::sync::Arc;
 
-/// Element types. Kernels exist for `F32` so far; `F16`/`BF16` tensors are refused by name.
+/// Element types. Every op has f32 kernels; the elementwise ops and conversions also have f16 and
+/// bf16 ones (computing in f32, rounding once); other ops refuse 16-bit tensors by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
@@ -22,10 +24,71 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
         }
     }
+
+    /// `x` rounded (to nearest even) to the nearest value of this type, as an f32.
+    pub fn round(self, x: f64) -> f32 {
+        match self {
+            DType::F32 => x as f32,
+            DType::F16 => f16::from_f64(x).to_f32(),
+            DType::BF16 => bf16::from_f64(x).to_f32(),
+        }
+    }
+
+    /// The 16-bit pattern of `x` in this type (f16 or bf16).
+    pub(crate) fn bits16(self, x: f32) -> u16 {
+        match self {
+            DType::BF16 => bf16::from_f32(x).to_bits(),
+            _ => f16::from_f32(x).to_bits(),
+        }
+    }
+
+    /// 0, 1, 2 for f32, f16, bf16: the index into per-dtype kernel name tables.
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A host element type a tensor can be made from and read back into.
+pub trait Element: Copy + Send + Sync + 'static {
+    const DTYPE: DType;
+    fn to_f32(self) -> f32;
+    fn from_f32(x: f32) -> Self;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
 }
 
 pub(crate) enum Storage {
     Cuda(DeviceBuffer),
+    /// The CPU backend keeps every dtype's values as f32, each exactly representable in the
+    /// tensor's dtype (ops round their results to it).
     Cpu(Vec<f32>),
 }
 
@@ -54,8 +117,8 @@ pub(crate) fn element_count(op: &'static str, shape: &[usize]) -> Result<usize> 
 }
 
 impl Context {
-    /// A tensor holding `data` (row-major) with `shape`.
-    pub fn from_slice(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+    /// A tensor holding `data` (row-major) with `shape`; its dtype is `T`'s.
+    pub fn from_slice<T: Element>(&self, data: &[T], shape: &[usize]) -> Result<Tensor> {
         let n = element_count("from_slice", shape)?;
         if n != data.len() {
             return Err(Error::ShapeMismatch {
@@ -65,9 +128,11 @@ impl Context {
             });
         }
         match &self.backend {
-            Backend::Cpu => Ok(Tensor::from_cpu(self, shape, data.to_vec())),
+            Backend::Cpu => {
+                Ok(Tensor::from_cpu_as(self, shape, T::DTYPE, data.iter().map(|x| x.to_f32()).collect()))
+            }
             Backend::Cuda(_) => {
-                let t = Tensor::uninit(self, shape, "from_slice")?;
+                let t = Tensor::uninit_as(self, shape, T::DTYPE, "from_slice")?;
                 if n > 0 {
                     // SAFETY: the buffer holds `n` floats; for pageable memory the call returns
                     // once `data` has been staged, so `data` may go away afterwards.
@@ -84,9 +149,14 @@ impl Context {
         self.full(shape, 0.0)
     }
 
-    /// A tensor with every element `value`.
+    /// An f32 tensor with every element `value`.
     pub fn full(&self, shape: &[usize], value: f32) -> Result<Tensor> {
-        crate::ops::elementwise::fill(self, shape, value)
+        crate::ops::elementwise::fill(self, shape, value, DType::F32)
+    }
+
+    /// A tensor of `dtype` with every element `value` (rounded to the dtype).
+    pub fn full_as(&self, shape: &[usize], value: f32, dtype: DType) -> Result<Tensor> {
+        crate::ops::elementwise::fill(self, shape, value, dtype)
     }
 
     /// Upload from pinned memory without blocking the host (later host access to `src` waits).
@@ -116,22 +186,34 @@ impl Context {
 
 impl Tensor {
     pub(crate) fn from_cpu(ctx: &Context, shape: &[usize], data: Vec<f32>) -> Tensor {
-        Tensor {
-            ctx: ctx.clone(),
-            storage: Arc::new(Storage::Cpu(data)),
-            shape: shape.to_vec(),
-            dtype: DType::F32,
-        }
+        Self::from_cpu_as(ctx, shape, DType::F32, data)
+    }
+
+    /// A CPU-backend tensor of `dtype` from values already representable in it.
+    pub(crate) fn from_cpu_as(ctx: &Context, shape: &[usize], dtype: DType, data: Vec<f32>) -> Tensor {
+        Tensor { ctx: ctx.clone(), storage: Arc::new(Storage::Cpu(data)), shape: shape.to_vec(), dtype }
     }
 
     /// A tensor whose contents the caller writes before anyone reads them.
     pub(crate) fn uninit(ctx: &Context, shape: &[usize], op: &'static str) -> Result<Tensor> {
+        Self::uninit_as(ctx, shape, DType::F32, op)
+    }
+
+    /// [`Tensor::uninit`] of any dtype.
+    pub(crate) fn uninit_as(
+        ctx: &Context,
+        shape: &[usize],
+        dtype: DType,
+        op: &'static str,
+    ) -> Result<Tensor> {
         let n = element_count(op, shape)?;
         let storage = match &ctx.backend {
-            Backend::Cuda(stream) => Storage::Cuda(stream.device.pool.alloc(stream, n * 4, op)?),
+            Backend::Cuda(stream) => {
+                Storage::Cuda(stream.device.pool.alloc(stream, n * dtype.size_bytes(), op)?)
+            }
             Backend::Cpu => Storage::Cpu(vec![0.0; n]),
         };
-        Ok(Tensor { ctx: ctx.clone(), storage: Arc::new(storage), shape: shape.to_vec(), dtype: DType::F32 })
+        Ok(Tensor { ctx: ctx.clone(), storage: Arc::new(storage), shape: shape.to_vec(), dtype })
     }
 
     pub(crate) fn storage(&self) -> &Storage {
@@ -184,21 +266,44 @@ impl Tensor {
 
     /// The elements, row-major (waits for the work that produces them).
     pub fn to_vec(&self) -> Result<Vec<f32>> {
-        self.require_f32("to_vec")?;
-        match &*self.storage {
-            Storage::Cpu(v) => Ok(v.clone()),
-            Storage::Cuda(buf) => {
-                let mut out = vec![0.0f32; self.len()];
-                if !out.is_empty() {
-                    // SAFETY: the buffer holds `len` floats; the sync below completes the copy
-                    // before `out` is returned.
-                    unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr(), buf.stream().raw()) }
-                        .call("cuMemcpyDtoHAsync")?;
-                }
-                buf.stream().synchronize()?;
-                Ok(out)
+        match (&*self.storage, self.dtype) {
+            (Storage::Cpu(v), _) => Ok(v.clone()),
+            (Storage::Cuda(_), DType::F32) => self.download::<f32>(),
+            (Storage::Cuda(_), DType::F16) => {
+                Ok(self.download::<f16>()?.into_iter().map(f16::to_f32).collect())
+            }
+            (Storage::Cuda(_), DType::BF16) => {
+                Ok(self.download::<bf16>()?.into_iter().map(bf16::to_f32).collect())
             }
         }
+    }
+
+    /// The elements as `T`, which must be the tensor's dtype (waits for the work that produces
+    /// them).
+    pub fn to_vec_of<T: Element>(&self) -> Result<Vec<T>> {
+        if self.dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch { op: "to_vec_of", lhs: self.dtype, rhs: T::DTYPE });
+        }
+        match &*self.storage {
+            Storage::Cpu(v) => Ok(v.iter().map(|&x| T::from_f32(x)).collect()),
+            Storage::Cuda(_) => self.download::<T>(),
+        }
+    }
+
+    /// Copy a CUDA tensor's elements, whose dtype is `T`'s, to the host.
+    fn download<T: Element>(&self) -> Result<Vec<T>> {
+        let Storage::Cuda(buf) = &*self.storage else {
+            unreachable!("download is only called on CUDA storage")
+        };
+        let mut out = vec![T::from_f32(0.0); self.len()];
+        if !out.is_empty() {
+            // SAFETY: the buffer holds `len` elements of `T` (the dtype was checked by the
+            // caller); the sync below completes the copy before `out` is returned.
+            unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr(), buf.stream().raw()) }
+                .call("cuMemcpyDtoHAsync")?;
+        }
+        buf.stream().synchronize()?;
+        Ok(out)
     }
 
     /// The one element of a one-element tensor.
@@ -212,6 +317,7 @@ impl Tensor {
     /// Download into pinned memory without blocking the host (later host access waits).
     /// `&mut` because the device writes into `dst`: no host slice of it may be alive meanwhile.
     pub fn copy_to_pinned(&self, dst: &mut PinnedBuffer) -> Result<()> {
+        self.require_f32("copy_to_pinned")?;
         if dst.len() != self.len() {
             return Err(Error::ShapeMismatch {
                 op: "copy_to_pinned",
@@ -240,7 +346,7 @@ impl Tensor {
         if let (Storage::Cuda(src), Backend::Cuda(dst_stream)) = (&*self.storage, &ctx.backend) {
             if Arc::ptr_eq(&src.stream().device, &dst_stream.device) {
                 ctx.wait_for(&self.ctx)?;
-                let t = Tensor::uninit(ctx, &self.shape, "to_context")?;
+                let t = Tensor::uninit_as(ctx, &self.shape, self.dtype, "to_context")?;
                 if src.bytes() > 0 {
                     // SAFETY: both buffers hold `bytes` and the destination stream has waited
                     // for the source's work. The pool would hand the source block out again in
@@ -254,7 +360,13 @@ impl Tensor {
                 return Ok(t);
             }
         }
-        ctx.from_slice(&self.to_vec()?, &self.shape)
+        // Across devices or backends through the host; 16-bit values survive f32 exactly.
+        let moved = ctx.from_slice(&self.to_vec()?, &self.shape)?;
+        if self.dtype == DType::F32 {
+            Ok(moved)
+        } else {
+            moved.to_dtype(self.dtype)
+        }
     }
 
     pub(crate) fn require_f32(&self, op: &'static str) -> Result<()> {
@@ -264,7 +376,7 @@ impl Tensor {
         }
     }
 
-    /// Check that `other` can meet `self` in `op`: same queue, same dtype (f32 for now).
+    /// Check that `other` can meet `self` in `op`: same queue, same dtype.
     pub(crate) fn check_peer(&self, op: &'static str, other: &Tensor) -> Result<()> {
         if !self.ctx.same_queue(&other.ctx) {
             return Err(self.ctx.mismatch(op, &other.ctx));
@@ -272,7 +384,7 @@ impl Tensor {
         if self.dtype != other.dtype {
             return Err(Error::DTypeMismatch { op, lhs: self.dtype, rhs: other.dtype });
         }
-        self.require_f32(op)
+        Ok(())
     }
 
     /// [`Tensor::check_peer`], and the same shape.

@@ -77,3 +77,58 @@ pub unsafe fn store_f32x4(p: *mut f32, v: F32x4) {
 pub unsafe fn store_f32(p: *mut f32, v: f32) {
     asm!("st.global.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
 }
+
+/// Eight 16-bit floats (f16 or bf16 bits) moved as one 16-byte access.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct U16x8(pub [u16; 8]);
+
+/// `ld.global.nc.v4.u32`: 16 bytes of 16-bit values through the read-only path.
+///
+/// # Safety
+/// As [`load_nc_f32x4`].
+#[inline(always)]
+pub unsafe fn load_nc_u16x8(p: *const u16) -> U16x8 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(pure, readonly, nostack));
+    let w = [a, b, c, d];
+    let mut v = [0u16; 8];
+    for i in 0..8 {
+        v[i] = (w[i / 2] >> (16 * (i % 2))) as u16;
+    }
+    U16x8(v)
+}
+
+/// `st.global.v4.u32` of eight 16-bit values.
+///
+/// # Safety
+/// As [`store_f32x4`].
+#[inline(always)]
+pub unsafe fn store_u16x8(p: *mut u16, v: U16x8) {
+    let w = |i: usize| v.0[2 * i] as u32 | (v.0[2 * i + 1] as u32) << 16;
+    asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+         p = in(reg64) p, a = in(reg32) w(0), b = in(reg32) w(1), c = in(reg32) w(2), d = in(reg32) w(3),
+         options(nostack));
+}
+
+/// `ld.global.nc.u16`.
+///
+/// # Safety
+/// `p` is 2-byte aligned global memory that nothing writes during the kernel.
+#[inline(always)]
+pub unsafe fn load_nc_u16(p: *const u16) -> u16 {
+    let v: u16;
+    asm!("ld.global.nc.u16 {v}, [{p}];", p = in(reg64) p, v = out(reg16) v, options(pure, readonly, nostack));
+    v
+}
+
+/// `st.global.u16`.
+///
+/// # Safety
+/// `p` is 2-byte aligned writable global memory.
+#[inline(always)]
+pub unsafe fn store_u16(p: *mut u16, v: u16) {
+    asm!("st.global.u16 [{p}], {v};", p = in(reg64) p, v = in(reg16) v, options(nostack));
+}

@@ -9,6 +9,7 @@ pub mod shared;
 #[macro_use]
 pub mod unroll;
 pub mod block;
+pub mod half;
 pub mod index;
 pub mod math;
 pub mod memory;
@@ -17,6 +18,7 @@ pub mod tensor_core;
 pub mod warp;
 
 pub use block::{block_reduce, Max, Min, ReduceOp, Sum};
+pub use half::{HalfFloat, BF16, F16};
 pub use index::*;
 pub use math::*;
 pub use memory::*;

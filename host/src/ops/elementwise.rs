@@ -1,5 +1,6 @@
 //! Elementwise ops: add, sub, mul, div (tensor-tensor and tensor-scalar), relu, sigmoid, tanh,
-//! gelu (tanh form), and fill. Kernels: `gpu-kernels/src/elementwise/`.
+//! gelu (tanh form), fill and dtype conversion, for f32, f16 and bf16 (16-bit tensors compute in
+//! f32 and round once). Kernels: `gpu-kernels/src/elementwise/`.
 //!
 //! Shapes must match exactly (no broadcasting yet; the `_scalar` forms cover the common case).
 use super::CPU_CHUNK;
@@ -7,14 +8,18 @@ use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::Result;
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
 use crate::shapes::{ELEMENTWISE_BLOCK, ELEMENTWISE_UNROLL};
-use crate::tensor::{element_count, Storage, Tensor};
+use crate::tensor::{element_count, DType, Storage, Tensor};
 use rayon::prelude::*;
 
-/// One thread per `ELEMENTWISE_UNROLL` vectors: measured faster on the H100 than grids capped
-/// at 1-16 device occupancies (docs/perf-notes.md).
-fn config(n: usize) -> LaunchConfig {
-    LaunchConfig::covering(n.div_ceil(4 * ELEMENTWISE_UNROLL), ELEMENTWISE_BLOCK)
+/// One thread per `ELEMENTWISE_UNROLL` vectors of 16 bytes: measured faster on the H100 than
+/// grids capped at 1-16 device occupancies (docs/perf-notes.md).
+fn config(n: usize, dtype: DType) -> LaunchConfig {
+    let per_vector = 16 / dtype.size_bytes();
+    LaunchConfig::covering(n.div_ceil(per_vector * ELEMENTWISE_UNROLL), ELEMENTWISE_BLOCK)
 }
+
+/// Kernel names by dtype (f32, f16, bf16).
+type ByDType = [&'static str; 3];
 
 #[derive(Clone, Copy, Debug)]
 enum BinaryOp {
@@ -25,12 +30,33 @@ enum BinaryOp {
 }
 
 impl BinaryOp {
-    fn names(self) -> (&'static str, &'static str, &'static str, &'static str) {
+    /// (tensor op name, its kernels, scalar op name, its kernels)
+    fn names(self) -> (&'static str, ByDType, &'static str, ByDType) {
         match self {
-            BinaryOp::Add => ("add", "add_f32", "add_scalar", "add_scalar_f32"),
-            BinaryOp::Sub => ("sub", "sub_f32", "sub_scalar", "sub_scalar_f32"),
-            BinaryOp::Mul => ("mul", "mul_f32", "mul_scalar", "mul_scalar_f32"),
-            BinaryOp::Div => ("div", "div_f32", "div_scalar", "div_scalar_f32"),
+            BinaryOp::Add => (
+                "add",
+                ["add_f32", "add_f16", "add_bf16"],
+                "add_scalar",
+                ["add_scalar_f32", "add_scalar_f16", "add_scalar_bf16"],
+            ),
+            BinaryOp::Sub => (
+                "sub",
+                ["sub_f32", "sub_f16", "sub_bf16"],
+                "sub_scalar",
+                ["sub_scalar_f32", "sub_scalar_f16", "sub_scalar_bf16"],
+            ),
+            BinaryOp::Mul => (
+                "mul",
+                ["mul_f32", "mul_f16", "mul_bf16"],
+                "mul_scalar",
+                ["mul_scalar_f32", "mul_scalar_f16", "mul_scalar_bf16"],
+            ),
+            BinaryOp::Div => (
+                "div",
+                ["div_f32", "div_f16", "div_bf16"],
+                "div_scalar",
+                ["div_scalar_f32", "div_scalar_f16", "div_scalar_bf16"],
+            ),
         }
     }
 
@@ -53,12 +79,12 @@ enum UnaryOp {
 }
 
 impl UnaryOp {
-    fn names(self) -> (&'static str, &'static str) {
+    fn names(self) -> (&'static str, ByDType) {
         match self {
-            UnaryOp::Relu => ("relu", "relu_f32"),
-            UnaryOp::Sigmoid => ("sigmoid", "sigmoid_f32"),
-            UnaryOp::Tanh => ("tanh", "tanh_f32"),
-            UnaryOp::Gelu => ("gelu", "gelu_f32"),
+            UnaryOp::Relu => ("relu", ["relu_f32", "relu_f16", "relu_bf16"]),
+            UnaryOp::Sigmoid => ("sigmoid", ["sigmoid_f32", "sigmoid_f16", "sigmoid_bf16"]),
+            UnaryOp::Tanh => ("tanh", ["tanh_f32", "tanh_f16", "tanh_bf16"]),
+            UnaryOp::Gelu => ("gelu", ["gelu_f32", "gelu_f16", "gelu_bf16"]),
         }
     }
 
@@ -82,31 +108,41 @@ impl UnaryOp {
     }
 }
 
-fn cpu_map(x: &[f32], f: impl Fn(f64) -> f64 + Sync) -> Vec<f32> {
-    x.par_iter().with_min_len(CPU_CHUNK).map(|&v| f(v as f64) as f32).collect()
+/// The CPU twin of a unary map: f64, rounded once to `dtype`.
+fn cpu_map(x: &[f32], dtype: DType, f: impl Fn(f64) -> f64 + Sync) -> Vec<f32> {
+    x.par_iter().with_min_len(CPU_CHUNK).map(|&v| dtype.round(f(v as f64))).collect()
 }
 
 fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
-    let (name, kernel, _, _) = op.names();
+    let (name, kernels, _, _) = op.names();
     a.check_pair(name, b)?;
+    let dtype = a.dtype();
     match (a.storage(), b.storage()) {
         (Storage::Cpu(x), Storage::Cpu(y)) => {
             let out = x
                 .par_iter()
                 .zip(y)
                 .with_min_len(CPU_CHUNK)
-                .map(|(&p, &q)| op.apply(p as f64, q as f64) as f32);
-            Ok(Tensor::from_cpu(a.context(), a.shape(), out.collect()))
+                .map(|(&p, &q)| dtype.round(op.apply(p as f64, q as f64)));
+            Ok(Tensor::from_cpu_as(a.context(), a.shape(), dtype, out.collect()))
         }
         _ => {
-            let out = Tensor::uninit(a.context(), a.shape(), name)?;
+            let out = Tensor::uninit_as(a.context(), a.shape(), dtype, name)?;
             let n = a.len();
             if n > 0 {
                 let stream = a.context().stream(name)?;
                 let (pa, pb, po) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
-                // SAFETY: `<op>_f32(a, b, out, n)`: three live buffers of `n` floats from the
-                // pool (16-byte aligned), `out` distinct from the inputs; any grid is valid.
-                unsafe { launch(stream, kernel, config(n), &mut kernel_args![&pa, &pb, &po, &n])? };
+                // SAFETY: `<op>_<dtype>(a, b, out, n)`: three live buffers of `n` elements of the
+                // kernel's dtype from the pool (16-byte aligned), `out` distinct from the inputs;
+                // any grid is valid.
+                unsafe {
+                    launch(
+                        stream,
+                        kernels[dtype.index()],
+                        config(n, dtype),
+                        &mut kernel_args![&pa, &pb, &po, &n],
+                    )?
+                };
             }
             Ok(out)
         }
@@ -114,21 +150,31 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
 }
 
 fn binary_scalar(a: &Tensor, s: f32, op: BinaryOp) -> Result<Tensor> {
-    let (_, _, name, kernel) = op.names();
-    a.require_f32(name)?;
+    let (_, _, name, kernels) = op.names();
+    let dtype = a.dtype();
     match a.storage() {
-        Storage::Cpu(x) => {
-            Ok(Tensor::from_cpu(a.context(), a.shape(), cpu_map(x, |v| op.apply(v, s as f64))))
-        }
+        Storage::Cpu(x) => Ok(Tensor::from_cpu_as(
+            a.context(),
+            a.shape(),
+            dtype,
+            cpu_map(x, dtype, |v| op.apply(v, s as f64)),
+        )),
         Storage::Cuda(_) => {
-            let out = Tensor::uninit(a.context(), a.shape(), name)?;
+            let out = Tensor::uninit_as(a.context(), a.shape(), dtype, name)?;
             let n = a.len();
             if n > 0 {
                 let stream = a.context().stream(name)?;
                 let (pa, po) = (a.device_ptr(), out.device_ptr());
-                // SAFETY: `<op>_scalar_f32(a, s, out, n)`: two live, distinct buffers of `n`
-                // floats (16-byte aligned); any grid is valid.
-                unsafe { launch(stream, kernel, config(n), &mut kernel_args![&pa, &s, &po, &n])? };
+                // SAFETY: `<op>_scalar_<dtype>(a, s, out, n)`: two live, distinct buffers of `n`
+                // elements of the kernel's dtype (16-byte aligned), `s` an f32; any grid is valid.
+                unsafe {
+                    launch(
+                        stream,
+                        kernels[dtype.index()],
+                        config(n, dtype),
+                        &mut kernel_args![&pa, &s, &po, &n],
+                    )?
+                };
             }
             Ok(out)
         }
@@ -136,39 +182,97 @@ fn binary_scalar(a: &Tensor, s: f32, op: BinaryOp) -> Result<Tensor> {
 }
 
 fn unary(x: &Tensor, op: UnaryOp) -> Result<Tensor> {
-    let (name, kernel) = op.names();
-    x.require_f32(name)?;
+    let (name, kernels) = op.names();
+    let dtype = x.dtype();
     match x.storage() {
-        Storage::Cpu(v) => Ok(Tensor::from_cpu(x.context(), x.shape(), cpu_map(v, |e| op.apply(e)))),
+        Storage::Cpu(v) => {
+            Ok(Tensor::from_cpu_as(x.context(), x.shape(), dtype, cpu_map(v, dtype, |e| op.apply(e))))
+        }
         Storage::Cuda(_) => {
-            let out = Tensor::uninit(x.context(), x.shape(), name)?;
+            let out = Tensor::uninit_as(x.context(), x.shape(), dtype, name)?;
             let n = x.len();
             if n > 0 {
                 let stream = x.context().stream(name)?;
                 let (px, po) = (x.device_ptr(), out.device_ptr());
-                // SAFETY: `<op>_f32(x, out, n)`: two live, distinct buffers of `n` floats
-                // (16-byte aligned); any grid is valid.
-                unsafe { launch(stream, kernel, config(n), &mut kernel_args![&px, &po, &n])? };
+                // SAFETY: `<op>_<dtype>(x, out, n)`: two live, distinct buffers of `n` elements of
+                // the kernel's dtype (16-byte aligned); any grid is valid.
+                unsafe {
+                    launch(stream, kernels[dtype.index()], config(n, dtype), &mut kernel_args![&px, &po, &n])?
+                };
             }
             Ok(out)
         }
     }
 }
 
-/// A tensor of `shape` with every element `value` (`Context::full`).
-pub(crate) fn fill(ctx: &Context, shape: &[usize], value: f32) -> Result<Tensor> {
+/// A tensor of `shape` and `dtype` with every element `value` (`Context::full`, `full_as`).
+pub(crate) fn fill(ctx: &Context, shape: &[usize], value: f32, dtype: DType) -> Result<Tensor> {
     match &ctx.backend {
-        Backend::Cpu => Ok(Tensor::from_cpu(ctx, shape, vec![value; element_count("full", shape)?])),
+        Backend::Cpu => Ok(Tensor::from_cpu_as(
+            ctx,
+            shape,
+            dtype,
+            vec![dtype.round(value as f64); element_count("full", shape)?],
+        )),
         Backend::Cuda(stream) => {
-            let out = Tensor::uninit(ctx, shape, "full")?;
-            let n = out.len();
+            let out = Tensor::uninit_as(ctx, shape, dtype, "full")?;
+            let (n, po) = (out.len(), out.device_ptr());
             if n > 0 {
-                let po = out.device_ptr();
-                // SAFETY: `fill_f32(out, value, n)`: a live buffer of `n` floats (16-byte
-                // aligned); any grid is valid.
-                unsafe { launch(stream, "fill_f32", config(n), &mut kernel_args![&po, &value, &n])? };
+                let cfg = config(n, dtype);
+                if dtype == DType::F32 {
+                    // SAFETY: `fill_f32(out, value, n)`: a live buffer of `n` floats (16-byte
+                    // aligned); any grid is valid.
+                    unsafe { launch(stream, "fill_f32", cfg, &mut kernel_args![&po, &value, &n])? };
+                } else {
+                    let bits = dtype.bits16(value) as u32;
+                    // SAFETY: `fill_u16(out, bits, n)`: a live buffer of `n` 16-bit elements
+                    // (16-byte aligned); any grid is valid.
+                    unsafe { launch(stream, "fill_u16", cfg, &mut kernel_args![&po, &bits, &n])? };
+                }
             }
             Ok(out)
+        }
+    }
+}
+
+impl Tensor {
+    /// This tensor converted to `dtype`, rounding to nearest even (a copy even when the dtype is
+    /// the same).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        const OP: &str = "to_dtype";
+        let from = self.dtype();
+        if from == dtype {
+            return self.copy();
+        }
+        match self.storage() {
+            Storage::Cpu(v) => {
+                Ok(Tensor::from_cpu_as(self.context(), self.shape(), dtype, cpu_map(v, dtype, |x| x)))
+            }
+            Storage::Cuda(_) => {
+                let out = Tensor::uninit_as(self.context(), self.shape(), dtype, OP)?;
+                let n = self.len();
+                if n > 0 {
+                    const KERNELS: [ByDType; 3] = [
+                        ["", "convert_f32_f16", "convert_f32_bf16"],
+                        ["convert_f16_f32", "", "convert_f16_bf16"],
+                        ["convert_bf16_f32", "convert_bf16_f16", ""],
+                    ];
+                    let stream = self.context().stream(OP)?;
+                    let cfg = LaunchConfig::covering(n, ELEMENTWISE_BLOCK);
+                    let (px, po) = (self.device_ptr(), out.device_ptr());
+                    // SAFETY: `convert_<from>_<to>(x, out, n)`: `x` holds `n` elements of `from`,
+                    // `out` `n` of `to`, distinct; any grid is valid.
+                    unsafe {
+                        launch(
+                            stream,
+                            KERNELS[from.index()][dtype.index()],
+                            cfg,
+                            &mut kernel_args![&px, &po, &n],
+                        )?
+                    };
+                }
+                Ok(out)
+            }
         }
     }
 }

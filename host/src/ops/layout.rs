@@ -10,11 +10,10 @@ use rayon::prelude::*;
 impl Tensor {
     /// A copy of this tensor in a buffer of its own (device-to-device on CUDA).
     pub fn copy(&self) -> Result<Tensor> {
-        self.require_f32("copy")?;
         match self.storage() {
-            Storage::Cpu(x) => Ok(Tensor::from_cpu(self.context(), self.shape(), x.clone())),
+            Storage::Cpu(x) => Ok(Tensor::from_cpu_as(self.context(), self.shape(), self.dtype(), x.clone())),
             Storage::Cuda(src) => {
-                let out = Tensor::uninit(self.context(), self.shape(), "copy")?;
+                let out = Tensor::uninit_as(self.context(), self.shape(), self.dtype(), "copy")?;
                 if src.bytes() > 0 {
                     // SAFETY: both buffers hold `bytes` and live on this stream.
                     unsafe {

@@ -136,6 +136,7 @@ impl<'a> Gemm<'a> {
         let op = self.op;
         let (a, b) = (self.a, self.b);
         a.check_peer(op, b)?;
+        a.require_f32(op)?;
         let mismatch = || Error::ShapeMismatch { op, lhs: a.shape().to_vec(), rhs: b.shape().to_vec() };
         let split = |t: &Tensor| -> Result<(Option<usize>, usize, usize)> {
             match *t.shape() {
