@@ -3,6 +3,8 @@
 # folder that runs on a machine with only the NVIDIA driver (no Rust, no CUDA toolkit).
 #   scripts/gpu-bundle.sh [OUT]        (default: bundle/, git-ignored)
 # On the GPU machine: OUT/run.sh tests | sanitize | quickstart | bench | all
+# Every binary embeds the kernel PTX (a few MB of text), so OUT holds them as one .tar.gz that
+# OUT/run.sh unpacks on first use.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/bundle}
@@ -40,5 +42,16 @@ shared_baselines="$root/../shared/baselines"
 if [ -f "$shared_baselines/torch_ref.py" ]; then cp "$shared_baselines/torch_ref.py" "$out/"; fi
 cp scripts/torch_extra.py "$out/"
 chmod +x "$out/run.sh"
-du -sh "$out"
 ls "$out"/*/
+tar czf "$root/target/ferrocuda-gpu.tar.gz" -C "$out" .
+rm -rf "$out"
+mkdir -p "$out"
+mv "$root/target/ferrocuda-gpu.tar.gz" "$out/"
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+here=$(cd "$(dirname "$0")" && pwd)
+[ -x "$here/bin/run.sh" ] || { mkdir -p "$here/bin" && tar xzf "$here/ferrocuda-gpu.tar.gz" -C "$here/bin"; } || exit 1
+exec "$here/bin/run.sh" "$@"
+RUN
+chmod +x "$out/run.sh"
+du -sh "$out"
