@@ -195,7 +195,7 @@ fn cpu_half_rounds_like_the_half_crate() {
     let t = cpu.from_slice(&x, &[1000]).unwrap().to_dtype(DType::BF16).unwrap();
     let y = t.mul_scalar(3.0).unwrap().to_vec_of::<bf16>().unwrap();
     for (i, &v) in x.iter().enumerate() {
-        let want = bf16::from_f64(bf16::from_f32(v).to_f64() * 3.0);
+        let want = bf16::from_f32(bf16::from_f32(v).to_f32() * 3.0);
         assert_eq!(y[i], want, "bf16 3·{v}");
     }
 }

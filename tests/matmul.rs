@@ -12,13 +12,24 @@ const TF32_TOL: f64 = 2e-3;
 /// (M, N, K): tiny, odd, square, non-multiples of every tile, a row vector, a skinny middle.
 const SHAPES: [(usize, usize, usize); 6] =
     [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (4097, 4095, 1023), (1, 4096, 4096), (8192, 64, 8192)];
+/// Under compute-sanitizer (`FERROCUDA_SANITIZER=1`, set by the bundle's `run.sh sanitize`), which
+/// slows kernels by orders of magnitude: the same kinds of shapes, smaller.
+const SANITIZER_SHAPES: [(usize, usize, usize); 4] = [(1, 1, 1), (17, 33, 65), (129, 257, 65), (1, 300, 131)];
+
+fn shapes() -> &'static [(usize, usize, usize)] {
+    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+        &SANITIZER_SHAPES
+    } else {
+        &SHAPES
+    }
+}
 
 fn operand(gpu: &Context, rows: usize, cols: usize, seed: u64) -> (Tensor, Tensor) {
     pair(gpu, &randn_host(rows * cols, seed), &[rows, cols])
 }
 
 fn every_transpose_matches_cpu(gpu: &Context) {
-    for (s, &(m, n, k)) in SHAPES.iter().enumerate() {
+    for (s, &(m, n, k)) in shapes().iter().enumerate() {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             let (ag, ac) =
                 if ta { operand(gpu, k, m, 10 + s as u64) } else { operand(gpu, m, k, 10 + s as u64) };
@@ -34,7 +45,7 @@ fn every_transpose_matches_cpu(gpu: &Context) {
 }
 
 fn tf32_matches_cpu(gpu: &Context) {
-    for (s, &(m, n, k)) in SHAPES.iter().enumerate() {
+    for (s, &(m, n, k)) in shapes().iter().enumerate() {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             let (ag, ac) =
                 if ta { operand(gpu, k, m, 80 + s as u64) } else { operand(gpu, m, k, 80 + s as u64) };
@@ -68,7 +79,12 @@ fn tf32_matches_cpu(gpu: &Context) {
 }
 
 fn epilogues_match_cpu(gpu: &Context) {
-    for &(m, n, k) in &[(17, 33, 65), (1000, 1000, 1000), (1024, 768, 512)] {
+    let sizes: &[_] = if shapes().len() == SHAPES.len() {
+        &[(17, 33, 65), (1000, 1000, 1000), (1024, 768, 512)]
+    } else {
+        &[(17, 33, 65)]
+    };
+    for &(m, n, k) in sizes {
         let (ag, ac) = operand(gpu, m, k, 31);
         let (wg, wc) = operand(gpu, n, k, 32);
         let (cg, cc) = operand(gpu, m, n, 33);

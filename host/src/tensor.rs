@@ -25,12 +25,15 @@ impl DType {
         }
     }
 
-    /// `x` rounded (to nearest even) to the nearest value of this type, as an f32.
+    /// `x` rounded to f32, then (to nearest even) to this type, as an f32: the rounding of the
+    /// kernels, which compute in f32. (half's `from_f64` is not used: its bf16 conversion rounds
+    /// some values down that round up.)
     pub fn round(self, x: f64) -> f32 {
+        let x = x as f32;
         match self {
-            DType::F32 => x as f32,
-            DType::F16 => f16::from_f64(x).to_f32(),
-            DType::BF16 => bf16::from_f64(x).to_f32(),
+            DType::F32 => x,
+            DType::F16 => f16::from_f32(x).to_f32(),
+            DType::BF16 => bf16::from_f32(x).to_f32(),
         }
     }
 
