@@ -84,6 +84,31 @@ fn main() -> Result<()> {
         );
     }
 
+    for dtype in [ferrocuda::DType::BF16, ferrocuda::DType::F16] {
+        let title = format!("{dtype:?} (mma.sync)").to_lowercase();
+        println!(
+            "\n{title:<22} {:>10} {:>9} {:>10} {:>9} {:>7}",
+            "ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio"
+        );
+        for n in [1024, 2048, 4096, 8192] {
+            let a = ctx.randn(&[n, n], 1)?.to_dtype(dtype)?;
+            let b = ctx.randn(&[n, n], 2)?.to_dtype(dtype)?;
+            let ms = median_ms(&ctx, 3, 20, || a.matmul(&b).map(drop))?;
+            let base = blas.as_ref().ok().and_then(|c| match dtype {
+                ferrocuda::DType::BF16 => c.gemm_ms::<ferrocuda::bf16>(n, n, n, false, 20).ok(),
+                _ => c.gemm_ms::<ferrocuda::f16>(n, n, n, false, 20).ok(),
+            });
+            println!(
+                "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7}",
+                format!("{n}x{n}x{n}"),
+                tflops(n, n, n, ms),
+                base.map_or("-".into(), |b| format!("{b:.4}")),
+                base.map_or("-".into(), |b| format!("{:.2}", tflops(n, n, n, b))),
+                base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+            );
+        }
+    }
+
     println!(
         "\n{:<28} {:>10} {:>10} {:>9} {:>10} {:>8}",
         "linear+GELU (M, K, N)", "fused ms", "unfused", "speedup", "torch ms", "vs torch"

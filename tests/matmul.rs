@@ -2,7 +2,7 @@
 //! fused epilogues, batches; typed errors for bad shapes.
 mod common;
 use common::*;
-use ferrocuda::{linear, Activation, Context, Error, Gemm, Tensor};
+use ferrocuda::{linear, Activation, Context, DType, Error, Gemm, Tensor};
 
 /// f32 GEMM: 1e-5 relative (norm-wise).
 const TOL: f64 = 1e-5;
@@ -76,6 +76,53 @@ fn tf32_matches_cpu(gpu: &Context) {
     let exact = Gemm::new(&a, &b).allow_tf32(false).run().unwrap().to_vec().unwrap();
     let e = rel_err(&tf32, &exact);
     assert!(e > 1e-6 && e < TF32_TOL, "context policy: {e:.1e}");
+}
+
+/// f16/bf16 inputs and outputs, f32 accumulation: 2e-2 relative (norm-wise).
+const HALF_TOL: f64 = 2e-2;
+
+fn half_precision_matches_cpu(gpu: &Context) {
+    for dtype in [DType::F16, DType::BF16] {
+        for (s, &(m, n, k)) in shapes().iter().enumerate() {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let (ag, ac) =
+                    if ta { operand(gpu, k, m, 110 + s as u64) } else { operand(gpu, m, k, 110 + s as u64) };
+                let (bg, bc) =
+                    if tb { operand(gpu, n, k, 120 + s as u64) } else { operand(gpu, k, n, 120 + s as u64) };
+                let (ag, ac) = (ag.to_dtype(dtype).unwrap(), ac.to_dtype(dtype).unwrap());
+                let (bg, bc) = (bg.to_dtype(dtype).unwrap(), bc.to_dtype(dtype).unwrap());
+                let got = Gemm::new(&ag, &bg).transpose_a(ta).transpose_b(tb).run().unwrap();
+                assert_eq!(got.dtype(), dtype);
+                let want =
+                    Gemm::new(&ac, &bc).transpose_a(ta).transpose_b(tb).run().unwrap().to_vec().unwrap();
+                assert_close(
+                    &format!("{dtype:?} {m}x{n}x{k} ta={ta} tb={tb}"),
+                    &got.to_vec().unwrap(),
+                    &want,
+                    HALF_TOL,
+                );
+            }
+        }
+        // Unaligned rows (2-byte copies), a batch, bias and GELU in the epilogue, beta·C.
+        let h = |t: Tensor| t.to_dtype(dtype).unwrap();
+        let (x, xc) = pair(gpu, &randn_host(3 * 101 * 67, 130), &[3, 101, 67]);
+        let (w, wc) = pair(gpu, &randn_host(53 * 67, 131), &[53, 67]);
+        let (cm, cc) = pair(gpu, &randn_host(101 * 53, 132), &[101, 53]);
+        let (bias, bias_c) = pair(gpu, &randn_host(53, 133), &[53]);
+        let run = |x: Tensor, w: Tensor, c: Tensor, b: Tensor| {
+            let (x, w, c, b) = (h(x), h(w), h(c), h(b));
+            Gemm::new(&x, &w)
+                .transpose_b(true)
+                .beta(0.5, &c)
+                .bias(&b)
+                .activation(Activation::Gelu)
+                .run()
+                .unwrap()
+        };
+        let got = run(x, w, cm, bias).to_vec().unwrap();
+        let want = run(xc, wc, cc, bias_c).to_vec().unwrap();
+        assert_close(&format!("{dtype:?} batched linear+gelu"), &got, &want, HALF_TOL);
+    }
 }
 
 fn epilogues_match_cpu(gpu: &Context) {
@@ -209,6 +256,7 @@ fn main() {
     run(&[
         ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
         ("gpu_tf32_matches_cpu", Case::Gpu(tf32_matches_cpu)),
+        ("gpu_half_precision_matches_cpu", Case::Gpu(half_precision_matches_cpu)),
         ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
         ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),
         ("gpu_batched_matches_cpu", Case::Gpu(batched_matches_cpu)),

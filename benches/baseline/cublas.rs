@@ -27,6 +27,15 @@ impl Cublas {
     /// Median ms of `C = A·B` (f32 in and out; TF32 tensor cores when `tf32`) over `reps` calls
     /// after warm-up, on random inputs.
     pub fn sgemm_ms(&self, m: usize, n: usize, k: usize, tf32: bool, reps: usize) -> Result<f64, String> {
+        self.gemm_ms::<f32>(m, n, k, tf32, reps)
+    }
+
+    /// As [`Cublas::sgemm_ms`] for `T` = f32, f16 or bf16 (16-bit: f32 accumulation).
+    pub fn gemm_ms<T>(&self, m: usize, n: usize, k: usize, tf32: bool, reps: usize) -> Result<f64, String>
+    where
+        T: ferrocuda::Element + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+        CudaBlas: cudarc::cublas::Gemm<T>,
+    {
         let mode = if tf32 {
             sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
         } else {
@@ -37,15 +46,15 @@ impl Cublas {
         if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             return Err(format!("cublasSetMathMode: {status:?}"));
         }
-        let fill = |len: usize, seed: u64| -> Result<CudaSlice<f32>, String> {
-            let host: Vec<f32> = (0..len as u64)
-                .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+        let fill = |len: usize, seed: u64| -> Result<CudaSlice<T>, String> {
+            let host: Vec<T> = (0..len as u64)
+                .map(|i| T::from_f32(((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0))
                 .collect();
             self.stream.clone_htod(&host).map_err(|e| e.to_string())
         };
         let (a, b) = (fill(m * k, 1)?, fill(k * n, 2)?);
-        let mut c = self.stream.alloc_zeros::<f32>(m * n).map_err(|e| e.to_string())?;
-        let call = |c: &mut CudaSlice<f32>| -> Result<(), String> {
+        let mut c = self.stream.alloc_zeros::<T>(m * n).map_err(|e| e.to_string())?;
+        let call = |c: &mut CudaSlice<T>| -> Result<(), String> {
             use cudarc::cublas::{Gemm, GemmConfig};
             let cfg = GemmConfig {
                 transa: sys::cublasOperation_t::CUBLAS_OP_N,
@@ -53,10 +62,10 @@ impl Cublas {
                 m: n as i32,
                 n: m as i32,
                 k: k as i32,
-                alpha: 1.0f32,
+                alpha: T::from_f32(1.0),
                 lda: n as i32,
                 ldb: k as i32,
-                beta: 0.0f32,
+                beta: T::from_f32(0.0),
                 ldc: n as i32,
             };
             // SAFETY: b is [K, N] and a is [M, K] row-major, i.e. column-major [N, K] and

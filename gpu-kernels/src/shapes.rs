@@ -57,3 +57,9 @@ pub const MMA_STAGES: usize = 3;
 pub const MMA_OPERAND_FLOATS: usize = 128 * (MMA_BK + 4);
 /// Dynamic shared memory of a tensor-core GEMM block, in bytes.
 pub const MMA_SHARED_BYTES: usize = MMA_STAGES * 2 * MMA_OPERAND_FLOATS * 4;
+
+/// The 16-bit (f16/bf16) tensor-core GEMM: same tile, threads and stages as the TF32 one, k-steps
+/// of 32 elements; halves per operand tile `[128][32 + 8]` (the larger of that and `[32][128 + 8]`).
+pub const MMA16_OPERAND_HALVES: usize = 128 * (MMA_BK + 8);
+/// Dynamic shared memory of a 16-bit tensor-core GEMM block, in bytes.
+pub const MMA16_SHARED_BYTES: usize = MMA_STAGES * 2 * MMA16_OPERAND_HALVES * 2;

@@ -15,7 +15,9 @@
 //! `MMA_SHARED_BYTES`.
 use super::epilogue;
 use crate::prelude::*;
-use crate::shapes::{MMA_BK as BK, MMA_OPERAND_FLOATS, MMA_STAGES as STAGES, MMA_THREADS as THREADS, MMA_TILE};
+use crate::shapes::{
+    MMA_BK as BK, MMA_OPERAND_FLOATS, MMA_STAGES as STAGES, MMA_THREADS as THREADS, MMA_TILE,
+};
 
 const BM: usize = MMA_TILE.0;
 const BN: usize = MMA_TILE.1;

@@ -1,5 +1,6 @@
 //! Matrix multiply kernels.
 pub mod gemm_f32;
+pub mod gemm_half;
 pub mod gemm_tf32;
 
 use crate::prelude::{gelu_tanh, relu};

@@ -17,14 +17,18 @@ impl HalfFloat for F16 {
     fn to_f32(bits: u16) -> f32 {
         let x: f32;
         // SAFETY: pure conversion (exact).
-        unsafe { asm!("cvt.f32.f16 {x}, {h};", x = out(reg32) x, h = in(reg16) bits, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("cvt.f32.f16 {x}, {h};", x = out(reg32) x, h = in(reg16) bits, options(pure, nomem, nostack))
+        };
         x
     }
     #[inline(always)]
     fn from_f32(x: f32) -> u16 {
         let h: u16;
         // SAFETY: pure conversion, round to nearest even.
-        unsafe { asm!("cvt.rn.f16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("cvt.rn.f16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack))
+        };
         h
     }
 }
@@ -38,7 +42,9 @@ impl HalfFloat for BF16 {
     fn from_f32(x: f32) -> u16 {
         let h: u16;
         // SAFETY: pure conversion, round to nearest even (sm_80 and up).
-        unsafe { asm!("cvt.rn.bf16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack)) };
+        unsafe {
+            asm!("cvt.rn.bf16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack))
+        };
         h
     }
 }

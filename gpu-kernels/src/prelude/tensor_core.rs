@@ -7,7 +7,9 @@ pub fn shared_addr<T>(p: *const T) -> u32 {
     let a: u64;
     // SAFETY: address arithmetic only. `cvta.to.shared.u64` then truncate: the 32-bit form on a
     // truncated generic pointer is refused by ptxas under `.address_size 64`.
-    unsafe { asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(pure, nomem, nostack))
+    };
     a as u32
 }
 
@@ -53,7 +55,9 @@ pub fn cp_async_wait<const PENDING: u32>() {
 pub fn to_tf32(x: f32) -> u32 {
     let r: u32;
     // SAFETY: pure conversion.
-    unsafe { asm!("cvt.rna.tf32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.rna.tf32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -70,3 +74,31 @@ pub fn mma_tf32_16x8x8(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
              b0 = in(reg32) b[0], b1 = in(reg32) b[1], options(pure, nomem, nostack));
     }
 }
+
+/// `d += a · b` for one warp on 16-bit inputs: `mma.m16n8k16` with f32 accumulation. Fragments
+/// hold pairs of consecutive-k values (low half first), lane = 4g + t: `a` = (g, 2t..),
+/// (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); `b` = (2t.., g), (2t+8.., g); `d` as in
+/// [`mma_tf32_16x8x8`].
+pub trait MmaInput: super::HalfFloat {
+    fn mma_16x8x16(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]);
+}
+
+macro_rules! mma_16bit {
+    ($ty:ty, $instr:literal) => {
+        impl MmaInput for $ty {
+            #[inline(always)]
+            fn mma_16x8x16(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+                // SAFETY: register-only warp-synchronous instruction; every lane executes it.
+                unsafe {
+                    asm!(concat!($instr, " {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};"),
+                         d0 = inout(reg32) d[0], d1 = inout(reg32) d[1], d2 = inout(reg32) d[2], d3 = inout(reg32) d[3],
+                         a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                         b0 = in(reg32) b[0], b1 = in(reg32) b[1], options(pure, nomem, nostack));
+                }
+            }
+        }
+    };
+}
+
+mma_16bit!(super::F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
+mma_16bit!(super::BF16, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");

@@ -2,7 +2,8 @@
 //! `alpha`/`beta`, bias and activation fused in the epilogue, batched and strided-batched).
 //! Kernels: `gpu-kernels/src/matmul/`.
 //!
-//! Kernel choice: with TF32 allowed on the context (or by [`Gemm::allow_tf32`]), the tensor-core
+//! Kernel choice: f16 and bf16 tensors (A, B, C and bias of one dtype) take the 16-bit
+//! tensor-core kernel (f32 accumulation, output in the input dtype). For f32: with TF32 allowed on the context (or by [`Gemm::allow_tf32`]), the tensor-core
 //! TF32 kernel (128×128 tiles). Otherwise the exact SIMT f32 kernel with the largest tile
 //! (128×128, then 128×64, then 64×64) whose grid still gives every SM at least one block; small
 //! or skinny products get smaller tiles and so more blocks.
@@ -10,9 +11,9 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_TILE_LARGE,
-    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA16_SHARED_BYTES, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
 };
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{DType, Storage, Tensor};
 use rayon::prelude::*;
 
 /// The activation a GEMM applies in its epilogue.
@@ -136,7 +137,6 @@ impl<'a> Gemm<'a> {
         let op = self.op;
         let (a, b) = (self.a, self.b);
         a.check_peer(op, b)?;
-        a.require_f32(op)?;
         let mismatch = || Error::ShapeMismatch { op, lhs: a.shape().to_vec(), rhs: b.shape().to_vec() };
         let split = |t: &Tensor| -> Result<(Option<usize>, usize, usize)> {
             match *t.shape() {
@@ -195,14 +195,16 @@ impl<'a> Gemm<'a> {
         let batched = self.a.rank() == 3 || self.b.rank() == 3;
         let shape = self.out_shape(d.batch, d.m, d.n, batched);
         match self.a.storage() {
-            Storage::Cpu(_) => Ok(Tensor::from_cpu(self.a.context(), &shape, self.cpu(d)?)),
+            Storage::Cpu(_) => {
+                Ok(Tensor::from_cpu_as(self.a.context(), &shape, self.a.dtype(), self.cpu(d)?))
+            }
             Storage::Cuda(_) => self.launch(d, &shape),
         }
     }
 
     fn launch(self, d: Dims, shape: &[usize]) -> Result<Tensor> {
         let op = self.op;
-        let out = Tensor::uninit(self.a.context(), shape, op)?;
+        let out = Tensor::uninit_as(self.a.context(), shape, self.a.dtype(), op)?;
         if out.is_empty() {
             return Ok(out);
         }
@@ -210,16 +212,18 @@ impl<'a> Gemm<'a> {
         let sms = stream.device.info.sm_count as usize;
         let blocks = |tile: (usize, usize)| d.n.div_ceil(tile.1) * d.m.div_ceil(tile.0) * d.batch;
         let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
-        let (kernel, tile, threads, shared_bytes) =
-            if self.allow_tf32.unwrap_or(self.a.context().allow_tf32()) {
-                (TF32_KERNELS[ta][tb], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
-            } else {
-                let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
-                    .into_iter()
-                    .find(|&(t, _)| blocks(t) >= sms)
-                    .unwrap_or((GEMM_TILE_SMALL, 2));
-                (SIMT_F32_KERNELS[size][ta][tb], tile, gemm_threads(tile), gemm_shared_bytes(tile))
-            };
+        let dtype = self.a.dtype();
+        let (kernel, tile, threads, shared_bytes) = if dtype != DType::F32 {
+            (HALF_KERNELS[dtype.index() - 1][ta][tb], MMA_TILE, MMA_THREADS, MMA16_SHARED_BYTES)
+        } else if self.allow_tf32.unwrap_or(self.a.context().allow_tf32()) {
+            (TF32_KERNELS[ta][tb], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
+        } else {
+            let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
+                .into_iter()
+                .find(|&(t, _)| blocks(t) >= sms)
+                .unwrap_or((GEMM_TILE_SMALL, 2));
+            (SIMT_F32_KERNELS[size][ta][tb], tile, gemm_threads(tile), gemm_shared_bytes(tile))
+        };
         let (grid_x, grid_y) = (d.n.div_ceil(tile.1), d.m.div_ceil(tile.0));
         if grid_y > 65_535 || d.batch > 65_535 {
             return Err(Error::InvalidArgument {
@@ -274,6 +278,7 @@ impl<'a> Gemm<'a> {
         let c = self.c.map(host).transpose()?;
         let bias = self.bias.map(host).transpose()?;
         let (ta, tb) = (self.transpose_a, self.transpose_b);
+        let dtype = self.a.dtype();
         let mut out = vec![0.0f32; d.batch * d.m * d.n];
         if d.n == 0 {
             return Ok(out);
@@ -296,7 +301,7 @@ impl<'a> Gemm<'a> {
                 if let Some(bias) = &bias {
                     v += bias[j] as f64;
                 }
-                *o = self.activation.apply(v) as f32;
+                *o = dtype.round(self.activation.apply(v));
             }
         });
         Ok(out)
@@ -308,6 +313,12 @@ const SIMT_F32_KERNELS: [[[&str; 2]; 2]; 3] = [
     [["gemm_f32_large_nn", "gemm_f32_large_nt"], ["gemm_f32_large_tn", "gemm_f32_large_tt"]],
     [["gemm_f32_medium_nn", "gemm_f32_medium_nt"], ["gemm_f32_medium_tn", "gemm_f32_medium_tt"]],
     [["gemm_f32_small_nn", "gemm_f32_small_nt"], ["gemm_f32_small_tn", "gemm_f32_small_tt"]],
+];
+
+/// `[f16, bf16][A transposed][B transposed]`.
+const HALF_KERNELS: [[[&str; 2]; 2]; 2] = [
+    [["gemm_f16_nn", "gemm_f16_nt"], ["gemm_f16_tn", "gemm_f16_tt"]],
+    [["gemm_bf16_nn", "gemm_bf16_nt"], ["gemm_bf16_tn", "gemm_bf16_tt"]],
 ];
 
 /// `[A transposed][B transposed]`.

@@ -1,0 +1,208 @@
+//! Tensor-core GEMM on f16 and bf16 (`mma.sync.m16n8k16`, f32 accumulate, one rounding to the
+//! output dtype): the SIMT kernel's contract for 16-bit tensors (`c` and `bias` in the same
+//! dtype).
+//!
+//! Floor: 2·M·N·K flops; `mma.sync` reaches about half of the H100's ~990 TFLOP/s dense 16-bit
+//! rate (the full rate needs `wgmma`), so 4096³ needs ≥ ~0.28 ms.
+//!
+//! Same structure as the TF32 kernel: a 128×128 tile per 256-thread block, 8 warps of 64×32,
+//! k-steps of 32 through three `cp.async` stages (16-byte copies of 8 elements, zero fill at the
+//! edges; 2-byte copies when rows are not 16-byte multiples). k-contiguous operands live as
+//! `[rows][32 + 8]` and give their k-pairs as one 32-bit read; row-contiguous ones as
+//! `[32][rows + 8]`, read as two halves. Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉,
+//! batch)`, dynamic shared memory `MMA16_SHARED_BYTES`.
+use super::epilogue;
+use crate::prelude::*;
+use crate::shapes::{
+    MMA16_OPERAND_HALVES, MMA_BK as BK, MMA_STAGES as STAGES, MMA_THREADS as THREADS, MMA_TILE,
+};
+
+const BM: usize = MMA_TILE.0;
+const WARPS_N: usize = 4;
+const WM: usize = 64;
+const WN: usize = 32;
+/// 16-byte chunks (8 elements) one thread copies per operand per stage.
+const CHUNKS: usize = BM * BK / 8 / THREADS;
+
+const _: () = assert!(WM / 16 == 4 && WN / 8 == 4 && BK / 16 == 2 && CHUNKS == 2);
+
+/// Copy 2 bytes (or zero-fill them): there is no 2-byte `cp.async`, so this is a plain load and
+/// shared store, which the barrier at the top of the next k-step orders like the copies.
+#[inline(always)]
+unsafe fn copy_2(dst: *mut u16, src: *const u16, valid: bool) {
+    *dst = if valid { load_nc_u16(src) } else { 0 };
+}
+
+#[derive(Clone, Copy)]
+struct Operand {
+    src: *const u16,
+    ld: usize,
+    rows: usize,
+    k: usize,
+    k_contiguous: bool,
+    vector_ok: bool,
+}
+
+impl Operand {
+    #[inline(always)]
+    fn offset(&self, row: usize, kk: usize) -> usize {
+        if self.k_contiguous {
+            row * (BK + 8) + kk
+        } else {
+            kk * (BM + 8) + row
+        }
+    }
+
+    /// The k-pair (row, kk), (row, kk + 1) packed low-first.
+    #[inline(always)]
+    unsafe fn pair(&self, tile: *const u16, row: usize, kk: usize) -> u32 {
+        if self.k_contiguous {
+            *(tile.add(self.offset(row, kk)) as *const u32)
+        } else {
+            *tile.add(self.offset(row, kk)) as u32 | (*tile.add(self.offset(row, kk + 1)) as u32) << 16
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(&self, tile: *mut u16, r0: usize, k0: usize, t: usize) {
+        unroll!(i in [0, 1] => {
+            let c = t + i * THREADS;
+            let (row, kk, valid) = if self.k_contiguous {
+                let (row, kk) = (c / (BK / 8), c % (BK / 8) * 8);
+                let valid = if r0 + row < self.rows { self.k.saturating_sub(k0 + kk).min(8) } else { 0 };
+                (row, kk, valid)
+            } else {
+                let (kk, row) = (c / (BM / 8), c % (BM / 8) * 8);
+                let valid = if k0 + kk < self.k { self.rows.saturating_sub(r0 + row).min(8) } else { 0 };
+                (row, kk, valid)
+            };
+            let src_offset = if self.k_contiguous { (r0 + row) * self.ld + k0 + kk } else { (k0 + kk) * self.ld + r0 + row };
+            let dst = tile.add(self.offset(row, kk));
+            if self.vector_ok {
+                let src = if valid > 0 { self.src.add(src_offset) } else { self.src };
+                cp_async_16(shared_addr(dst), src as *const f32, 2 * valid as u32);
+            } else {
+                for j in 0..8 {
+                    copy_2(dst.add(j), self.src.add(src_offset + j), j < valid);
+                }
+            }
+        });
+    }
+}
+
+#[inline(always)]
+unsafe fn gemm<H: MmaInput, const TA: bool, const TB: bool>(
+    (a, b, c, bias, out): (*const u16, *const u16, *const u16, *const u16, *mut u16),
+    (m, n, k): (usize, usize, usize),
+    (stride_a, stride_b, stride_c): (usize, usize, usize),
+    (alpha, beta, activation): (f32, f32, u32),
+) {
+    let t = thread_x();
+    let (m0, n0, batch) = (block_y() * BM, block_x() * MMA_TILE.1, block_z());
+    let (lda, ldb) = (if TA { m } else { k }, if TB { k } else { n });
+    let op_a = Operand {
+        src: a.add(batch * stride_a),
+        ld: lda,
+        rows: m,
+        k,
+        k_contiguous: !TA,
+        vector_ok: lda % 8 == 0 && stride_a % 8 == 0,
+    };
+    let op_b = Operand {
+        src: b.add(batch * stride_b),
+        ld: ldb,
+        rows: n,
+        k,
+        k_contiguous: TB,
+        vector_ok: ldb % 8 == 0 && stride_b % 8 == 0,
+    };
+    let smem = dynamic_shared::<u16>();
+    let stage_a = |s: usize| smem.add(s * 2 * MMA16_OPERAND_HALVES);
+    let stage_b = |s: usize| smem.add((s * 2 + 1) * MMA16_OPERAND_HALVES);
+
+    let steps = k.div_ceil(BK);
+    for s in 0..STAGES - 1 {
+        if s < steps {
+            op_a.load(stage_a(s), m0, s * BK, t);
+            op_b.load(stage_b(s), n0, s * BK, t);
+        }
+        cp_async_commit();
+    }
+    let warp = t / 32;
+    let (g, q) = (lane() / 4, lane() % 4);
+    let (wm0, wn0) = (warp / WARPS_N * WM, warp % WARPS_N * WN);
+    let mut acc = [[[0.0f32; 4]; 4]; 4];
+    for step in 0..steps {
+        cp_async_wait::<{ (STAGES - 2) as u32 }>();
+        sync_threads();
+        let ahead = step + STAGES - 1;
+        if ahead < steps {
+            op_a.load(stage_a(ahead % STAGES), m0, ahead * BK, t);
+            op_b.load(stage_b(ahead % STAGES), n0, ahead * BK, t);
+        }
+        cp_async_commit();
+        let (sa, sb) = (stage_a(step % STAGES), stage_b(step % STAGES));
+        unroll!(ks in [0, 1] => {
+            let kk = ks * 16 + 2 * q;
+            let mut fa = [[0u32; 4]; 4];
+            let mut fb = [[0u32; 2]; 4];
+            unroll!(mi in [0, 1, 2, 3] => {
+                let r = wm0 + mi * 16 + g;
+                fa[mi] = [op_a.pair(sa, r, kk), op_a.pair(sa, r + 8, kk), op_a.pair(sa, r, kk + 8), op_a.pair(sa, r + 8, kk + 8)];
+            });
+            unroll!(ni in [0, 1, 2, 3] => {
+                let col = wn0 + ni * 8 + g;
+                fb[ni] = [op_b.pair(sb, col, kk), op_b.pair(sb, col, kk + 8)];
+            });
+            unroll!(mi in [0, 1, 2, 3] => {
+                unroll!(ni in [0, 1, 2, 3] => {
+                    H::mma_16x8x16(&mut acc[mi][ni], fa[mi], fb[ni]);
+                });
+            });
+        });
+    }
+    cp_async_wait::<0>();
+
+    let (out, c) = (out.add(batch * m * n), c.add(batch * stride_c));
+    let has_c = !c.is_null() && beta != 0.0;
+    unroll!(mi in [0, 1, 2, 3] => {
+        unroll!(ni in [0, 1, 2, 3] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let row = m0 + wm0 + mi * 16 + g + e / 2 * 8;
+                let col = n0 + wn0 + ni * 8 + 2 * q + e % 2;
+                if row < m && col < n {
+                    let beta_c = if has_c { beta * H::to_f32(load_nc_u16(c.add(row * n + col))) } else { 0.0 };
+                    let bias_v = if bias.is_null() { 0.0 } else { H::to_f32(load_nc_u16(bias.add(col))) };
+                    let v = epilogue(acc[mi][ni][e], alpha, beta_c, bias_v, activation);
+                    store_u16(out.add(row * n + col), H::from_f32(v));
+                }
+            });
+        });
+    });
+}
+
+macro_rules! half_kernels {
+    ($($name:ident: $h:ty, $ta:literal, $tb:literal;)*) => {$(
+        /// 16-bit tensor-core GEMM; arguments as the SIMT `gemm_f32_*` kernels, on 16-bit
+        /// elements (`alpha`, `beta` in f32).
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16,
+            m: usize, n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+            alpha: f32, beta: f32, activation: u32,
+        ) {
+            gemm::<$h, $ta, $tb>((a, b, c, bias, out), (m, n, k), (stride_a, stride_b, stride_c), (alpha, beta, activation))
+        }
+    )*};
+}
+
+half_kernels! {
+    gemm_f16_nn: F16, false, false;
+    gemm_f16_nt: F16, false, true;
+    gemm_f16_tn: F16, true, false;
+    gemm_f16_tt: F16, true, true;
+    gemm_bf16_nn: BF16, false, false;
+    gemm_bf16_nt: BF16, false, true;
+    gemm_bf16_tn: BF16, true, false;
+    gemm_bf16_tt: BF16, true, true;
+}
