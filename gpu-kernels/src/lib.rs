@@ -14,6 +14,7 @@ pub mod prelude;
 pub mod elementwise;
 pub mod layout;
 pub mod matmul;
+pub mod nn;
 pub mod random;
 pub mod reduce;
 pub mod shapes;

@@ -63,3 +63,10 @@ pub const MMA_SHARED_BYTES: usize = MMA_STAGES * 2 * MMA_OPERAND_FLOATS * 4;
 pub const MMA16_OPERAND_HALVES: usize = 128 * (MMA_BK + 8);
 /// Dynamic shared memory of a 16-bit tensor-core GEMM block, in bytes.
 pub const MMA16_SHARED_BYTES: usize = MMA_STAGES * 2 * MMA16_OPERAND_HALVES * 2;
+
+/// Threads per block of the row kernels of `nn` (softmax, cross-entropy, layer norm): one block
+/// per row.
+pub const NN_ROW_BLOCK: usize = 256;
+/// Rows up to `NN_ROW_BLOCK * 4 * NN_ROW_VECTORS` floats (8192) whose length is a multiple of 4
+/// stay in registers between the passes of softmax; longer or unaligned rows are read twice.
+pub const NN_ROW_VECTORS: usize = 8;

@@ -73,3 +73,54 @@ pub fn block_reduce<R: ReduceOp>(v: f32) -> f32 {
     sync_threads();
     total
 }
+
+shared_array!(static BLOCK_WELFORD_SCRATCH: [f32; 3 * 32]);
+
+/// Chan's combination of two Welford states `(count, mean, M2)`.
+#[inline(always)]
+pub fn welford_combine(a: (f32, f32, f32), b: (f32, f32, f32)) -> (f32, f32, f32) {
+    let n = a.0 + b.0;
+    if n == 0.0 {
+        return a;
+    }
+    let delta = b.1 - a.1;
+    let wb = b.0 / n;
+    (n, a.1 + delta * wb, a.2 + b.2 + delta * delta * a.0 * wb)
+}
+
+/// Combine every thread's Welford state `(count, mean, M2)` over the block; every thread gets the
+/// total, combined in a fixed order. Every thread of the block must call it.
+#[inline(always)]
+pub fn block_welford(state: (f32, f32, f32)) -> (f32, f32, f32) {
+    use super::warp::shfl_xor;
+    let warp_combine = |mut s: (f32, f32, f32)| {
+        let mut m = 16;
+        while m > 0 {
+            let other = (shfl_xor(s.0, m), shfl_xor(s.1, m), shfl_xor(s.2, m));
+            s = welford_combine(s, other);
+            m >>= 1;
+        }
+        s
+    };
+    let scratch = shared_ptr(&raw mut BLOCK_WELFORD_SCRATCH);
+    let s = warp_combine(state);
+    let warps = (block_dim_x() * block_dim_y()).div_ceil(32);
+    if lane() == 0 {
+        // SAFETY: warp_in_block() < 32 for blocks of at most 1024 threads.
+        unsafe {
+            *scratch.add(warp_in_block()) = s.0;
+            *scratch.add(32 + warp_in_block()) = s.1;
+            *scratch.add(64 + warp_in_block()) = s.2;
+        }
+    }
+    sync_threads();
+    let partial = if lane() < warps {
+        // SAFETY: lane() < warps <= 32, written before the barrier.
+        unsafe { (*scratch.add(lane()), *scratch.add(32 + lane()), *scratch.add(64 + lane())) }
+    } else {
+        (0.0, 0.0, 0.0)
+    };
+    let total = warp_combine(partial);
+    sync_threads();
+    total
+}

@@ -9,6 +9,8 @@ unsafe extern "C" {
     fn ex2_approx_ftz_f32(x: f32) -> f32;
     #[link_name = "llvm.nvvm.rcp.approx.ftz.f"]
     fn rcp_approx_ftz_f32(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.lg2.approx.ftz.f"]
+    fn lg2_approx_ftz_f32(x: f32) -> f32;
     #[link_name = "llvm.nvvm.tanh.approx.f32"]
     fn tanh_approx_f32(x: f32) -> f32;
     #[link_name = "llvm.fma.f32"]
@@ -31,11 +33,33 @@ pub fn rcp_approx(x: f32) -> f32 {
     unsafe { rcp_approx_ftz_f32(x) }
 }
 
+/// `log2(x)` (`lg2.approx.ftz.f32`, about 2^-22 relative).
+#[inline(always)]
+pub fn log2_approx(x: f32) -> f32 {
+    // SAFETY: pure arithmetic intrinsic.
+    unsafe { lg2_approx_ftz_f32(x) }
+}
+
+/// `ln(x)` through `lg2.approx`.
+#[inline(always)]
+pub fn ln_fast(x: f32) -> f32 {
+    log2_approx(x) * core::f32::consts::LN_2
+}
+
 /// `tanh.approx.f32`: 2^-11 relative; for code that tolerates it.
 #[inline(always)]
 pub fn tanh_approx(x: f32) -> f32 {
     // SAFETY: pure arithmetic intrinsic.
     unsafe { tanh_approx_f32(x) }
+}
+
+/// `√x`, correctly rounded (`sqrt.rn.f32`).
+#[inline(always)]
+pub fn sqrt_rn(x: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic instruction.
+    unsafe { core::arch::asm!("sqrt.rn.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    r
 }
 
 /// Fused multiply-add `a * b + c`, one rounding.

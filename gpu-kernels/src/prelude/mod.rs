@@ -17,7 +17,7 @@ pub mod sync;
 pub mod tensor_core;
 pub mod warp;
 
-pub use block::{block_reduce, Max, Min, ReduceOp, Sum};
+pub use block::{block_reduce, block_welford, welford_combine, Max, Min, ReduceOp, Sum};
 pub use half::{HalfFloat, BF16, F16};
 pub use index::*;
 pub use math::*;

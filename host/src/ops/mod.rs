@@ -5,6 +5,7 @@
 pub mod elementwise;
 pub mod layout;
 pub mod matmul;
+pub mod nn;
 pub mod random;
 pub mod reduce;
 
