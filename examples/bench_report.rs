@@ -62,6 +62,7 @@ fn measure(
     let big = n >= 1 << 26;
     let target = match op {
         "transpose" => Some(0.8),
+        "softmax" | "layernorm" if big => Some(0.85),
         "add" | "gelu_tanh" | "relu" | "sum" | "max" if big => Some(0.9),
         _ => None,
     };
@@ -90,6 +91,13 @@ fn main() -> Result<()> {
     }
     rows.push(measure(&ctx, "sum_rows", &[4096, 4096], true, 4, Tensor::sum_last)?);
     rows.push(measure(&ctx, "transpose", &[4096, 4096], true, 8, Tensor::transpose)?);
+    for shape in [[1024, 768], [32768, 4096]] {
+        rows.push(measure(&ctx, "softmax", &shape, true, 8, Tensor::softmax)?);
+        let (gamma, beta) = (ctx.randn(&shape[1..], 13)?, ctx.randn(&shape[1..], 14)?);
+        rows.push(measure(&ctx, "layernorm", &shape, true, 8, |x| {
+            ferrocuda::layer_norm(x, Some(&gamma), Some(&beta), 1e-5).map(|(y, _)| y)
+        })?);
+    }
 
     println!(
         "# copy bandwidth (read + write, 2^28 f32): {copy_gbs:.0} GB/s; ratio = PyTorch ms / ferrocuda ms"
