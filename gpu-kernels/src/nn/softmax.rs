@@ -134,6 +134,11 @@ pub unsafe extern "ptx-kernel" fn softmax_bwd_f32(y: *const f32, dy: *const f32,
 
 /// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn log_softmax_bwd_f32(y: *const f32, dy: *const f32, dx: *mut f32, cols: usize) {
+pub unsafe extern "ptx-kernel" fn log_softmax_bwd_f32(
+    y: *const f32,
+    dy: *const f32,
+    dx: *mut f32,
+    cols: usize,
+) {
     softmax_bwd_row::<true>(y, dy, dx, cols)
 }

@@ -58,7 +58,9 @@ pub fn tanh_approx(x: f32) -> f32 {
 pub fn sqrt_rn(x: f32) -> f32 {
     let r: f32;
     // SAFETY: pure arithmetic instruction.
-    unsafe { core::arch::asm!("sqrt.rn.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    unsafe {
+        core::arch::asm!("sqrt.rn.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
     r
 }
 
