@@ -14,6 +14,17 @@ fn tflops(m: usize, n: usize, k: usize, ms: f64) -> f64 {
     2.0 * (m * n * k) as f64 / (ms * 1e9)
 }
 
+/// One table row: ferrocuda's time and rate, cuBLAS's, their ratio, and a last column.
+fn print_row((label, (m, n, k)): (String, (usize, usize, usize)), ms: f64, base: Option<f64>, last: &str) {
+    println!(
+        "{label:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7} {last:>12}",
+        tflops(m, n, k, ms),
+        base.map_or("-".into(), |b| format!("{b:.4}")),
+        base.map_or("-".into(), |b| format!("{:.2}", tflops(m, n, k, b))),
+        base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+    );
+}
+
 fn torch_ms(path: Option<&String>, workload: &str, shape: &str) -> Option<f64> {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(path?).ok()?).ok()?;
     rows.iter().find(|r| r["workload"] == workload && r["shape"] == shape).and_then(|r| r["ms"].as_f64())
@@ -44,27 +55,13 @@ fn main() -> Result<()> {
         } else {
             "-".into()
         };
-        println!(
-            "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7} {cpu_gflops:>12}",
-            format!("{n}x{n}x{n}"),
-            tflops(n, n, n, ms),
-            base.map_or("-".into(), |b| format!("{b:.4}")),
-            base.map_or("-".into(), |b| format!("{:.2}", tflops(n, n, n, b))),
-            base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
-        );
+        print_row((format!("{n}x{n}x{n}"), (n, n, n)), ms, base, &cpu_gflops);
     }
     let (m, k, n) = (8192, 4096, 4096);
     let (a, b) = (ctx.randn(&[m, k], 3)?, ctx.randn(&[k, n], 4)?);
     let ms = median_ms(&ctx, 2, 10, || a.matmul(&b).map(drop))?;
     let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(m, n, k, false, 10).ok());
-    println!(
-        "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7}",
-        format!("{m}x{n}x{k}"),
-        tflops(m, n, k, ms),
-        base.map_or("-".into(), |b| format!("{b:.4}")),
-        base.map_or("-".into(), |b| format!("{:.2}", tflops(m, n, k, b))),
-        base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
-    );
+    print_row((format!("{m}x{n}x{k}"), (m, n, k)), ms, base, "");
 
     println!(
         "\n{:<22} {:>10} {:>9} {:>10} {:>9} {:>7}",
@@ -74,14 +71,7 @@ fn main() -> Result<()> {
         let (a, b) = (ctx.randn(&[n, n], 1)?, ctx.randn(&[n, n], 2)?);
         let ms = median_ms(&ctx, 3, 20, || ferrocuda::Gemm::new(&a, &b).allow_tf32(true).run().map(drop))?;
         let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(n, n, n, true, 20).ok());
-        println!(
-            "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7}",
-            format!("{n}x{n}x{n}"),
-            tflops(n, n, n, ms),
-            base.map_or("-".into(), |b| format!("{b:.4}")),
-            base.map_or("-".into(), |b| format!("{:.2}", tflops(n, n, n, b))),
-            base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
-        );
+        print_row((format!("{n}x{n}x{n}"), (n, n, n)), ms, base, "");
     }
 
     for dtype in [ferrocuda::DType::BF16, ferrocuda::DType::F16] {
@@ -98,14 +88,7 @@ fn main() -> Result<()> {
                 ferrocuda::DType::BF16 => c.gemm_ms::<ferrocuda::bf16>(n, n, n, false, 20).ok(),
                 _ => c.gemm_ms::<ferrocuda::f16>(n, n, n, false, 20).ok(),
             });
-            println!(
-                "{:<22} {ms:>10.4} {:>9.2} {:>10} {:>9} {:>7}",
-                format!("{n}x{n}x{n}"),
-                tflops(n, n, n, ms),
-                base.map_or("-".into(), |b| format!("{b:.4}")),
-                base.map_or("-".into(), |b| format!("{:.2}", tflops(n, n, n, b))),
-                base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
-            );
+            print_row((format!("{n}x{n}x{n}"), (n, n, n)), ms, base, "");
         }
     }
 

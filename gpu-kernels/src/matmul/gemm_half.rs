@@ -11,16 +11,11 @@
 //! `[rows][32 + 8]` and give their k-pairs as one 32-bit read; row-contiguous ones as
 //! `[32][rows + 8]`, read as two halves. Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉,
 //! batch)`, dynamic shared memory `MMA16_SHARED_BYTES`.
-use super::epilogue;
+use super::{mma_epilogue, mma_mainloop, warp_origin, WarpAcc, WARP_M as WM, WARP_N as WN};
 use crate::prelude::*;
-use crate::shapes::{
-    MMA16_OPERAND_HALVES, MMA_BK as BK, MMA_STAGES as STAGES, MMA_THREADS as THREADS, MMA_TILE,
-};
+use crate::shapes::{MMA16_OPERAND_HALVES, MMA_BK as BK, MMA_THREADS as THREADS, MMA_TILE};
 
 const BM: usize = MMA_TILE.0;
-const WARPS_N: usize = 4;
-const WM: usize = 64;
-const WN: usize = 32;
 /// 16-byte chunks (8 elements) one thread copies per operand per stage.
 const CHUNKS: usize = BM * BK / 8 / THREADS;
 
@@ -120,65 +115,53 @@ unsafe fn gemm<H: MmaInput, const TA: bool, const TB: bool>(
     let stage_a = |s: usize| smem.add(s * 2 * MMA16_OPERAND_HALVES);
     let stage_b = |s: usize| smem.add((s * 2 + 1) * MMA16_OPERAND_HALVES);
 
-    let steps = k.div_ceil(BK);
-    for s in 0..STAGES - 1 {
-        if s < steps {
-            op_a.load(stage_a(s), m0, s * BK, t);
-            op_b.load(stage_b(s), n0, s * BK, t);
-        }
-        cp_async_commit();
-    }
-    let warp = t / 32;
+    let (wm0, wn0) = warp_origin();
     let (g, q) = (lane() / 4, lane() % 4);
-    let (wm0, wn0) = (warp / WARPS_N * WM, warp % WARPS_N * WN);
-    let mut acc = [[[0.0f32; 4]; 4]; 4];
-    for step in 0..steps {
-        cp_async_wait::<{ (STAGES - 2) as u32 }>();
-        sync_threads();
-        let ahead = step + STAGES - 1;
-        if ahead < steps {
-            op_a.load(stage_a(ahead % STAGES), m0, ahead * BK, t);
-            op_b.load(stage_b(ahead % STAGES), n0, ahead * BK, t);
+    let load = |s: usize, step: usize| {
+        // SAFETY: stage `s` of the dynamic shared memory holds both operand tiles.
+        unsafe {
+            op_a.load(stage_a(s), m0, step * BK, t);
+            op_b.load(stage_b(s), n0, step * BK, t);
         }
-        cp_async_commit();
-        let (sa, sb) = (stage_a(step % STAGES), stage_b(step % STAGES));
+    };
+    let compute = |s: usize, acc: &mut WarpAcc| {
+        let (sa, sb) = (stage_a(s), stage_b(s));
         unroll!(ks in [0, 1] => {
             let kk = ks * 16 + 2 * q;
             let mut fa = [[0u32; 4]; 4];
             let mut fb = [[0u32; 2]; 4];
-            unroll!(mi in [0, 1, 2, 3] => {
-                let r = wm0 + mi * 16 + g;
-                fa[mi] = [op_a.pair(sa, r, kk), op_a.pair(sa, r + 8, kk), op_a.pair(sa, r, kk + 8), op_a.pair(sa, r + 8, kk + 8)];
-            });
-            unroll!(ni in [0, 1, 2, 3] => {
-                let col = wn0 + ni * 8 + g;
-                fb[ni] = [op_b.pair(sb, col, kk), op_b.pair(sb, col, kk + 8)];
-            });
+            // SAFETY: the offsets stay inside the stage's tiles (rows < 128, k < 32).
+            unsafe {
+                unroll!(mi in [0, 1, 2, 3] => {
+                    let r = wm0 + mi * 16 + g;
+                    fa[mi] = [op_a.pair(sa, r, kk), op_a.pair(sa, r + 8, kk), op_a.pair(sa, r, kk + 8), op_a.pair(sa, r + 8, kk + 8)];
+                });
+                unroll!(ni in [0, 1, 2, 3] => {
+                    let col = wn0 + ni * 8 + g;
+                    fb[ni] = [op_b.pair(sb, col, kk), op_b.pair(sb, col, kk + 8)];
+                });
+            }
             unroll!(mi in [0, 1, 2, 3] => {
                 unroll!(ni in [0, 1, 2, 3] => {
                     H::mma_16x8x16(&mut acc[mi][ni], fa[mi], fb[ni]);
                 });
             });
         });
-    }
-    cp_async_wait::<0>();
+    };
+    let acc = mma_mainloop(k.div_ceil(BK), load, compute);
 
     let (out, c) = (out.add(batch * m * n), c.add(batch * stride_c));
     let has_c = !c.is_null() && beta != 0.0;
-    unroll!(mi in [0, 1, 2, 3] => {
-        unroll!(ni in [0, 1, 2, 3] => {
-            unroll!(e in [0, 1, 2, 3] => {
-                let row = m0 + wm0 + mi * 16 + g + e / 2 * 8;
-                let col = n0 + wn0 + ni * 8 + 2 * q + e % 2;
-                if row < m && col < n {
-                    let beta_c = if has_c { beta * H::to_f32(load_nc_u16(c.add(row * n + col))) } else { 0.0 };
-                    let bias_v = if bias.is_null() { 0.0 } else { H::to_f32(load_nc_u16(bias.add(col))) };
-                    let v = epilogue(acc[mi][ni][e], alpha, beta_c, bias_v, activation);
-                    store_u16(out.add(row * n + col), H::from_f32(v));
-                }
-            });
-        });
-    });
+    mma_epilogue(
+        &acc,
+        (m0 + wm0, n0 + wn0),
+        (m, n),
+        (alpha, activation),
+        // SAFETY (the three closures): `idx` < m·n and `col` < n, checked by the caller.
+        |idx| if has_c { beta * H::to_f32(unsafe { load_nc_u16(c.add(idx)) }) } else { 0.0 },
+        |col| if bias.is_null() { 0.0 } else { H::to_f32(unsafe { load_nc_u16(bias.add(col)) }) },
+        |idx, v| unsafe { store_u16(out.add(idx), H::from_f32(v)) },
+    );
 }
 
 macro_rules! half_kernels {

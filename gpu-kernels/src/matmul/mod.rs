@@ -3,8 +3,8 @@ pub mod gemm_f32;
 pub mod gemm_half;
 pub mod gemm_tf32;
 
-use crate::prelude::{gelu_tanh, relu};
-use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU};
+use crate::prelude::*;
+use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES};
 
 /// The fused epilogue on one output: `alpha·acc + beta·c + bias`, then the activation.
 #[inline(always)]
@@ -15,4 +15,80 @@ pub(crate) fn epilogue(acc: f32, alpha: f32, beta_c: f32, bias: f32, activation:
         ACTIVATION_GELU => gelu_tanh(v),
         _ => v,
     }
+}
+
+/// Warps of a tensor-core block along N (8 warps: 2 × 4), and one warp's piece of C.
+pub(crate) const WARPS_N: usize = 4;
+pub(crate) const WARP_M: usize = 64;
+pub(crate) const WARP_N: usize = 32;
+
+/// A warp's accumulators for its 64×32 piece of C: 4×4 MMA tiles of 16×8, 4 floats per lane each
+/// (rows g and g+8, columns 2t and 2t+1 of the tile, lane = 4g + t).
+pub(crate) type WarpAcc = [[[f32; 4]; 4]; 4];
+
+/// The `cp.async` pipeline of the tensor-core kernels over `steps` k-steps and `MMA_STAGES`
+/// shared-memory stages: `load(stage, step)` issues this thread's copies of k-step `step` into
+/// `stage`; `compute(stage, acc)` runs the warp's MMAs of the k-step held in `stage`.
+#[inline(always)]
+pub(crate) fn mma_mainloop(
+    steps: usize,
+    load: impl Fn(usize, usize),
+    mut compute: impl FnMut(usize, &mut WarpAcc),
+) -> WarpAcc {
+    for s in 0..STAGES - 1 {
+        if s < steps {
+            load(s, s);
+        }
+        cp_async_commit();
+    }
+    let mut acc = [[[0.0f32; 4]; 4]; 4];
+    for step in 0..steps {
+        cp_async_wait::<{ (STAGES - 2) as u32 }>();
+        // Every thread's copies of this step have landed, and every warp is done with the stage
+        // the next load overwrites.
+        sync_threads();
+        let ahead = step + STAGES - 1;
+        if ahead < steps {
+            load(ahead % STAGES, ahead);
+        }
+        cp_async_commit();
+        compute(step % STAGES, &mut acc);
+    }
+    cp_async_wait::<0>();
+    acc
+}
+
+/// The warp's origin `(row, column)` in the block's tile.
+#[inline(always)]
+pub(crate) fn warp_origin() -> (usize, usize) {
+    let warp = thread_x() / 32;
+    (warp / WARPS_N * WARP_M, warp % WARPS_N * WARP_N)
+}
+
+/// Write a warp's accumulators through the fused epilogue: element `(row, col)` of the `[m, n]`
+/// output, `origin` the warp's first element, becomes `epilogue(acc, alpha, c(idx), bias(col),
+/// activation)` and is written by `store(idx)`, `idx = row·n + col`.
+#[inline(always)]
+pub(crate) fn mma_epilogue(
+    acc: &WarpAcc,
+    origin: (usize, usize),
+    (m, n): (usize, usize),
+    (alpha, activation): (f32, u32),
+    beta_c: impl Fn(usize) -> f32,
+    bias: impl Fn(usize) -> f32,
+    store: impl Fn(usize, f32),
+) {
+    let (g, q) = (lane() / 4, lane() % 4);
+    unroll!(mi in [0, 1, 2, 3] => {
+        unroll!(ni in [0, 1, 2, 3] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let row = origin.0 + mi * 16 + g + e / 2 * 8;
+                let col = origin.1 + ni * 8 + 2 * q + e % 2;
+                if row < m && col < n {
+                    let idx = row * n + col;
+                    store(idx, epilogue(acc[mi][ni][e], alpha, beta_c(idx), bias(col), activation));
+                }
+            });
+        });
+    });
 }
