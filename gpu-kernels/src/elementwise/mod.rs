@@ -50,7 +50,7 @@ pub(crate) unsafe fn map1(x: *const f32, out: *mut f32, n: usize, f: impl Fn(f32
         });
         unroll!(u in [0, 1, 2, 3] => {
             if idx[u] < n4 {
-                store_f32x4(out.add(4 * idx[u]), v[u].map(&f));
+                store_stream_f32x4(out.add(4 * idx[u]), v[u].map(&f));
             }
         });
     });
@@ -84,7 +84,7 @@ pub(crate) unsafe fn map2(
         });
         unroll!(u in [0, 1, 2, 3] => {
             if idx[u] < n4 {
-                store_f32x4(out.add(4 * idx[u]), va[u].zip(vb[u], &f));
+                store_stream_f32x4(out.add(4 * idx[u]), va[u].zip(vb[u], &f));
             }
         });
     });

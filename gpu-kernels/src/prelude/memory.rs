@@ -69,6 +69,18 @@ pub unsafe fn store_f32x4(p: *mut f32, v: F32x4) {
          options(nostack));
 }
 
+/// `st.global.cs.v4.f32`: a streaming store (evict-first), for outputs nothing reads soon.
+///
+/// # Safety
+/// As [`store_f32x4`].
+#[inline(always)]
+pub unsafe fn store_stream_f32x4(p: *mut f32, v: F32x4) {
+    let [a, b, c, d] = v.0;
+    asm!("st.global.cs.v4.f32 [{p}], {{{a}, {b}, {c}, {d}}};",
+         p = in(reg64) p, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, d = in(reg32) d,
+         options(nostack));
+}
+
 /// `st.global.f32`.
 ///
 /// # Safety
