@@ -2,7 +2,7 @@
 //! differences of an f64 reference at small sizes, and typed errors for bad input.
 mod common;
 use common::*;
-use ferrocuda::{cross_entropy, layer_norm, layer_norm_backward, Context, Error, Tensor};
+use ferrocuda::{cross_entropy, layer_norm, layer_norm_backward, Context, DType, Error, Tensor};
 
 const TOL: f64 = 1e-5;
 /// Rows of 1, 31, 1000 and 50257 columns; in-register rows up to 8192; longer and unaligned ones.
@@ -212,6 +212,76 @@ fn layer_norm_matches_cpu(gpu: &Context) {
     }
 }
 
+type Forward = fn(&Tensor) -> ferrocuda::Result<Tensor>;
+type Backward = fn(&Tensor, &Tensor) -> ferrocuda::Result<Tensor>;
+type Activation = (&'static str, Forward, Backward, bool, fn(f64) -> f64);
+
+/// (name, forward, backward, whether the backward takes the forward's output instead of its input,
+/// f64 reference of the forward)
+const ACTIVATIONS: [Activation; 4] = [
+    ("relu", Tensor::relu, Tensor::relu_backward, false, |x| x.max(0.0)),
+    ("sigmoid", Tensor::sigmoid, Tensor::sigmoid_backward, true, |x| 1.0 / (1.0 + (-x).exp())),
+    ("tanh", Tensor::tanh, Tensor::tanh_backward, true, f64::tanh),
+    ("gelu", Tensor::gelu, Tensor::gelu_backward, false, |x| {
+        0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+    }),
+];
+
+fn activation_gradients_on(ctx: &Context) {
+    let x = randn_host(101, 1800).iter().map(|v| v * 3.0).collect::<Vec<f32>>();
+    let dy = randn_host(101, 1801);
+    let (xt, dyt) = (ctx.from_slice(&x, &[101]).unwrap(), ctx.from_slice(&dy, &[101]).unwrap());
+    for (name, forward, backward, uses_output, f) in ACTIVATIONS {
+        let saved = if uses_output { forward(&xt).unwrap() } else { xt.clone() };
+        let got = backward(&saved, &dyt).unwrap().to_vec().unwrap();
+        for i in 0..101 {
+            let h = 1e-6;
+            let numeric = dy[i] as f64 * (f(x[i] as f64 + h) - f(x[i] as f64 - h)) / (2.0 * h);
+            // relu has a kink at 0: skip points within h of it.
+            if name == "relu" && x[i].abs() < 1e-5 {
+                continue;
+            }
+            assert!(
+                (got[i] as f64 - numeric).abs() < 1e-4 * (1.0 + numeric.abs()),
+                "{name}' at {}: {} vs {numeric}",
+                x[i],
+                got[i]
+            );
+        }
+    }
+}
+
+fn gpu_activation_gradients(gpu: &Context) {
+    activation_gradients_on(gpu);
+    for (s, &n) in SIZES_1D.iter().enumerate() {
+        let (xg, xc) = shaped(gpu, &[n], 1900 + s as u64, 3.0);
+        let (dg, dc) = shaped(gpu, &[n], 2000 + s as u64, 1.0);
+        for (name, forward, backward, uses_output, _) in ACTIVATIONS {
+            let (sg, sc) = if uses_output {
+                (forward(&xg).unwrap(), forward(&xc).unwrap())
+            } else {
+                (xg.clone(), xc.clone())
+            };
+            poison_pool(gpu, &[n]);
+            let got = backward(&sg, &dg).unwrap().to_vec().unwrap();
+            let want = backward(&sc, &dc).unwrap().to_vec().unwrap();
+            assert_close(&format!("{name}_backward n={n}"), &got, &want, TOL);
+            let (sh, dh) = (sg.to_dtype(DType::BF16).unwrap(), dg.to_dtype(DType::BF16).unwrap());
+            let (shc, dhc) = (sc.to_dtype(DType::BF16).unwrap(), dc.to_dtype(DType::BF16).unwrap());
+            let got = backward(&sh, &dh).unwrap().to_vec().unwrap();
+            let want = backward(&shc, &dhc).unwrap().to_vec().unwrap();
+            assert_close(&format!("{name}_backward bf16 n={n}"), &got, &want, 1e-2);
+        }
+    }
+}
+
+fn cpu_activation_gradients() {
+    activation_gradients_on(&Context::cpu());
+}
+
+/// Elementwise sizes: empty, tiny, odd, and 2^20+3.
+const SIZES_1D: [usize; 5] = [0, 1, 31, 1000, (1 << 20) + 3];
+
 fn bad_input_on(ctx: &Context) {
     let x = ctx.zeros(&[4, 10]).unwrap();
     let err = cross_entropy(&x, &[1, 2, 3]).unwrap_err();
@@ -248,8 +318,10 @@ fn main() {
         ("gpu_gradients_match_finite_differences", Case::Gpu(gpu_gradients_match_finite_differences)),
         ("gpu_cross_entropy_matches_cpu", Case::Gpu(cross_entropy_matches_cpu)),
         ("gpu_layer_norm_matches_cpu", Case::Gpu(layer_norm_matches_cpu)),
+        ("gpu_activation_gradients", Case::Gpu(gpu_activation_gradients)),
         ("gpu_bad_input", Case::Gpu(gpu_bad_input)),
         ("cpu_gradients_match_finite_differences", Case::Cpu(cpu_gradients_match_finite_differences)),
+        ("cpu_activation_gradients", Case::Cpu(cpu_activation_gradients)),
         ("cpu_bad_input", Case::Cpu(cpu_bad_input)),
     ]);
 }

@@ -27,6 +27,11 @@ enum BinaryOp {
     Sub,
     Mul,
     Div,
+    /// Activation gradients: (saved forward tensor, dy) -> dx; kernels in `gpu-kernels/src/nn/`.
+    ReluGrad,
+    SigmoidGrad,
+    TanhGrad,
+    GeluGrad,
 }
 
 impl BinaryOp {
@@ -57,6 +62,21 @@ impl BinaryOp {
                 "div_scalar",
                 ["div_scalar_f32", "div_scalar_f16", "div_scalar_bf16"],
             ),
+            BinaryOp::ReluGrad => {
+                ("relu_backward", ["relu_bwd_f32", "relu_bwd_f16", "relu_bwd_bf16"], "", ["", "", ""])
+            }
+            BinaryOp::SigmoidGrad => (
+                "sigmoid_backward",
+                ["sigmoid_bwd_f32", "sigmoid_bwd_f16", "sigmoid_bwd_bf16"],
+                "",
+                ["", "", ""],
+            ),
+            BinaryOp::TanhGrad => {
+                ("tanh_backward", ["tanh_bwd_f32", "tanh_bwd_f16", "tanh_bwd_bf16"], "", ["", "", ""])
+            }
+            BinaryOp::GeluGrad => {
+                ("gelu_backward", ["gelu_bwd_f32", "gelu_bwd_f16", "gelu_bwd_bf16"], "", ["", "", ""])
+            }
         }
     }
 
@@ -66,6 +86,20 @@ impl BinaryOp {
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
+            BinaryOp::ReluGrad => {
+                if a > 0.0 {
+                    b
+                } else {
+                    0.0
+                }
+            }
+            BinaryOp::SigmoidGrad => b * a * (1.0 - a),
+            BinaryOp::TanhGrad => b * (1.0 - a * a),
+            BinaryOp::GeluGrad => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                let t = (k * (a + 0.044_715 * a * a * a)).tanh();
+                b * (0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044_715 * a * a))
+            }
         }
     }
 }
@@ -305,6 +339,14 @@ tensor_ops! {
     mul_scalar => binary_scalar(s: f32) with BinaryOp::Mul;
     /// `self / s` for every element.
     div_scalar => binary_scalar(s: f32) with BinaryOp::Div;
+    /// Gradient of relu: `self` is the forward input x, `dy` the gradient w.r.t. its output.
+    relu_backward => binary(dy: &Tensor) with BinaryOp::ReluGrad;
+    /// Gradient of sigmoid: `self` is the forward output y.
+    sigmoid_backward => binary(dy: &Tensor) with BinaryOp::SigmoidGrad;
+    /// Gradient of tanh: `self` is the forward output y.
+    tanh_backward => binary(dy: &Tensor) with BinaryOp::TanhGrad;
+    /// Gradient of gelu (tanh form): `self` is the forward input x.
+    gelu_backward => binary(dy: &Tensor) with BinaryOp::GeluGrad;
     /// `max(x, 0)`; NaN stays NaN.
     relu => unary() with UnaryOp::Relu;
     /// `1 / (1 + e^-x)`.
