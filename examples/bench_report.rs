@@ -91,6 +91,24 @@ fn main() -> Result<()> {
     }
     rows.push(measure(&ctx, "sum_rows", &[4096, 4096], true, 4, Tensor::sum_last)?);
     rows.push(measure(&ctx, "transpose", &[4096, 4096], true, 8, Tensor::transpose)?);
+    let n = 1 << 24;
+    for (name, bytes_per_param) in [("adam", 28), ("sgd_momentum", 20)] {
+        let mut params = [ctx.randn(&[n], 15)?];
+        let grads = [ctx.randn(&[n], 16)?];
+        let mut adam = ferrocuda::Adam::new(1e-3);
+        let mut sgd = ferrocuda::Sgd::new(1e-3).momentum(0.9);
+        let ms = median_ms(&ctx, WARMUP, REPS, || match name {
+            "adam" => adam.step(&mut params, &grads),
+            _ => sgd.step(&mut params, &grads),
+        })?;
+        rows.push(Row {
+            op: name,
+            shape: py_shape(&[n], false),
+            ms,
+            bytes: n * bytes_per_param,
+            target: Some(0.85),
+        });
+    }
     for shape in [[1024, 768], [32768, 4096]] {
         rows.push(measure(&ctx, "softmax", &shape, true, 8, Tensor::softmax)?);
         let (gamma, beta) = (ctx.randn(&shape[1..], 13)?, ctx.randn(&shape[1..], 14)?);

@@ -70,3 +70,11 @@ pub const NN_ROW_BLOCK: usize = 256;
 /// Rows up to `NN_ROW_BLOCK * 4 * NN_ROW_VECTORS` floats (8192) whose length is a multiple of 4
 /// stay in registers between the passes of softmax; longer or unaligned rows are read twice.
 pub const NN_ROW_VECTORS: usize = 8;
+
+/// Elements one block of a multi-tensor optimizer launch updates (one chunk of one tensor).
+pub const OPTIMIZER_CHUNK: usize = 4096;
+/// Threads per block of the optimizer kernels.
+pub const OPTIMIZER_BLOCK: usize = 256;
+/// u64 words per tensor in an optimizer's slot table: parameter, gradient, two state buffers
+/// (addresses; 0 when unused) and the length.
+pub const OPTIMIZER_SLOT_WORDS: usize = 5;

@@ -28,6 +28,7 @@ pub(crate) mod shapes;
 pub use half::{bf16, f16};
 pub use ops::matmul::{linear, Activation, Gemm};
 pub use ops::nn::{cross_entropy, layer_norm, layer_norm_backward, LayerNormSaved};
+pub use ops::optim::{Adam, Sgd};
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};

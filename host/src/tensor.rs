@@ -223,6 +223,18 @@ impl Tensor {
         &self.storage
     }
 
+    /// Give this tensor a buffer no clone shares (copying it if one does), so it may be updated
+    /// in place; returns the CPU data for the CPU backend.
+    pub(crate) fn make_unique(&mut self) -> Result<Option<&mut Vec<f32>>> {
+        if Arc::get_mut(&mut self.storage).is_none() {
+            *self = self.copy()?;
+        }
+        match Arc::get_mut(&mut self.storage) {
+            Some(Storage::Cpu(v)) => Ok(Some(v)),
+            _ => Ok(None),
+        }
+    }
+
     /// Device address of the buffer (0 for the CPU backend or an empty tensor).
     pub(crate) fn device_ptr(&self) -> u64 {
         match &*self.storage {

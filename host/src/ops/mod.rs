@@ -6,6 +6,7 @@ pub mod elementwise;
 pub mod layout;
 pub mod matmul;
 pub mod nn;
+pub mod optim;
 pub mod random;
 pub mod reduce;
 

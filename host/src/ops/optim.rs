@@ -1,0 +1,275 @@
+//! Optimizers: [`Sgd`] (momentum, Nesterov, weight decay) and [`Adam`] (Adam / AdamW), each step
+//! one fused launch over every parameter tensor. Kernels: `gpu-kernels/src/optim/`.
+//!
+//! Parameters are updated in place: a parameter tensor whose buffer a clone shares is copied first
+//! (so clones keep their values), like `Arc::make_mut`.
+use crate::runtime::context::{Backend, Context};
+use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::shapes::{OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_SLOT_WORDS};
+use crate::tensor::Tensor;
+use cudarc::driver::result;
+
+/// Check the parameter/gradient lists and make every parameter uniquely owned.
+fn prepare(op: &'static str, params: &mut [Tensor], grads: &[Tensor], states: usize) -> Result<Context> {
+    if params.len() != grads.len() || params.is_empty() {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: vec![params.len(), grads.len()],
+            reason: "needs one gradient per parameter, and at least one parameter".into(),
+        });
+    }
+    if states != 0 && states != params.len() {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: vec![states, params.len()],
+            reason: "the parameter list changed since the first step".into(),
+        });
+    }
+    let ctx = params[0].context().clone();
+    for (p, g) in params.iter_mut().zip(grads) {
+        p.check_pair(op, g)?;
+        p.require_f32(op)?;
+        if !ctx.same_queue(p.context()) {
+            return Err(ctx.mismatch(op, p.context()));
+        }
+        p.make_unique()?;
+    }
+    Ok(ctx)
+}
+
+/// Upload the slot table and chunk list of `slots` (parameter, gradient, state addresses,
+/// length) and hand their addresses, with the launch shape, to `run`.
+fn launch_multi_tensor(
+    op: &'static str,
+    ctx: &Context,
+    slots: &[[u64; OPTIMIZER_SLOT_WORDS]],
+    run: impl FnOnce(LaunchConfig, u64, u64) -> Result<()>,
+) -> Result<()> {
+    let stream = ctx.stream(op)?;
+    let table: Vec<u64> = slots.iter().flatten().copied().collect();
+    let mut chunks: Vec<u32> = Vec::new();
+    for (i, s) in slots.iter().enumerate() {
+        for c in 0..(s[OPTIMIZER_SLOT_WORDS - 1] as usize).div_ceil(OPTIMIZER_CHUNK) {
+            chunks.extend([i as u32, c as u32]);
+        }
+    }
+    let blocks = chunks.len() / 2;
+    if blocks == 0 {
+        return Ok(());
+    }
+    let table_dev = stream.device.pool.alloc(stream, table.len() * 8, op)?;
+    let chunks_dev = stream.device.pool.alloc(stream, chunks.len() * 4, op)?;
+    // SAFETY: each buffer holds exactly the slice copied into it; pageable sources are staged
+    // before the calls return, and the buffers go back to the pool in stream order after `run`.
+    unsafe {
+        result::memcpy_htod_async(table_dev.ptr(), &table, stream.raw()).call("cuMemcpyHtoDAsync")?;
+        result::memcpy_htod_async(chunks_dev.ptr(), &chunks, stream.raw()).call("cuMemcpyHtoDAsync")?;
+    }
+    if blocks > i32::MAX as usize {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: vec![blocks],
+            reason: "too many parameters for one launch".into(),
+        });
+    }
+    run(
+        LaunchConfig { grid: (blocks as u32, 1, 1), block: (OPTIMIZER_BLOCK as u32, 1, 1), shared_bytes: 0 },
+        table_dev.ptr(),
+        chunks_dev.ptr(),
+    )
+}
+
+/// Stochastic gradient descent, PyTorch's semantics (dampening 0).
+#[derive(Debug)]
+pub struct Sgd {
+    pub lr: f32,
+    pub momentum: f32,
+    pub weight_decay: f32,
+    pub nesterov: bool,
+    buffers: Vec<Tensor>,
+}
+
+impl Sgd {
+    pub fn new(lr: f32) -> Self {
+        Sgd { lr, momentum: 0.0, weight_decay: 0.0, nesterov: false, buffers: Vec::new() }
+    }
+    pub fn momentum(mut self, momentum: f32) -> Self {
+        self.momentum = momentum;
+        self
+    }
+    pub fn weight_decay(mut self, weight_decay: f32) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+    pub fn nesterov(mut self, nesterov: bool) -> Self {
+        self.nesterov = nesterov;
+        self
+    }
+
+    /// Update `params` in place from `grads` (one per parameter, same shapes), in one launch.
+    pub fn step(&mut self, params: &mut [Tensor], grads: &[Tensor]) -> Result<()> {
+        const OP: &str = "sgd";
+        let ctx = prepare(OP, params, grads, self.buffers.len())?;
+        let first = self.buffers.is_empty();
+        if first && self.momentum != 0.0 {
+            self.buffers = params.iter().map(|p| ctx.zeros(p.shape())).collect::<Result<_>>()?;
+        }
+        let (lr, momentum, wd) = (self.lr, self.momentum, self.weight_decay);
+        match &ctx.backend {
+            Backend::Cpu => {
+                for (i, (p, g)) in params.iter_mut().zip(grads).enumerate() {
+                    let g = g.to_vec()?;
+                    let mut buf = self.buffers.get_mut(i).map(|b| b.make_unique()).transpose()?.flatten();
+                    let p = p.make_unique()?.expect("CPU storage");
+                    for (j, x) in p.iter_mut().enumerate() {
+                        let mut d = g[j] as f64 + wd as f64 * *x as f64;
+                        if let Some(buf) = buf.as_deref_mut() {
+                            let b = if first { d } else { momentum as f64 * buf[j] as f64 + d };
+                            buf[j] = b as f32;
+                            d = if self.nesterov { d + momentum as f64 * b } else { b };
+                        }
+                        *x = (*x as f64 - lr as f64 * d) as f32;
+                    }
+                }
+                Ok(())
+            }
+            Backend::Cuda(stream) => {
+                let slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]> = params
+                    .iter()
+                    .zip(grads)
+                    .enumerate()
+                    .map(|(i, (p, g))| {
+                        let buf = self.buffers.get(i).map_or(0, Tensor::device_ptr);
+                        [p.device_ptr(), g.device_ptr(), buf, 0, p.len() as u64]
+                    })
+                    .collect();
+                let (nesterov, first_step) = (u32::from(self.nesterov), u32::from(first));
+                launch_multi_tensor(OP, &ctx, &slots, |cfg, table, chunks| {
+                    // SAFETY: `sgd_f32(slots, chunks, lr, momentum, weight_decay, nesterov,
+                    // first_step)`: the table holds, per tensor, a uniquely owned parameter, its
+                    // gradient of the same length, a momentum buffer (or 0 without momentum) and
+                    // the length; the chunks cover each tensor once; one block per chunk.
+                    unsafe {
+                        launch(
+                            stream,
+                            "sgd_f32",
+                            cfg,
+                            &mut kernel_args![&table, &chunks, &lr, &momentum, &wd, &nesterov, &first_step],
+                        )
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// Adam with bias correction; AdamW when the weight decay is decoupled.
+#[derive(Debug)]
+pub struct Adam {
+    pub lr: f32,
+    pub betas: (f32, f32),
+    pub eps: f32,
+    pub weight_decay: f32,
+    /// AdamW: decay the weights directly instead of adding `weight_decay·p` to the gradient.
+    pub decoupled: bool,
+    state: Vec<(Tensor, Tensor)>,
+    steps: i32,
+}
+
+impl Adam {
+    pub fn new(lr: f32) -> Self {
+        Adam {
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            state: Vec::new(),
+            steps: 0,
+        }
+    }
+    /// AdamW (decoupled weight decay), PyTorch's default decay 0.01.
+    pub fn adamw(lr: f32, weight_decay: f32) -> Self {
+        Adam { weight_decay, decoupled: true, ..Self::new(lr) }
+    }
+    pub fn betas(mut self, beta1: f32, beta2: f32) -> Self {
+        self.betas = (beta1, beta2);
+        self
+    }
+    pub fn eps(mut self, eps: f32) -> Self {
+        self.eps = eps;
+        self
+    }
+    pub fn weight_decay(mut self, weight_decay: f32) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// Update `params` in place from `grads` (one per parameter, same shapes), in one launch.
+    pub fn step(&mut self, params: &mut [Tensor], grads: &[Tensor]) -> Result<()> {
+        const OP: &str = "adam";
+        let ctx = prepare(OP, params, grads, self.state.len())?;
+        if self.state.is_empty() {
+            self.state = params
+                .iter()
+                .map(|p| Ok((ctx.zeros(p.shape())?, ctx.zeros(p.shape())?)))
+                .collect::<Result<_>>()?;
+        }
+        self.steps += 1;
+        let (lr, (b1, b2), eps, wd) = (self.lr, self.betas, self.eps, self.weight_decay);
+        let c1 = 1.0 - (b1 as f64).powi(self.steps);
+        let c2 = 1.0 - (b2 as f64).powi(self.steps);
+        match &ctx.backend {
+            Backend::Cpu => {
+                for ((p, g), (m, v)) in params.iter_mut().zip(grads).zip(self.state.iter_mut()) {
+                    let g = g.to_vec()?;
+                    let (m, v) =
+                        (m.make_unique()?.expect("CPU storage"), v.make_unique()?.expect("CPU storage"));
+                    let p = p.make_unique()?.expect("CPU storage");
+                    for (j, x) in p.iter_mut().enumerate() {
+                        let (mut param, mut grad) = (*x as f64, g[j] as f64);
+                        if self.decoupled {
+                            param *= 1.0 - lr as f64 * wd as f64;
+                        } else {
+                            grad += wd as f64 * param;
+                        }
+                        let mj = b1 as f64 * m[j] as f64 + (1.0 - b1 as f64) * grad;
+                        let vj = b2 as f64 * v[j] as f64 + (1.0 - b2 as f64) * grad * grad;
+                        m[j] = mj as f32;
+                        v[j] = vj as f32;
+                        *x = (param - lr as f64 * (mj / c1) / ((vj / c2).sqrt() + eps as f64)) as f32;
+                    }
+                }
+                Ok(())
+            }
+            Backend::Cuda(stream) => {
+                let slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]> = params
+                    .iter()
+                    .zip(grads)
+                    .zip(&self.state)
+                    .map(|((p, g), (m, v))| {
+                        [p.device_ptr(), g.device_ptr(), m.device_ptr(), v.device_ptr(), p.len() as u64]
+                    })
+                    .collect();
+                let (c1, c2, decoupled) = (c1 as f32, c2 as f32, u32::from(self.decoupled));
+                launch_multi_tensor(OP, &ctx, &slots, |cfg, table, chunks| {
+                    // SAFETY: `adam_f32(slots, chunks, lr, beta1, beta2, eps, weight_decay, c1, c2,
+                    // decoupled)`: the table holds, per tensor, a uniquely owned parameter, its
+                    // gradient, and this optimizer's m and v, all of the same length, and that
+                    // length; the chunks cover each tensor once; one block per chunk.
+                    unsafe {
+                        launch(
+                            stream,
+                            "adam_f32",
+                            cfg,
+                            &mut kernel_args![
+                                &table, &chunks, &lr, &b1, &b2, &eps, &wd, &c1, &c2, &decoupled
+                            ],
+                        )
+                    }
+                })
+            }
+        }
+    }
+}
