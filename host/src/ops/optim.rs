@@ -6,9 +6,11 @@
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::pool::DeviceBuffer;
 use crate::shapes::{OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_SLOT_WORDS};
 use crate::tensor::Tensor;
 use cudarc::driver::result;
+use std::sync::Arc;
 
 /// Check the parameter/gradient lists and make every parameter uniquely owned.
 fn prepare(op: &'static str, params: &mut [Tensor], grads: &[Tensor], states: usize) -> Result<Context> {
@@ -38,45 +40,74 @@ fn prepare(op: &'static str, params: &mut [Tensor], grads: &[Tensor], states: us
     Ok(ctx)
 }
 
-/// Upload the slot table and chunk list of `slots` (parameter, gradient, state addresses,
-/// length) and hand their addresses, with the launch shape, to `run`.
+/// An optimizer's slot table and chunk list on the device, kept between steps: the addresses
+/// only change when a parameter is copied on share or the context changes.
+struct DeviceTables {
+    slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]>,
+    table: DeviceBuffer,
+    chunks: DeviceBuffer,
+    blocks: usize,
+}
+
+impl std::fmt::Debug for DeviceTables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceTables({} tensors, {} chunks)", self.slots.len(), self.blocks)
+    }
+}
+
+/// Make sure `cached` holds the tables of `slots` (parameter, gradient, state addresses, length)
+/// on `ctx`'s stream (uploading them when they changed), then hand their addresses, with the
+/// launch shape, to `run`.
 fn launch_multi_tensor(
     op: &'static str,
     ctx: &Context,
-    slots: &[[u64; OPTIMIZER_SLOT_WORDS]],
+    cached: &mut Option<DeviceTables>,
+    slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]>,
     run: impl FnOnce(LaunchConfig, u64, u64) -> Result<()>,
 ) -> Result<()> {
     let stream = ctx.stream(op)?;
-    let table: Vec<u64> = slots.iter().flatten().copied().collect();
-    let mut chunks: Vec<u32> = Vec::new();
-    for (i, s) in slots.iter().enumerate() {
-        for c in 0..(s[OPTIMIZER_SLOT_WORDS - 1] as usize).div_ceil(OPTIMIZER_CHUNK) {
-            chunks.extend([i as u32, c as u32]);
+    let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.table.stream(), stream));
+    if !fresh {
+        let table: Vec<u64> = slots.iter().flatten().copied().collect();
+        let mut chunks: Vec<u32> = Vec::new();
+        for (i, s) in slots.iter().enumerate() {
+            for c in 0..(s[OPTIMIZER_SLOT_WORDS - 1] as usize).div_ceil(OPTIMIZER_CHUNK) {
+                chunks.extend([i as u32, c as u32]);
+            }
         }
+        let blocks = chunks.len() / 2;
+        if blocks > i32::MAX as usize {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: vec![blocks],
+                reason: "too many parameters for one launch".into(),
+            });
+        }
+        let table_dev = stream.device.pool.alloc(stream, table.len() * 8, op)?;
+        let chunks_dev = stream.device.pool.alloc(stream, chunks.len() * 4, op)?;
+        if blocks > 0 {
+            // SAFETY: each buffer holds exactly the slice copied into it; pageable sources are
+            // staged before the calls return; later launches on this stream are ordered after.
+            unsafe {
+                result::memcpy_htod_async(table_dev.ptr(), &table, stream.raw()).call("cuMemcpyHtoDAsync")?;
+                result::memcpy_htod_async(chunks_dev.ptr(), &chunks, stream.raw())
+                    .call("cuMemcpyHtoDAsync")?;
+            }
+        }
+        *cached = Some(DeviceTables { slots, table: table_dev, chunks: chunks_dev, blocks });
     }
-    let blocks = chunks.len() / 2;
-    if blocks == 0 {
+    let tables = cached.as_ref().expect("filled above");
+    if tables.blocks == 0 {
         return Ok(());
     }
-    let table_dev = stream.device.pool.alloc(stream, table.len() * 8, op)?;
-    let chunks_dev = stream.device.pool.alloc(stream, chunks.len() * 4, op)?;
-    // SAFETY: each buffer holds exactly the slice copied into it; pageable sources are staged
-    // before the calls return, and the buffers go back to the pool in stream order after `run`.
-    unsafe {
-        result::memcpy_htod_async(table_dev.ptr(), &table, stream.raw()).call("cuMemcpyHtoDAsync")?;
-        result::memcpy_htod_async(chunks_dev.ptr(), &chunks, stream.raw()).call("cuMemcpyHtoDAsync")?;
-    }
-    if blocks > i32::MAX as usize {
-        return Err(Error::InvalidArgument {
-            op,
-            shape: vec![blocks],
-            reason: "too many parameters for one launch".into(),
-        });
-    }
     run(
-        LaunchConfig { grid: (blocks as u32, 1, 1), block: (OPTIMIZER_BLOCK as u32, 1, 1), shared_bytes: 0 },
-        table_dev.ptr(),
-        chunks_dev.ptr(),
+        LaunchConfig {
+            grid: (tables.blocks as u32, 1, 1),
+            block: (OPTIMIZER_BLOCK as u32, 1, 1),
+            shared_bytes: 0,
+        },
+        tables.table.ptr(),
+        tables.chunks.ptr(),
     )
 }
 
@@ -88,11 +119,12 @@ pub struct Sgd {
     pub weight_decay: f32,
     pub nesterov: bool,
     buffers: Vec<Tensor>,
+    tables: Option<DeviceTables>,
 }
 
 impl Sgd {
     pub fn new(lr: f32) -> Self {
-        Sgd { lr, momentum: 0.0, weight_decay: 0.0, nesterov: false, buffers: Vec::new() }
+        Sgd { lr, momentum: 0.0, weight_decay: 0.0, nesterov: false, buffers: Vec::new(), tables: None }
     }
     pub fn momentum(mut self, momentum: f32) -> Self {
         self.momentum = momentum;
@@ -145,7 +177,7 @@ impl Sgd {
                     })
                     .collect();
                 let (nesterov, first_step) = (u32::from(self.nesterov), u32::from(first));
-                launch_multi_tensor(OP, &ctx, &slots, |cfg, table, chunks| {
+                launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks| {
                     // SAFETY: `sgd_f32(slots, chunks, lr, momentum, weight_decay, nesterov,
                     // first_step)`: the table holds, per tensor, a uniquely owned parameter, its
                     // gradient of the same length, a momentum buffer (or 0 without momentum) and
@@ -175,6 +207,7 @@ pub struct Adam {
     pub decoupled: bool,
     state: Vec<(Tensor, Tensor)>,
     steps: i32,
+    tables: Option<DeviceTables>,
 }
 
 impl Adam {
@@ -187,6 +220,7 @@ impl Adam {
             decoupled: false,
             state: Vec::new(),
             steps: 0,
+            tables: None,
         }
     }
     /// AdamW (decoupled weight decay), PyTorch's default decay 0.01.
@@ -253,7 +287,7 @@ impl Adam {
                     })
                     .collect();
                 let (c1, c2, decoupled) = (c1 as f32, c2 as f32, u32::from(self.decoupled));
-                launch_multi_tensor(OP, &ctx, &slots, |cfg, table, chunks| {
+                launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks| {
                     // SAFETY: `adam_f32(slots, chunks, lr, beta1, beta2, eps, weight_decay, c1, c2,
                     // decoupled)`: the table holds, per tensor, a uniquely owned parameter, its
                     // gradient, and this optimizer's m and v, all of the same length, and that
