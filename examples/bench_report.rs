@@ -6,7 +6,7 @@
 //!
 //! Ratio = PyTorch ms / ferrocuda ms: above 1.0 means ferrocuda is faster.
 use ferrocuda::timing::{gb_per_s, median_ms};
-use ferrocuda::{Context, Result, Tensor};
+use ferrocuda::{Context, Optimizer, Result, Tensor};
 use std::collections::HashMap;
 
 const WARMUP: usize = 10;

@@ -2,7 +2,7 @@
 //! update written out here; in-place updates leave clones alone; typed errors.
 mod common;
 use common::*;
-use ferrocuda::{Adam, Context, Error, Sgd, Tensor};
+use ferrocuda::{Adam, Context, Error, Optimizer, Sgd, Tensor};
 
 const SIZES: [usize; 4] = [1, 31, 4097, (1 << 20) + 3];
 

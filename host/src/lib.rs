@@ -15,6 +15,7 @@
 //! Kernels live in `gpu-kernels/` (no_std Rust compiled to PTX by `build.rs`); each op's launcher
 //! and its CPU twin live in [`ops`].
 
+pub mod layers;
 pub mod ops;
 mod runtime;
 mod tensor;
@@ -26,9 +27,10 @@ pub mod timing;
 pub(crate) mod shapes;
 
 pub use half::{bf16, f16};
+pub use layers::{Layer, Sequential};
 pub use ops::matmul::{linear, Activation, Gemm};
 pub use ops::nn::{cross_entropy, layer_norm, layer_norm_backward, LayerNormSaved};
-pub use ops::optim::{Adam, Sgd};
+pub use ops::optim::{Adam, Optimizer, Sgd};
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};

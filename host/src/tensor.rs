@@ -104,6 +104,18 @@ pub struct Tensor {
     dtype: DType,
 }
 
+impl AsRef<Tensor> for Tensor {
+    fn as_ref(&self) -> &Tensor {
+        self
+    }
+}
+
+impl AsMut<Tensor> for Tensor {
+    fn as_mut(&mut self) -> &mut Tensor {
+        self
+    }
+}
+
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Tensor({:?}, {:?}, {:?})", self.shape, self.dtype, self.ctx)

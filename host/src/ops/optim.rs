@@ -13,7 +13,12 @@ use cudarc::driver::result;
 use std::sync::Arc;
 
 /// Check the parameter/gradient lists and make every parameter uniquely owned.
-fn prepare(op: &'static str, params: &mut [Tensor], grads: &[Tensor], states: usize) -> Result<Context> {
+fn prepare(
+    op: &'static str,
+    params: &mut [&mut Tensor],
+    grads: &[&Tensor],
+    states: usize,
+) -> Result<Context> {
     if params.len() != grads.len() || params.is_empty() {
         return Err(Error::InvalidArgument {
             op,
@@ -111,6 +116,22 @@ fn launch_multi_tensor(
     )
 }
 
+/// A fused multi-tensor optimizer: one launch updates every parameter.
+pub trait Optimizer {
+    /// Update `params` in place from `grads` (one per parameter, same shapes), in one launch.
+    fn update(&mut self, params: &mut [&mut Tensor], grads: &[&Tensor]) -> Result<()>;
+
+    /// [`update`](Optimizer::update) over owned tensors or references.
+    fn step<P: AsMut<Tensor>, G: AsRef<Tensor>>(&mut self, params: &mut [P], grads: &[G]) -> Result<()>
+    where
+        Self: Sized,
+    {
+        let mut params: Vec<&mut Tensor> = params.iter_mut().map(AsMut::as_mut).collect();
+        let grads: Vec<&Tensor> = grads.iter().map(AsRef::as_ref).collect();
+        self.update(&mut params, &grads)
+    }
+}
+
 /// Stochastic gradient descent, PyTorch's semantics (dampening 0).
 #[derive(Debug)]
 pub struct Sgd {
@@ -138,9 +159,10 @@ impl Sgd {
         self.nesterov = nesterov;
         self
     }
+}
 
-    /// Update `params` in place from `grads` (one per parameter, same shapes), in one launch.
-    pub fn step(&mut self, params: &mut [Tensor], grads: &[Tensor]) -> Result<()> {
+impl Optimizer for Sgd {
+    fn update(&mut self, params: &mut [&mut Tensor], grads: &[&Tensor]) -> Result<()> {
         const OP: &str = "sgd";
         let ctx = prepare(OP, params, grads, self.buffers.len())?;
         let first = self.buffers.is_empty();
@@ -239,9 +261,10 @@ impl Adam {
         self.weight_decay = weight_decay;
         self
     }
+}
 
-    /// Update `params` in place from `grads` (one per parameter, same shapes), in one launch.
-    pub fn step(&mut self, params: &mut [Tensor], grads: &[Tensor]) -> Result<()> {
+impl Optimizer for Adam {
+    fn update(&mut self, params: &mut [&mut Tensor], grads: &[&Tensor]) -> Result<()> {
         const OP: &str = "adam";
         let ctx = prepare(OP, params, grads, self.state.len())?;
         if self.state.is_empty() {

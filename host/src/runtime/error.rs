@@ -39,6 +39,9 @@ pub enum Error {
     SizeOverflow { op: &'static str, shape: Vec<usize> },
     #[error("{op}: {reason} (shape {shape:?})")]
     InvalidArgument { op: &'static str, shape: Vec<usize>, reason: String },
+    /// An op inside a layer failed; `layer` describes the layer (type and sizes).
+    #[error("{layer}: {source}")]
+    Layer { layer: String, source: Box<Error> },
 }
 
 /// Names the driver call that a `DriverError` came from.

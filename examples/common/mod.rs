@@ -1,0 +1,191 @@
+//! What the training examples share: the digits data (80/20 split with a fixed seed), the
+//! training loop with a progress bar per epoch, and the loss/accuracy curves (plotters, SVG).
+use ferrocuda::{cross_entropy, Context, Layer, Optimizer, Result, Sequential};
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+use std::io::Read;
+use std::time::Instant;
+
+/// Pixels of one 8×8 digit image.
+pub const PIXELS: usize = 64;
+pub const CLASSES: usize = 10;
+
+/// The 1,797 hand-written digits of `data/digits.csv.gz`, pixels scaled to [0, 1], split 80/20.
+pub struct Digits {
+    pixels: Vec<f32>,
+    labels: Vec<u32>,
+    pub train: Vec<usize>,
+    pub test: Vec<usize>,
+}
+
+impl Digits {
+    pub fn load() -> Digits {
+        // From the working directory (a copied checkout or bundle), else from the source tree.
+        let path = ["data/digits.csv.gz", concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.csv.gz")]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).is_file())
+            .expect("data/digits.csv.gz not found (run from the repository root)");
+        let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(file).read_to_string(&mut text).expect("gzip");
+        let (mut pixels, mut labels) = (Vec::new(), Vec::new());
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let v: Vec<f32> = line.split(',').map(|f| f.trim().parse().expect("number")).collect();
+            pixels.extend(v[..PIXELS].iter().map(|p| p / 16.0));
+            labels.push(v[PIXELS] as u32);
+        }
+        let order = permutation(labels.len(), 2026);
+        let (train, test) = order.split_at(labels.len() * 4 / 5);
+        Digits { pixels, labels, train: train.to_vec(), test: test.to_vec() }
+    }
+
+    /// The images and labels at `idx`, as a tensor of `[idx.len()] + sample_shape`.
+    pub fn batch(
+        &self,
+        ctx: &Context,
+        idx: &[usize],
+        sample_shape: &[usize],
+    ) -> Result<(ferrocuda::Tensor, Vec<u32>)> {
+        let x: Vec<f32> =
+            idx.iter().flat_map(|&i| self.pixels[i * PIXELS..(i + 1) * PIXELS].iter().copied()).collect();
+        let mut shape = vec![idx.len()];
+        shape.extend_from_slice(sample_shape);
+        Ok((ctx.from_slice(&x, &shape)?, idx.iter().map(|&i| self.labels[i]).collect()))
+    }
+}
+
+/// A fixed-seed permutation (xorshift + Fisher–Yates).
+pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
+    let mut s = seed | 1;
+    let mut p: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        p.swap(i, (s % (i as u64 + 1)) as usize);
+    }
+    p
+}
+
+/// Per-epoch mean training loss and test accuracy, and the training throughput.
+#[derive(Default)]
+pub struct History {
+    pub losses: Vec<f64>,
+    pub accuracies: Vec<f64>,
+    pub samples_per_s: f64,
+}
+
+/// Fraction of `idx` that `model` (in eval mode) classifies right.
+pub fn accuracy(
+    ctx: &Context,
+    model: &mut Sequential,
+    data: &Digits,
+    idx: &[usize],
+    shape: &[usize],
+) -> Result<f64> {
+    model.eval();
+    let (x, labels) = data.batch(ctx, idx, shape)?;
+    let logits = model.forward(&x)?.to_vec()?;
+    model.train();
+    let correct = logits
+        .chunks(CLASSES)
+        .zip(&labels)
+        .filter(|(row, &l)| {
+            row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i) == Some(l as usize)
+        })
+        .count();
+    Ok(correct as f64 / labels.len() as f64)
+}
+
+/// Train `model` with mean cross-entropy for `epochs` over shuffled mini-batches of `batch`
+/// images shaped `shape` each; `progress` shows a bar per epoch. Throughput counts training
+/// steps only (not the per-epoch evaluation).
+pub fn train(
+    ctx: &Context,
+    model: &mut Sequential,
+    optimizer: &mut impl Optimizer,
+    data: &Digits,
+    (shape, batch, epochs): (&[usize], usize, usize),
+    progress: bool,
+) -> Result<History> {
+    let mut history = History::default();
+    let (mut seen, mut busy) = (0usize, 0.0f64);
+    model.train();
+    for epoch in 1..=epochs {
+        let order: Vec<usize> =
+            permutation(data.train.len(), epoch as u64).iter().map(|&i| data.train[i]).collect();
+        let batches: Vec<&[usize]> = order.chunks(batch).collect();
+        let bar = if progress { ProgressBar::new(batches.len() as u64) } else { ProgressBar::hidden() };
+        bar.set_style(
+            ProgressStyle::with_template("epoch {prefix:>2} [{bar:30}] {pos}/{len} batches, loss {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(epoch.to_string());
+        let started = Instant::now();
+        let mut total = 0.0f64;
+        for idx in &batches {
+            let (x, labels) = data.batch(ctx, idx, shape)?;
+            let logits = model.forward(&x)?;
+            let (loss, dlogits) = cross_entropy(&logits, &labels)?;
+            model.backward(&dlogits)?;
+            model.step(optimizer)?;
+            let loss = loss.to_scalar()? as f64;
+            total += loss;
+            seen += labels.len();
+            bar.set_message(format!("{loss:.4}"));
+            bar.inc(1);
+        }
+        ctx.synchronize()?;
+        busy += started.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        let acc = accuracy(ctx, model, data, &data.test, shape)?;
+        let loss = total / batches.len() as f64;
+        history.losses.push(loss);
+        history.accuracies.push(acc);
+        println!("epoch {epoch:>2}: loss {loss:.4}  test accuracy {:.2}%", acc * 100.0);
+    }
+    history.samples_per_s = seen as f64 / busy;
+    Ok(history)
+}
+
+/// The loss and accuracy curves side by side, as an SVG at `path`.
+pub fn write_curves(
+    path: &str,
+    title: &str,
+    history: &History,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    if let Some(dir) = std::path::Path::new(path).parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let root = SVGBackend::new(path, (900, 360)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(450);
+    let epochs = history.losses.len().max(2) as f64;
+    let max_loss = history.losses.iter().cloned().fold(0.0, f64::max).max(1e-6) * 1.05;
+    let mut loss = ChartBuilder::on(&left)
+        .caption(format!("{title}: training loss"), ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(45)
+        .build_cartesian_2d(1.0..epochs, 0.0..max_loss)?;
+    loss.configure_mesh().x_desc("epoch").y_desc("cross-entropy").draw()?;
+    loss.draw_series(LineSeries::new(
+        history.losses.iter().enumerate().map(|(i, &l)| (i as f64 + 1.0, l)),
+        &RED,
+    ))?;
+    let low = history.accuracies.iter().cloned().fold(1.0, f64::min).min(0.9) * 100.0;
+    let mut acc = ChartBuilder::on(&right)
+        .caption(format!("{title}: test accuracy"), ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(45)
+        .build_cartesian_2d(1.0..epochs, low..100.0)?;
+    acc.configure_mesh().x_desc("epoch").y_desc("%").draw()?;
+    acc.draw_series(LineSeries::new(
+        history.accuracies.iter().enumerate().map(|(i, &a)| (i as f64 + 1.0, a * 100.0)),
+        &BLUE,
+    ))?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! Layers: modules that own their parameters and know their backward pass, and [`Sequential`].
+//!
+//! `forward` in training mode keeps what `backward` needs (the input, saved statistics, the
+//! dropout seed); `backward` takes the gradient of the loss w.r.t. the output of the last forward,
+//! stores the gradients of the layer's parameters (replacing the previous step's, like
+//! `zero_grad` + `backward` in PyTorch) and returns the gradient w.r.t. the input. In eval mode
+//! nothing is kept, batch norm uses its running statistics and dropout passes its input through.
+//! Every error a layer returns is an [`Error::Layer`] that names the layer and its sizes.
+mod activation;
+mod linear;
+mod sequential;
+
+pub use activation::{Gelu, Relu, Sigmoid, Tanh};
+pub use linear::Linear;
+pub use sequential::Sequential;
+
+use crate::runtime::error::{Error, Result};
+use crate::tensor::Tensor;
+use crate::Context;
+
+/// A trainable tensor and the gradient the last backward pass gave it.
+#[derive(Debug, Clone)]
+pub struct Param {
+    value: Tensor,
+    grad: Option<Tensor>,
+}
+
+impl Param {
+    pub fn new(value: Tensor) -> Self {
+        Param { value, grad: None }
+    }
+    pub fn value(&self) -> &Tensor {
+        &self.value
+    }
+    /// The gradient from the last backward pass, if there was one.
+    pub fn grad(&self) -> Option<&Tensor> {
+        self.grad.as_ref()
+    }
+    /// Replace the value (keeps its shape; for loading weights).
+    pub fn set_value(&mut self, value: Tensor) -> Result<()> {
+        self.value.check_pair("Param::set_value", &value)?;
+        self.value = value;
+        Ok(())
+    }
+    pub(crate) fn set_grad(&mut self, grad: Tensor) {
+        self.grad = Some(grad);
+    }
+    pub(crate) fn parts(&mut self) -> (&mut Tensor, Option<&Tensor>) {
+        (&mut self.value, self.grad.as_ref())
+    }
+}
+
+/// A network layer.
+pub trait Layer: Send {
+    /// The output for `x`; in training mode also keeps what [`backward`](Layer::backward) needs.
+    fn forward(&mut self, x: &Tensor) -> Result<Tensor>;
+    /// From dL/d(output) of the last training-mode forward: store the parameters' gradients and
+    /// return dL/d(input).
+    fn backward(&mut self, dy: &Tensor) -> Result<Tensor>;
+    /// The trainable parameters, in a fixed order.
+    fn params_mut(&mut self) -> Vec<&mut Param> {
+        Vec::new()
+    }
+    /// Training (`true`, the default) or evaluation mode.
+    fn set_training(&mut self, _training: bool) {}
+    /// The layer's type and sizes, e.g. `Linear(64 → 128)`.
+    fn describe(&self) -> String;
+}
+
+/// Errors of the ops inside a layer, named after the layer.
+pub(crate) trait InLayer<T> {
+    fn in_layer(self, layer: &dyn Layer) -> Result<T>;
+}
+
+impl<T> InLayer<T> for Result<T> {
+    fn in_layer(self, layer: &dyn Layer) -> Result<T> {
+        self.map_err(|e| match e {
+            e @ Error::Layer { .. } => e,
+            e => Error::Layer { layer: layer.describe(), source: Box::new(e) },
+        })
+    }
+}
+
+/// An argument error of `layer` itself (not of an op inside it).
+pub(crate) fn layer_error(layer: &dyn Layer, shape: &[usize], reason: impl Into<String>) -> Error {
+    Error::Layer {
+        layer: layer.describe(),
+        source: Box::new(Error::InvalidArgument {
+            op: "forward",
+            shape: shape.to_vec(),
+            reason: reason.into(),
+        }),
+    }
+}
+
+/// What a training-mode forward saved, taken by the backward pass.
+pub(crate) fn saved<T>(kept: Option<T>, layer: &dyn Layer, dy: &Tensor) -> Result<T> {
+    kept.ok_or_else(|| Error::Layer {
+        layer: layer.describe(),
+        source: Box::new(Error::InvalidArgument {
+            op: "backward",
+            shape: dy.shape().to_vec(),
+            reason: "no saved forward pass (call forward in training mode before each backward)".into(),
+        }),
+    })
+}
+
+/// PyTorch's default initialisation of weights and biases: uniform in ±1/√fan_in.
+pub(crate) fn uniform_init(ctx: &Context, shape: &[usize], fan_in: usize, seed: u64) -> Result<Tensor> {
+    let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+    ctx.rand(shape, seed)?.mul_scalar(2.0 * bound)?.sub_scalar(bound)
+}

@@ -1,0 +1,97 @@
+//! [`Sequential`]: layers applied in order, trained with any [`Optimizer`].
+use super::{Layer, Param};
+use crate::ops::optim::Optimizer;
+use crate::runtime::error::{Error, Result};
+use crate::tensor::Tensor;
+use std::fmt;
+
+/// Layers applied one after another; backward runs them in reverse.
+#[derive(Default)]
+pub struct Sequential {
+    layers: Vec<Box<dyn Layer>>,
+}
+
+impl Sequential {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Append a layer (builder style).
+    pub fn layer(mut self, layer: impl Layer + 'static) -> Self {
+        self.layers.push(Box::new(layer));
+        self
+    }
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+    /// Training mode: batch statistics, dropout on, forward passes saved for backward.
+    pub fn train(&mut self) {
+        self.set_training(true);
+    }
+    /// Evaluation mode: running statistics, no dropout, nothing saved.
+    pub fn eval(&mut self) {
+        self.set_training(false);
+    }
+    /// Number of trainable scalars.
+    pub fn parameter_count(&mut self) -> usize {
+        self.params_mut().iter().map(|p| p.value().len()).sum()
+    }
+    /// One optimizer step (one fused launch) over every parameter, from the last backward's
+    /// gradients.
+    pub fn step(&mut self, optimizer: &mut impl Optimizer) -> Result<()> {
+        let mut values = Vec::new();
+        let mut grads = Vec::new();
+        for (i, param) in self.params_mut().into_iter().enumerate() {
+            let shape = param.value().shape().to_vec();
+            let (value, grad) = param.parts();
+            let grad = grad.ok_or_else(|| Error::InvalidArgument {
+                op: "Sequential::step",
+                shape,
+                reason: format!("parameter {i} has no gradient (run backward first)"),
+            })?;
+            values.push(value);
+            grads.push(grad);
+        }
+        optimizer.update(&mut values, &grads)
+    }
+}
+
+impl Layer for Sequential {
+    fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
+        let mut y = x.clone();
+        for layer in &mut self.layers {
+            y = layer.forward(&y)?;
+        }
+        Ok(y)
+    }
+    fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
+        let mut d = dy.clone();
+        for layer in self.layers.iter_mut().rev() {
+            d = layer.backward(&d)?;
+        }
+        Ok(d)
+    }
+    fn params_mut(&mut self) -> Vec<&mut Param> {
+        self.layers.iter_mut().flat_map(|l| l.params_mut()).collect()
+    }
+    fn set_training(&mut self, training: bool) {
+        for layer in &mut self.layers {
+            layer.set_training(training);
+        }
+    }
+    fn describe(&self) -> String {
+        format!("Sequential({} layers)", self.layers.len())
+    }
+}
+
+impl fmt::Display for Sequential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "Sequential(")?;
+        for layer in &self.layers {
+            writeln!(f, "  {},", layer.describe())?;
+        }
+        write!(f, ")")
+    }
+}
