@@ -1,8 +1,7 @@
 //! `adam_f32`: Adam and AdamW, bias-corrected, over every parameter tensor in one launch (see the
 //! module documentation). Floor: 28 B per parameter.
-use super::my_chunk;
+use super::{my_chunk, update_chunk};
 use crate::prelude::*;
-use crate::shapes::OPTIMIZER_BLOCK as BLOCK;
 
 /// Adam: `m ← β1 m + (1−β1) g`, `v ← β2 v + (1−β2) g²`,
 /// `p ← p − lr · (m / c1) / (√(v / c2) + eps)` with `c1 = 1 − β1^t`, `c2 = 1 − β2^t`; weight decay
@@ -21,23 +20,16 @@ pub unsafe extern "ptx-kernel" fn adam_f32(
     decoupled: u32,
 ) {
     let (words, start, end) = my_chunk(slots, chunks);
-    let (p, g, m, v) =
-        (words[0] as *mut f32, words[1] as *const f32, words[2] as *mut f32, words[3] as *mut f32);
+    let streams = [words[0], words[1], words[2], words[3]].map(|w| w as *mut f32);
     let (step_size, inv_c2) = (lr / bias_correction1, 1.0 / bias_correction2);
-    let mut i = start + thread_x();
-    while i < end {
-        let mut param = *p.add(i);
-        let mut grad = *g.add(i);
+    update_chunk(streams, [true, false, true, true], (start, end), |[param, grad, m, v]| {
         if decoupled != 0 {
-            param *= 1.0 - lr * weight_decay;
+            *param *= 1.0 - lr * weight_decay;
         } else {
-            grad = fma(weight_decay, param, grad);
+            *grad = fma(weight_decay, *param, *grad);
         }
-        let mi = fma(beta1, *m.add(i), (1.0 - beta1) * grad);
-        let vi = fma(beta2, *v.add(i), (1.0 - beta2) * grad * grad);
-        *m.add(i) = mi;
-        *v.add(i) = vi;
-        *p.add(i) = param - step_size * mi / (sqrt_rn(vi * inv_c2) + eps);
-        i += BLOCK;
-    }
+        *m = fma(beta1, *m, (1.0 - beta1) * *grad);
+        *v = fma(beta2, *v, (1.0 - beta2) * *grad * *grad);
+        *param -= step_size * *m / (sqrt_rn(*v * inv_c2) + eps);
+    });
 }

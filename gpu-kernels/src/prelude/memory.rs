@@ -33,6 +33,19 @@ pub unsafe fn load_nc_f32x4(p: *const f32) -> F32x4 {
     F32x4([a, b, c, d])
 }
 
+/// `ld.global.v4.f32`: 16 bytes through the coherent path, for buffers the kernel also writes.
+///
+/// # Safety
+/// `p` is 16-byte aligned and points into global memory.
+#[inline(always)]
+pub unsafe fn load_f32x4(p: *const f32) -> F32x4 {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    asm!("ld.global.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(readonly, nostack));
+    F32x4([a, b, c, d])
+}
+
 /// `ld.global.nc.f32`.
 ///
 /// # Safety
