@@ -8,10 +8,12 @@
 //! Every error a layer returns is an [`Error::Layer`] that names the layer and its sizes.
 mod activation;
 mod linear;
+mod norm;
 mod sequential;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
 pub use linear::Linear;
+pub use norm::LayerNorm;
 pub use sequential::Sequential;
 
 use crate::runtime::error::{Error, Result};
