@@ -1,10 +1,10 @@
 //! Layers and `Sequential`: GPU against the CPU backend (outputs, input gradients, every
-//! parameter gradient, an optimizer step), the CPU backward against finite differences of the
+//! parameter gradient, an SGD step), the CPU backward against finite differences of the
 //! loss, train/eval behaviour, and errors that name the layer.
 mod common;
 use common::*;
 use ferrocuda::layers::{Gelu, LayerNorm, Linear, Relu, Sigmoid, Tanh};
-use ferrocuda::{Adam, Context, Error, Layer, Result, Sequential, Tensor};
+use ferrocuda::{Adam, Context, Error, Layer, Result, Sequential, Sgd, Tensor};
 
 /// A small network of every MLP layer (the final Relu only when `relu`: finite differences
 /// across its kink are meaningless), its parameters identical on every backend (the generator
