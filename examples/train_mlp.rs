@@ -5,15 +5,11 @@
 //! skips that), and writes the curves to `target/train_mlp.svg`. Runs on the GPU, or on the CPU
 //! backend where there is none (`--cpu` forces it).
 mod common;
-use common::{train, write_curves, Digits, CLASSES, PIXELS};
+use common::{Example, CLASSES, PIXELS};
 use ferrocuda::layers::{Linear, Relu};
-use ferrocuda::{Adam, Context, Result, Sequential};
+use ferrocuda::{Context, Result, Sequential};
 
 const HIDDEN: usize = 128;
-const BATCH: usize = 64;
-const EPOCHS: usize = 30;
-/// The accuracy this example promises in the README.
-const TARGET_ACCURACY: f64 = 0.95;
 
 fn mlp(ctx: &Context) -> Result<Sequential> {
     Ok(Sequential::new()
@@ -23,35 +19,13 @@ fn mlp(ctx: &Context) -> Result<Sequential> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let ctx = if args.iter().any(|a| a == "--cpu") { Context::cpu() } else { Context::new()? };
-    println!("device: {}", ctx.device());
-    let data = Digits::load();
-    println!("{} training and {} test images", data.train.len(), data.test.len());
-    let mut model = mlp(&ctx)?;
-    println!("{model} with {} parameters", model.parameter_count());
-    let history = train(&ctx, &mut model, &mut Adam::new(3e-3), &data, (&[PIXELS], BATCH, EPOCHS), true)?;
-    let final_acc = history.accuracies.last().copied().unwrap_or(0.0);
-    println!(
-        "final test accuracy {:.2}% after {EPOCHS} epochs; {:.0} training samples/s on {}",
-        final_acc * 100.0,
-        history.samples_per_s,
-        ctx.device()
-    );
-    if ctx.is_cuda() && !args.iter().any(|a| a == "--no-cpu") {
-        let cpu = Context::cpu();
-        let mut model = mlp(&cpu)?;
-        let h = train(&cpu, &mut model, &mut Adam::new(3e-3), &data, (&[PIXELS], BATCH, 1), false)?;
-        println!("CPU backend, one epoch: {:.0} training samples/s", h.samples_per_s);
-    }
-    let svg = "target/train_mlp.svg";
-    match write_curves(svg, "MLP", &history) {
-        Ok(()) => println!("curves: {svg}"),
-        Err(e) => println!("curves not written ({svg}: {e})"),
-    }
-    if final_acc < TARGET_ACCURACY {
-        eprintln!("test accuracy below {:.0}%", TARGET_ACCURACY * 100.0);
-        std::process::exit(1);
-    }
-    Ok(())
+    common::run(Example {
+        name: "MLP",
+        build: mlp,
+        sample_shape: &[PIXELS],
+        batch: 64,
+        epochs: 30,
+        learning_rate: 3e-3,
+        target_accuracy: 0.95,
+    })
 }

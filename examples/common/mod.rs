@@ -1,6 +1,6 @@
 //! What the training examples share: the digits data (80/20 split with a fixed seed), the
 //! training loop with a progress bar per epoch, and the loss/accuracy curves (plotters, SVG).
-use ferrocuda::{cross_entropy, Context, Layer, Optimizer, Result, Sequential};
+use ferrocuda::{cross_entropy, Adam, Context, Layer, Optimizer, Result, Sequential};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use std::io::Read;
@@ -187,5 +187,58 @@ pub fn write_curves(
         &BLUE,
     ))?;
     root.present()?;
+    Ok(())
+}
+
+/// One training example: a model, its input shape and schedule.
+pub struct Example {
+    /// Short name for the curves' titles and the SVG's file name (`target/train_<name>.svg`).
+    pub name: &'static str,
+    pub build: fn(&Context) -> Result<Sequential>,
+    pub sample_shape: &'static [usize],
+    pub batch: usize,
+    pub epochs: usize,
+    pub learning_rate: f32,
+    /// The test accuracy the README promises; the example exits non-zero below it.
+    pub target_accuracy: f64,
+}
+
+/// The examples' `main`: train on the GPU (or the CPU backend with `--cpu`, or without a
+/// device), report, time one epoch on the CPU backend for comparison (`--no-cpu` skips it),
+/// write the curves, and fail below the promised accuracy.
+pub fn run(example: Example) -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let ctx = if args.iter().any(|a| a == "--cpu") { Context::cpu() } else { Context::new()? };
+    println!("device: {}", ctx.device());
+    let data = Digits::load();
+    println!("{} training and {} test images", data.train.len(), data.test.len());
+    let mut model = (example.build)(&ctx)?;
+    println!("{model} with {} parameters", model.parameter_count());
+    let schedule = (example.sample_shape, example.batch, example.epochs);
+    let history = train(&ctx, &mut model, &mut Adam::new(example.learning_rate), &data, schedule, true)?;
+    let final_acc = history.accuracies.last().copied().unwrap_or(0.0);
+    println!(
+        "final test accuracy {:.2}% after {} epochs; {:.0} training samples/s on {}",
+        final_acc * 100.0,
+        example.epochs,
+        history.samples_per_s,
+        ctx.device()
+    );
+    if ctx.is_cuda() && !args.iter().any(|a| a == "--no-cpu") {
+        let cpu = Context::cpu();
+        let mut model = (example.build)(&cpu)?;
+        let schedule = (example.sample_shape, example.batch, 1);
+        let h = train(&cpu, &mut model, &mut Adam::new(example.learning_rate), &data, schedule, false)?;
+        println!("CPU backend, one epoch: {:.0} training samples/s", h.samples_per_s);
+    }
+    let svg = format!("target/train_{}.svg", example.name.to_lowercase());
+    match write_curves(&svg, example.name, &history) {
+        Ok(()) => println!("curves: {svg}"),
+        Err(e) => println!("curves not written ({svg}: {e})"),
+    }
+    if final_acc < example.target_accuracy {
+        eprintln!("test accuracy below {:.0}%", example.target_accuracy * 100.0);
+        std::process::exit(1);
+    }
     Ok(())
 }

@@ -136,7 +136,9 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>
             load_tiles((step + 1) * BK, &mut ra, &mut rb);
         }
         let (sa, sb) = (a_s.add(step % 2 * BK * BM), b_s.add(step % 2 * BK * BN));
-        for kk in 0..BK {
+        // Unrolled so the compiler loads the next k's fragments while this k's FMAs run.
+        const _: () = assert!(BK == 16, "the k loop below unrolls sixteen steps");
+        unroll!(kk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
             let row = sa.add(kk * BM + tr * 4);
             let col = sb.add(kk * BN + tc * 4);
             let fa = [*(row as *const F32x4), *(row.add(BM / 2) as *const F32x4)];
@@ -147,7 +149,7 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>
                     acc[i][j] = fma(x, fb[j / 4].0[j % 4], acc[i][j]);
                 });
             });
-        }
+        });
         if next {
             store_tiles((step + 1) % 2, &ra, &rb);
         }
