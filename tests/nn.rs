@@ -428,11 +428,13 @@ fn dropout_matches_cpu(gpu: &Context) {
             let bg = dropout_backward(&dg, p, seed).unwrap().to_vec().unwrap();
             let bc = dropout_backward(&dc, p, seed).unwrap().to_vec().unwrap();
             assert!(bits(&bg) == bits(&bc), "dropout_backward n={n} p={p}: GPU and CPU differ");
-            // The backward mask is the forward one: dy kept (and scaled) exactly where x was.
+            // The backward mask is the forward one: dy kept (and scaled) exactly where x was
+            // (the mask read from dropout of ones: x itself may hold exact zeros).
             let (x, d) = (xc.to_vec().unwrap(), dc.to_vec().unwrap());
+            let mask = dropout(&gpu.full(&shape, 1.0).unwrap(), p, seed).unwrap().to_vec().unwrap();
             let scale = 1.0 / (1.0 - p);
             for i in 0..n {
-                let kept = yg[i] != 0.0;
+                let kept = mask[i] != 0.0;
                 assert_eq!(yg[i], if kept { x[i] * scale } else { 0.0 });
                 assert_eq!(
                     bg[i],
