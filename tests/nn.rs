@@ -322,9 +322,10 @@ fn loss_sizes() -> [usize; 5] {
 }
 
 type LossFn = fn(&Tensor, &Tensor) -> ferrocuda::Result<(Tensor, Tensor)>;
+type Loss = (&'static str, LossFn, fn(f64, f64) -> f64, fn(f32) -> f32);
 
 /// (name, op, f64 loss term of (input, target), input from a standard normal `z`)
-const LOSSES: [(&str, LossFn, fn(f64, f64) -> f64, fn(f32) -> f32); 3] = [
+const LOSSES: [Loss; 3] = [
     ("mse_loss", mse_loss, |p, t| (p - t) * (p - t), |z| z),
     (
         "binary_cross_entropy",
@@ -393,12 +394,11 @@ fn loss_gradients_on(ctx: &Context) {
         let l = loss.to_scalar().unwrap() as f64;
         assert!((l - mean(None)).abs() < 1e-5 * mean(None), "{name}: {l} vs {}", mean(None));
         let h = 1e-6;
-        for i in 0..n {
+        for (i, &g) in grad.iter().enumerate() {
             let numeric = (mean(Some((i, h))) - mean(Some((i, -h)))) / (2.0 * h);
             assert!(
-                (grad[i] as f64 - numeric).abs() < 1e-4 * (1.0 + numeric.abs()),
-                "{name} d/dx[{i}]: {} vs {numeric}",
-                grad[i]
+                (g as f64 - numeric).abs() < 1e-4 * (1.0 + numeric.abs()),
+                "{name} d/dx[{i}]: {g} vs {numeric}"
             );
         }
     }
@@ -467,9 +467,10 @@ fn cpu_dropout_statistics() {
 }
 
 /// Batch-norm shapes: odd NCHW, 1×1 planes, `[N, C]`, planes of a multiple of 4 (16-byte path),
-/// and two of more than 2^20 elements (one per path).
+/// and two of more than 2^20 elements (one per path). (Not two values per channel: there
+/// `x̂ = ±1` and dx is 0 up to rounding, so its relative error measures only noise.)
 fn batch_norm_shapes() -> Vec<Vec<usize>> {
-    let mut v = vec![vec![1, 3, 7, 13], vec![2, 3, 1, 1], vec![4, 5], vec![3, 4, 8, 8], vec![5, 3, 31, 33]];
+    let mut v = vec![vec![1, 3, 7, 13], vec![3, 3, 1, 1], vec![4, 5], vec![3, 4, 8, 8], vec![5, 3, 31, 33]];
     if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
         v.push(vec![2, 4, 64, 36]);
     } else {
