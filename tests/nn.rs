@@ -2,7 +2,11 @@
 //! differences of an f64 reference at small sizes, and typed errors for bad input.
 mod common;
 use common::*;
-use ferrocuda::{cross_entropy, layer_norm, layer_norm_backward, Context, DType, Error, Tensor};
+use ferrocuda::{
+    batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
+    binary_cross_entropy_with_logits, cross_entropy, dropout, dropout_backward, layer_norm,
+    layer_norm_backward, mse_loss, Context, DType, Error, Tensor,
+};
 
 const TOL: f64 = 1e-5;
 /// Rows of 1, 31, 1000 and 50257 columns; in-register rows up to 8192; longer and unaligned ones.
@@ -312,6 +316,394 @@ fn cpu_bad_input() {
     bad_input_on(&Context::cpu());
 }
 
+/// Element counts for the elementwise losses and dropout: tiny, odd, and more than 2^20.
+fn loss_sizes() -> [usize; 5] {
+    [1, 7, 31, 1000, (1 << 20) + 3]
+}
+
+type LossFn = fn(&Tensor, &Tensor) -> ferrocuda::Result<(Tensor, Tensor)>;
+type Loss = (&'static str, LossFn, fn(f64, f64) -> f64, fn(f32) -> f32);
+
+/// (name, op, f64 loss term of (input, target), input from a standard normal `z`)
+const LOSSES: [Loss; 3] = [
+    ("mse_loss", mse_loss, |p, t| (p - t) * (p - t), |z| z),
+    (
+        "binary_cross_entropy",
+        binary_cross_entropy,
+        |p, t| -(t * p.ln().max(-100.0) + (1.0 - t) * (1.0 - p).ln().max(-100.0)),
+        |z| 1.0 / (1.0 + (-z).exp()),
+    ),
+    (
+        "binary_cross_entropy_with_logits",
+        binary_cross_entropy_with_logits,
+        |x, t| x.max(0.0) - x * t + (1.0 + (-x.abs()).exp()).ln(),
+        |z| 3.0 * z,
+    ),
+];
+
+/// Inputs for a loss (mapped from normal samples) and targets in [0, 1).
+fn loss_inputs(n: usize, seed: u64, input: fn(f32) -> f32) -> (Vec<f32>, Vec<f32>) {
+    let x = randn_host(n, seed).into_iter().map(input).collect();
+    let t = Context::cpu().rand(&[n], seed + 1).unwrap().to_vec().unwrap();
+    (x, t)
+}
+
+fn losses_match_cpu(gpu: &Context) {
+    for (name, op, _, input) in LOSSES {
+        for (s, n) in loss_sizes().into_iter().enumerate() {
+            let shape = if n == 1000 { vec![10, 4, 25] } else { vec![n] };
+            let (x, t) = loss_inputs(n, 4000 + s as u64, input);
+            let (xg, xc) = pair(gpu, &x, &shape);
+            let (tg, tc) = pair(gpu, &t, &shape);
+            poison_pool(gpu, &shape);
+            let (lg, gg) = op(&xg, &tg).unwrap();
+            let (lc, gc) = op(&xc, &tc).unwrap();
+            assert_eq!(lg.shape(), [0usize; 0]);
+            assert_eq!(gg.shape(), shape.as_slice());
+            let (lg, lc) = (lg.to_scalar().unwrap(), lc.to_scalar().unwrap());
+            // Every term is ≥ 0, so the loss is the sum of magnitudes the tolerance is relative to.
+            assert!((lg - lc).abs() <= 1e-5 * lc.abs(), "{name} n={n}: loss {lg} vs {lc}");
+            assert_close(&format!("{name} n={n} grad"), &gg.to_vec().unwrap(), &gc.to_vec().unwrap(), TOL);
+        }
+    }
+    // PyTorch's clamps: log 0 counts as -100; the gradient's denominator is at least 1e-12.
+    let (pg, tg) =
+        (gpu.from_slice(&[0.0f32, 1.0], &[2]).unwrap(), gpu.from_slice(&[1.0f32, 1.0], &[2]).unwrap());
+    let (l, g) = binary_cross_entropy(&pg, &tg).unwrap();
+    assert_eq!(l.to_scalar().unwrap(), 50.0);
+    assert_eq!(g.to_vec().unwrap(), [-0.5e12, 0.0]);
+    // Large logits stay finite.
+    let xg = gpu.from_slice(&[100.0f32, -100.0], &[2]).unwrap();
+    let (l, _) = binary_cross_entropy_with_logits(&xg, &tg).unwrap();
+    assert!((l.to_scalar().unwrap() - 50.0).abs() < 1e-4, "{l:?}");
+}
+
+fn loss_gradients_on(ctx: &Context) {
+    let n = 9;
+    for (s, (name, op, term, input)) in LOSSES.into_iter().enumerate() {
+        let (x, t) = loss_inputs(n, 4100 + s as u64, input);
+        let (xt, tt) = (ctx.from_slice(&x, &[3, 3]).unwrap(), ctx.from_slice(&t, &[3, 3]).unwrap());
+        let (loss, grad) = op(&xt, &tt).unwrap();
+        let grad = grad.to_vec().unwrap();
+        let mean = |bump: Option<(usize, f64)>| {
+            (0..n)
+                .map(|i| term(x[i] as f64 + bump.filter(|b| b.0 == i).map_or(0.0, |b| b.1), t[i] as f64))
+                .sum::<f64>()
+                / n as f64
+        };
+        let l = loss.to_scalar().unwrap() as f64;
+        assert!((l - mean(None)).abs() < 1e-5 * mean(None), "{name}: {l} vs {}", mean(None));
+        let h = 1e-6;
+        for (i, &g) in grad.iter().enumerate() {
+            let numeric = (mean(Some((i, h))) - mean(Some((i, -h)))) / (2.0 * h);
+            assert!(
+                (g as f64 - numeric).abs() < 1e-4 * (1.0 + numeric.abs()),
+                "{name} d/dx[{i}]: {g} vs {numeric}"
+            );
+        }
+    }
+}
+
+fn gpu_loss_gradients(gpu: &Context) {
+    loss_gradients_on(gpu);
+}
+
+fn cpu_loss_gradients() {
+    loss_gradients_on(&Context::cpu());
+}
+
+fn dropout_matches_cpu(gpu: &Context) {
+    for (s, n) in loss_sizes().into_iter().enumerate() {
+        let shape = [n];
+        let (xg, xc) = shaped(gpu, &shape, 4200 + s as u64, 1.0);
+        let (dg, dc) = shaped(gpu, &shape, 4300 + s as u64, 1.0);
+        for (k, p) in [0.0f32, 0.3, 0.9].into_iter().enumerate() {
+            let seed = 77 + k as u64;
+            poison_pool(gpu, &shape);
+            let yg = dropout(&xg, p, seed).unwrap().to_vec().unwrap();
+            let yc = dropout(&xc, p, seed).unwrap().to_vec().unwrap();
+            let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&yg) == bits(&yc), "dropout n={n} p={p}: GPU and CPU differ");
+            poison_pool(gpu, &shape);
+            let bg = dropout_backward(&dg, p, seed).unwrap().to_vec().unwrap();
+            let bc = dropout_backward(&dc, p, seed).unwrap().to_vec().unwrap();
+            assert!(bits(&bg) == bits(&bc), "dropout_backward n={n} p={p}: GPU and CPU differ");
+            // The backward mask is the forward one: dy kept (and scaled) exactly where x was
+            // (the mask read from dropout of ones: x itself may hold exact zeros).
+            let (x, d) = (xc.to_vec().unwrap(), dc.to_vec().unwrap());
+            let mask = dropout(&gpu.full(&shape, 1.0).unwrap(), p, seed).unwrap().to_vec().unwrap();
+            let scale = 1.0 / (1.0 - p);
+            for i in 0..n {
+                let kept = mask[i] != 0.0;
+                assert_eq!(yg[i], if kept { x[i] * scale } else { 0.0 });
+                assert_eq!(
+                    bg[i],
+                    if kept { d[i] * scale } else { 0.0 },
+                    "dropout_backward n={n} p={p} [{i}]"
+                );
+            }
+        }
+    }
+    // Another seed, another mask.
+    let x = gpu.full(&[1000], 1.0).unwrap();
+    assert_ne!(
+        dropout(&x, 0.5, 1).unwrap().to_vec().unwrap(),
+        dropout(&x, 0.5, 2).unwrap().to_vec().unwrap()
+    );
+}
+
+fn cpu_dropout_statistics() {
+    let n = (1 << 20) + 3;
+    let x = Context::cpu().full(&[n], 1.0).unwrap();
+    for p in [0.0f32, 0.1, 0.5, 0.9] {
+        let y = dropout(&x, p, 5).unwrap().to_vec().unwrap();
+        let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / n as f64;
+        // 1M draws: the standard deviation of the kept fraction is below 5e-4.
+        assert!((kept - (1.0 - p as f64)).abs() < 3e-3, "p={p}: kept {kept}");
+        assert!(y.iter().all(|&v| v == 0.0 || v == 1.0 / (1.0 - p)), "p={p}");
+    }
+    let x = Context::cpu().full(&[4], f32::NAN).unwrap();
+    assert!(dropout(&x, 0.5, 3).unwrap().to_vec().unwrap().iter().all(|v| v.is_nan()), "NaN stays NaN");
+}
+
+/// Batch-norm shapes: odd NCHW, 1×1 planes, `[N, C]`, planes of a multiple of 4 (16-byte path),
+/// and two of more than 2^20 elements (one per path). (Not two values per channel: there
+/// `x̂ = ±1` and dx is 0 up to rounding, so its relative error measures only noise.)
+fn batch_norm_shapes() -> Vec<Vec<usize>> {
+    let mut v = vec![vec![1, 3, 7, 13], vec![3, 3, 1, 1], vec![4, 5], vec![3, 4, 8, 8], vec![5, 3, 31, 33]];
+    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+        v.push(vec![2, 4, 64, 36]);
+    } else {
+        v.push(vec![8, 16, 96, 96]);
+        v.push(vec![3, 7, 211, 229]);
+    }
+    v
+}
+
+fn channels(shape: &[usize]) -> usize {
+    shape[1]
+}
+
+fn batch_norm_matches_cpu(gpu: &Context) {
+    for (s, shape) in batch_norm_shapes().into_iter().enumerate() {
+        let c = channels(&shape);
+        let seed = 4400 + 10 * s as u64;
+        let (xg, xc) = shaped(gpu, &shape, seed, 2.0);
+        let (xg, xc) = (xg.add_scalar(3.0).unwrap(), xc.add_scalar(3.0).unwrap());
+        let (gg, gc) = shaped(gpu, &[c], seed + 1, 1.0);
+        let (bg, bc) = shaped(gpu, &[c], seed + 2, 1.0);
+        let (mut rmg, mut rmc) = shaped(gpu, &[c], seed + 3, 1.0);
+        let (rv, _) = shaped(gpu, &[c], seed + 4, 1.0);
+        let rv: Vec<f32> = rv.to_vec().unwrap().iter().map(|v| v.abs() + 0.5).collect();
+        let (mut rvg, mut rvc) = pair(gpu, &rv, &[c]);
+        let what = format!("batch_norm {shape:?}");
+        poison_pool(gpu, &shape);
+        let (yg, sg) = batch_norm2d_train(&xg, &gg, &bg, &mut rmg, &mut rvg, 0.1, 1e-5).unwrap();
+        let (yc, sc) = batch_norm2d_train(&xc, &gc, &bc, &mut rmc, &mut rvc, 0.1, 1e-5).unwrap();
+        assert_close(&what, &yg.to_vec().unwrap(), &yc.to_vec().unwrap(), TOL);
+        assert_close(&format!("{what} mean"), &sg.mean.to_vec().unwrap(), &sc.mean.to_vec().unwrap(), TOL);
+        assert_close(&format!("{what} rstd"), &sg.rstd.to_vec().unwrap(), &sc.rstd.to_vec().unwrap(), TOL);
+        assert_close(&format!("{what} running_mean"), &rmg.to_vec().unwrap(), &rmc.to_vec().unwrap(), TOL);
+        assert_close(&format!("{what} running_var"), &rvg.to_vec().unwrap(), &rvc.to_vec().unwrap(), TOL);
+        poison_pool(gpu, &shape);
+        let eg = batch_norm2d_eval(&xg, &gg, &bg, &rmg, &rvg, 1e-5).unwrap();
+        let ec = batch_norm2d_eval(&xc, &gc, &bc, &rmc, &rvc, 1e-5).unwrap();
+        assert_close(&format!("{what} eval"), &eg.to_vec().unwrap(), &ec.to_vec().unwrap(), TOL);
+        let (dg, dc) = shaped(gpu, &shape, seed + 5, 1.0);
+        poison_pool(gpu, &shape);
+        let (dxg, dgg, dbg) = batch_norm2d_backward(&dg, &xg, &gg, &sg).unwrap();
+        let (dxc, dgc, dbc) = batch_norm2d_backward(&dc, &xc, &gc, &sc).unwrap();
+        assert_close(&format!("{what} dx"), &dxg.to_vec().unwrap(), &dxc.to_vec().unwrap(), 1e-4);
+        assert_close(&format!("{what} dgamma"), &dgg.to_vec().unwrap(), &dgc.to_vec().unwrap(), 1e-4);
+        assert_close(&format!("{what} dbeta"), &dbg.to_vec().unwrap(), &dbc.to_vec().unwrap(), 1e-4);
+    }
+}
+
+/// Per-channel (mean, biased variance) of an NCHW / `[N, C]` buffer, in f64.
+fn channel_stats(x: &[f32], shape: &[usize]) -> Vec<(f64, f64)> {
+    let (n, c) = (shape[0], shape[1]);
+    let hw: usize = shape[2..].iter().product();
+    (0..c)
+        .map(|ch| {
+            let vals: Vec<f64> = (0..n)
+                .flat_map(|s| (0..hw).map(move |k| (s * c + ch) * hw + k))
+                .map(|i| x[i] as f64)
+                .collect();
+            let mean = vals.iter().sum::<f64>() / vals.len() as f64;
+            (mean, vals.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / vals.len() as f64)
+        })
+        .collect()
+}
+
+/// Several training steps on fresh batches against the textbook update
+/// `r ← (1 - m) r + m · stat` (variance unbiased); a clone of the running mean taken before the
+/// steps keeps its values (copy-on-share).
+fn batch_norm_running_stats_on(ctx: &Context) {
+    let shape = [4, 3, 5, 7];
+    let (c, m) = (3, 4.0 * 35.0);
+    let (gamma, beta) = (ctx.full(&[c], 1.0).unwrap(), ctx.zeros(&[c]).unwrap());
+    let (mut rm, mut rv) = (ctx.zeros(&[c]).unwrap(), ctx.full(&[c], 1.0).unwrap());
+    let before = rm.clone();
+    let (mut want_mean, mut want_var) = (vec![0.0f64; c], vec![1.0f64; c]);
+    let momentum = 0.25;
+    for step in 0..4 {
+        let x: Vec<f32> =
+            randn_host(shape.iter().product(), 4500 + step).iter().map(|v| v * 1.5 + step as f32).collect();
+        let xt = ctx.from_slice(&x, &shape).unwrap();
+        batch_norm2d_train(&xt, &gamma, &beta, &mut rm, &mut rv, momentum as f32, 1e-5).unwrap();
+        for (ch, (mean, var)) in channel_stats(&x, &shape).into_iter().enumerate() {
+            want_mean[ch] = (1.0 - momentum) * want_mean[ch] + momentum * mean;
+            want_var[ch] = (1.0 - momentum) * want_var[ch] + momentum * var * m / (m - 1.0);
+        }
+    }
+    let to32 = |v: &[f64]| v.iter().map(|&e| e as f32).collect::<Vec<_>>();
+    assert_close("running_mean", &rm.to_vec().unwrap(), &to32(&want_mean), 1e-5);
+    assert_close("running_var", &rv.to_vec().unwrap(), &to32(&want_var), 1e-5);
+    assert_eq!(before.to_vec().unwrap(), [0.0; 3], "the clone kept its values");
+}
+
+fn gpu_batch_norm_running_stats(gpu: &Context) {
+    batch_norm_running_stats_on(gpu);
+}
+
+fn cpu_batch_norm_running_stats() {
+    batch_norm_running_stats_on(&Context::cpu());
+}
+
+/// `L = Σ w ⊙ batch_norm(x)` in f64, batch statistics, for finite differences.
+fn batch_norm_loss(x: &[f64], g: &[f64], b: &[f64], w: &[f32], shape: &[usize]) -> f64 {
+    let (n, c) = (shape[0], shape[1]);
+    let hw: usize = shape[2..].iter().product();
+    let mut total = 0.0;
+    for ch in 0..c {
+        let idx: Vec<usize> = (0..n).flat_map(|s| (0..hw).map(move |k| (s * c + ch) * hw + k)).collect();
+        let mean = idx.iter().map(|&i| x[i]).sum::<f64>() / idx.len() as f64;
+        let var = idx.iter().map(|&i| (x[i] - mean).powi(2)).sum::<f64>() / idx.len() as f64;
+        for &i in &idx {
+            total += w[i] as f64 * ((x[i] - mean) / (var + 1e-5).sqrt() * g[ch] + b[ch]);
+        }
+    }
+    total
+}
+
+fn batch_norm_gradients_on(ctx: &Context) {
+    for (s, shape) in [vec![2, 3, 2, 3], vec![5, 2]].into_iter().enumerate() {
+        let (len, c) = (shape.iter().product::<usize>(), shape[1]);
+        let seed = 4600 + 10 * s as u64;
+        let x = randn_host(len, seed);
+        let (g, b, w) = (randn_host(c, seed + 1), randn_host(c, seed + 2), randn_host(len, seed + 3));
+        let (xt, gt, bt, wt) = (
+            ctx.from_slice(&x, &shape).unwrap(),
+            ctx.from_slice(&g, &[c]).unwrap(),
+            ctx.from_slice(&b, &[c]).unwrap(),
+            ctx.from_slice(&w, &shape).unwrap(),
+        );
+        let (mut rm, mut rv) = (ctx.zeros(&[c]).unwrap(), ctx.full(&[c], 1.0).unwrap());
+        let (_, saved) = batch_norm2d_train(&xt, &gt, &bt, &mut rm, &mut rv, 0.1, 1e-5).unwrap();
+        let (dx, dg, db) = batch_norm2d_backward(&wt, &xt, &gt, &saved).unwrap();
+        let (dx, dg, db) = (dx.to_vec().unwrap(), dg.to_vec().unwrap(), db.to_vec().unwrap());
+        let f64s = |v: &[f32]| v.iter().map(|&e| e as f64).collect::<Vec<_>>();
+        let (x64, g64, b64) = (f64s(&x), f64s(&g), f64s(&b));
+        let h = 1e-6;
+        let numeric = |which: usize, i: usize| {
+            let bump = |d: f64| {
+                let (mut xs, mut gs, mut bs) = (x64.clone(), g64.clone(), b64.clone());
+                [&mut xs, &mut gs, &mut bs][which][i] += d;
+                batch_norm_loss(&xs, &gs, &bs, &w, &shape)
+            };
+            (bump(h) - bump(-h)) / (2.0 * h)
+        };
+        for (i, &d) in dx.iter().enumerate() {
+            let n = numeric(0, i);
+            assert!(
+                (d as f64 - n).abs() < 1e-3 * (1.0 + n.abs()),
+                "batch_norm {shape:?} dx[{i}]: {d} vs {n}"
+            );
+        }
+        for ch in 0..c {
+            let (ng, nb) = (numeric(1, ch), numeric(2, ch));
+            assert!((dg[ch] as f64 - ng).abs() < 1e-4 * (1.0 + ng.abs()), "dgamma[{ch}]: {} vs {ng}", dg[ch]);
+            assert!((db[ch] as f64 - nb).abs() < 1e-4 * (1.0 + nb.abs()), "dbeta[{ch}]: {} vs {nb}", db[ch]);
+        }
+    }
+}
+
+fn gpu_batch_norm_gradients(gpu: &Context) {
+    batch_norm_gradients_on(gpu);
+}
+
+fn cpu_batch_norm_gradients() {
+    batch_norm_gradients_on(&Context::cpu());
+}
+
+fn layer_ops_bad_input_on(ctx: &Context) {
+    let (a, b) = (ctx.zeros(&[4, 5]).unwrap(), ctx.zeros(&[4, 6]).unwrap());
+    for (name, op, _, _) in LOSSES {
+        let err = op(&a, &b).unwrap_err();
+        assert!(
+            matches!(&err, Error::ShapeMismatch { op: o, lhs, rhs } if *o == name && lhs == &[4, 5] && rhs == &[4, 6]),
+            "{err}"
+        );
+        let empty = ctx.zeros(&[0, 5]).unwrap();
+        assert!(matches!(op(&empty, &empty).unwrap_err(), Error::InvalidArgument { op: o, .. } if o == name));
+    }
+    for p in [1.0f32, -0.1, f32::NAN] {
+        let err = dropout(&a, p, 1).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { op: "dropout", shape, .. } if shape == &[4, 5]),
+            "{err}"
+        );
+        assert!(matches!(
+            dropout_backward(&a, p, 1).unwrap_err(),
+            Error::InvalidArgument { op: "dropout_backward", .. }
+        ));
+    }
+    let x = ctx.zeros(&[2, 3, 4, 4]).unwrap();
+    let (g3, g4) = (ctx.full(&[3], 1.0).unwrap(), ctx.full(&[4], 1.0).unwrap());
+    let (mut rm, mut rv) = (ctx.zeros(&[3]).unwrap(), ctx.full(&[3], 1.0).unwrap());
+    const TRAIN: &str = "batch_norm2d_train";
+    let err = batch_norm2d_train(&ctx.zeros(&[2, 3, 4]).unwrap(), &g3, &g3, &mut rm, &mut rv, 0.1, 1e-5)
+        .unwrap_err();
+    assert!(matches!(&err, Error::InvalidArgument { op: TRAIN, shape, .. } if shape == &[2, 3, 4]), "{err}");
+    let err = batch_norm2d_train(&x, &g4, &g3, &mut rm, &mut rv, 0.1, 1e-5).unwrap_err();
+    assert!(
+        matches!(&err, Error::ShapeMismatch { op: TRAIN, lhs, rhs } if lhs == &[4] && rhs == &[3]),
+        "{err}"
+    );
+    let (mut rm4, mut rv4) = (ctx.zeros(&[4]).unwrap(), ctx.full(&[4], 1.0).unwrap());
+    let err = batch_norm2d_train(&x, &g3, &g3, &mut rm4, &mut rv, 0.1, 1e-5).unwrap_err();
+    assert!(matches!(&err, Error::ShapeMismatch { op: TRAIN, .. }), "{err}");
+    let err = batch_norm2d_train(&x, &g3, &g3, &mut rm, &mut rv4, 0.1, 1e-5).unwrap_err();
+    assert!(matches!(&err, Error::ShapeMismatch { op: TRAIN, .. }), "{err}");
+    let err = batch_norm2d_train(&ctx.zeros(&[1, 3, 1, 1]).unwrap(), &g3, &g3, &mut rm, &mut rv, 0.1, 1e-5)
+        .unwrap_err();
+    assert!(err.to_string().contains("more than one value per channel"), "{err}");
+    let err = batch_norm2d_eval(&x, &g3, &g3, &rm, &rv4, 1e-5).unwrap_err();
+    assert!(matches!(&err, Error::ShapeMismatch { op: "batch_norm2d_eval", .. }), "{err}");
+    let err = batch_norm2d_eval(&ctx.zeros(&[0, 3, 2, 2]).unwrap(), &g3, &g3, &rm, &rv, 1e-5).unwrap_err();
+    assert!(matches!(&err, Error::InvalidArgument { op: "batch_norm2d_eval", .. }), "{err}");
+    let (_, saved) = batch_norm2d_train(&x, &g3, &g3, &mut rm, &mut rv, 0.1, 1e-5).unwrap();
+    let err = batch_norm2d_backward(&ctx.zeros(&[2, 3, 4, 5]).unwrap(), &x, &g3, &saved).unwrap_err();
+    assert!(matches!(&err, Error::ShapeMismatch { op: "batch_norm2d_backward", .. }), "{err}");
+    let err = batch_norm2d_backward(&x, &x, &g4, &saved).unwrap_err();
+    assert!(matches!(&err, Error::ShapeMismatch { op: "batch_norm2d_backward", .. }), "{err}");
+}
+
+fn gpu_layer_ops_bad_input(gpu: &Context) {
+    layer_ops_bad_input_on(gpu);
+    // Running statistics on another backend.
+    let cpu = Context::cpu();
+    let x = gpu.zeros(&[2, 3, 2, 2]).unwrap();
+    let g = gpu.full(&[3], 1.0).unwrap();
+    let (mut rm, mut rv) = (cpu.zeros(&[3]).unwrap(), cpu.full(&[3], 1.0).unwrap());
+    let err = batch_norm2d_train(&x, &g, &g, &mut rm, &mut rv, 0.1, 1e-5).unwrap_err();
+    assert!(matches!(err, Error::DeviceMismatch { op: "batch_norm2d_train", .. }), "{err}");
+}
+
+fn cpu_layer_ops_bad_input() {
+    layer_ops_bad_input_on(&Context::cpu());
+}
+
 fn main() {
     run(&[
         ("gpu_softmax_forward_backward_match_cpu", Case::Gpu(softmax_forward_backward_match_cpu)),
@@ -323,5 +715,17 @@ fn main() {
         ("cpu_gradients_match_finite_differences", Case::Cpu(cpu_gradients_match_finite_differences)),
         ("cpu_activation_gradients", Case::Cpu(cpu_activation_gradients)),
         ("cpu_bad_input", Case::Cpu(cpu_bad_input)),
+        ("gpu_losses_match_cpu", Case::Gpu(losses_match_cpu)),
+        ("gpu_loss_gradients_match_finite_differences", Case::Gpu(gpu_loss_gradients)),
+        ("cpu_loss_gradients_match_finite_differences", Case::Cpu(cpu_loss_gradients)),
+        ("gpu_dropout_mask_matches_cpu", Case::Gpu(dropout_matches_cpu)),
+        ("cpu_dropout_keeps_one_minus_p", Case::Cpu(cpu_dropout_statistics)),
+        ("gpu_batch_norm_matches_cpu", Case::Gpu(batch_norm_matches_cpu)),
+        ("gpu_batch_norm_running_stats", Case::Gpu(gpu_batch_norm_running_stats)),
+        ("cpu_batch_norm_running_stats", Case::Cpu(cpu_batch_norm_running_stats)),
+        ("gpu_batch_norm_gradients_match_finite_differences", Case::Gpu(gpu_batch_norm_gradients)),
+        ("cpu_batch_norm_gradients_match_finite_differences", Case::Cpu(cpu_batch_norm_gradients)),
+        ("gpu_nn_layer_ops_bad_input", Case::Gpu(gpu_layer_ops_bad_input)),
+        ("cpu_nn_layer_ops_bad_input", Case::Cpu(cpu_layer_ops_bad_input)),
     ]);
 }

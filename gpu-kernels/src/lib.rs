@@ -16,6 +16,7 @@ pub mod layout;
 pub mod matmul;
 pub mod nn;
 pub mod optim;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod shapes;

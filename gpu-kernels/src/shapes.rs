@@ -78,3 +78,18 @@ pub const OPTIMIZER_BLOCK: usize = 256;
 /// u64 words per tensor in an optimizer's slot table: parameter, gradient, two state buffers
 /// (addresses; 0 when unused) and the length.
 pub const OPTIMIZER_SLOT_WORDS: usize = 5;
+
+/// Threads per block of the pooling kernels (one thread per output, output pair or input).
+pub const POOL_BLOCK: usize = 256;
+
+/// Threads per block of the batch-norm kernels; a block covers one slice of one channel.
+pub const BATCHNORM_BLOCK: usize = 256;
+/// Units (16-byte vectors, or single floats when `H·W` is not a multiple of 4) each batch-norm
+/// thread loads before it uses any: a block moves `BATCHNORM_BLOCK * BATCHNORM_UNROLL` units per
+/// step, and the host splits a channel into slices of at least that many.
+pub const BATCHNORM_UNROLL: usize = 4;
+/// Blocks of a batch-norm launch the host aims for (channels × slices), per SM.
+pub const BATCHNORM_BLOCKS_PER_SM: usize = 4;
+
+/// Threads per block of the loss kernels (each block writes one partial sum of the loss).
+pub const LOSS_BLOCK: usize = 256;

@@ -29,8 +29,15 @@ pub(crate) mod shapes;
 pub use half::{bf16, f16};
 pub use layers::{Layer, Sequential};
 pub use ops::matmul::{linear, Activation, Gemm};
-pub use ops::nn::{cross_entropy, layer_norm, layer_norm_backward, LayerNormSaved};
+pub use ops::nn::{
+    batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
+    binary_cross_entropy_with_logits, cross_entropy, dropout, dropout_backward, layer_norm,
+    layer_norm_backward, mse_loss, BatchNormSaved, LayerNormSaved,
+};
 pub use ops::optim::{Adam, Optimizer, Sgd};
+pub use ops::pool::{
+    avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, MaxPoolSaved, Pool2dParams,
+};
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};

@@ -29,6 +29,8 @@ special_registers! {
     block_dim_y => _block_dim_y;
     /// `gridDim.x`.
     grid_dim_x => _grid_dim_x;
+    /// `gridDim.y`.
+    grid_dim_y => _grid_dim_y;
 }
 
 /// Flat index of this thread in a 1-D launch.

@@ -157,3 +157,45 @@ pub unsafe fn load_nc_u16(p: *const u16) -> u16 {
 pub unsafe fn store_u16(p: *mut u16, v: u16) {
     asm!("st.global.u16 [{p}], {v};", p = in(reg64) p, v = in(reg16) v, options(nostack));
 }
+
+/// `ld.global.nc.v2.f32`: 8 bytes through the read-only path.
+///
+/// # Safety
+/// As [`load_nc_f32x4`], 8-byte aligned.
+#[inline(always)]
+pub unsafe fn load_nc_f32x2(p: *const f32) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    asm!("ld.global.nc.v2.f32 {{{a}, {b}}}, [{p}];",
+         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, options(pure, readonly, nostack));
+    [a, b]
+}
+
+/// `st.global.v2.f32`.
+///
+/// # Safety
+/// `p` is 8-byte aligned and points to 8 writable bytes of global memory.
+#[inline(always)]
+pub unsafe fn store_f32x2(p: *mut f32, v: [f32; 2]) {
+    asm!("st.global.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1],
+         options(nostack));
+}
+
+/// `ld.global.nc.u8`.
+///
+/// # Safety
+/// `p` is global memory that nothing writes during the kernel.
+#[inline(always)]
+pub unsafe fn load_nc_u8(p: *const u8) -> u8 {
+    let v: u16;
+    asm!("ld.global.nc.u8 {v}, [{p}];", p = in(reg64) p, v = out(reg16) v, options(pure, readonly, nostack));
+    v as u8
+}
+
+/// `st.global.u8`.
+///
+/// # Safety
+/// `p` points to a writable byte of global memory.
+#[inline(always)]
+pub unsafe fn store_u8(p: *mut u8, v: u8) {
+    asm!("st.global.u8 [{p}], {v};", p = in(reg64) p, v = in(reg16) v as u16, options(nostack));
+}

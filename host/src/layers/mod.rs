@@ -7,13 +7,17 @@
 //! nothing is kept, batch norm uses its running statistics and dropout passes its input through.
 //! Every error a layer returns is an [`Error::Layer`] that names the layer and its sizes.
 mod activation;
+mod dropout;
 mod linear;
 mod norm;
+mod pool;
 mod sequential;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
+pub use dropout::Dropout;
 pub use linear::Linear;
-pub use norm::LayerNorm;
+pub use norm::{BatchNorm2d, LayerNorm};
+pub use pool::{AvgPool2d, Flatten, MaxPool2d};
 pub use sequential::Sequential;
 
 use crate::runtime::error::{Error, Result};

@@ -1,7 +1,9 @@
 //! Pooling layers [`MaxPool2d`] and [`AvgPool2d`] over NCHW, and [`Flatten`] to go from them to
 //! [`Linear`](super::Linear).
 use super::{saved, InLayer, Layer};
-use crate::ops::pool::{avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, MaxPoolSaved, Pool2dParams};
+use crate::ops::pool::{
+    avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, MaxPoolSaved, Pool2dParams,
+};
 use crate::runtime::error::Result;
 use crate::tensor::Tensor;
 

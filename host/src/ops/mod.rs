@@ -7,6 +7,7 @@ pub mod layout;
 pub mod matmul;
 pub mod nn;
 pub mod optim;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 

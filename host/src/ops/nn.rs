@@ -1,9 +1,14 @@
-//! Neural-network ops along the last axis: softmax, log-softmax, cross-entropy with logits, layer
-//! norm; forward and backward. Kernels: `gpu-kernels/src/nn/`.
+//! Neural-network ops: along the last axis softmax, log-softmax, cross-entropy with logits, layer
+//! norm; the elementwise losses (MSE, binary cross-entropy), dropout, and batch norm over
+//! channels; forward and backward. Kernels: `gpu-kernels/src/nn/`.
+use super::random::philox;
 use super::CPU_CHUNK;
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
-use crate::shapes::NN_ROW_BLOCK;
+use crate::runtime::stream::Stream;
+use crate::shapes::{
+    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, NN_ROW_BLOCK,
+};
 use crate::tensor::{Storage, Tensor};
 use cudarc::driver::result;
 use rayon::prelude::*;
@@ -388,6 +393,459 @@ pub fn layer_norm_backward(
                     )?
                 };
             }
+            Ok((dx, dgamma, dbeta))
+        }
+    }
+}
+
+/// One element of an elementwise loss in f64: `(loss term, ∂/∂pred)`, before the mean.
+type PointLossF64 = fn(f64, f64) -> (f64, f64);
+
+/// A clamp of a log at -100 that lets NaN through (PyTorch's binary cross-entropy).
+fn clamp_log(l: f64) -> f64 {
+    if l < -100.0 {
+        -100.0
+    } else {
+        l
+    }
+}
+
+/// The mean of an elementwise loss and its gradient w.r.t. `pred`: one fused pass writing the
+/// gradient and per-block partial sums, then a sum of the partials.
+fn point_loss(
+    op: &'static str,
+    kernel: &'static str,
+    pred: &Tensor,
+    target: &Tensor,
+    cpu: PointLossF64,
+) -> Result<(Tensor, Tensor)> {
+    pred.require_f32(op)?;
+    pred.check_pair(op, target)?;
+    let n = pred.len();
+    if n == 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: pred.shape().to_vec(),
+            reason: "empty input".into(),
+        });
+    }
+    let ctx = pred.context();
+    match (pred.storage(), target.storage()) {
+        (Storage::Cpu(p), Storage::Cpu(t)) => {
+            let mut grad = vec![0.0f32; n];
+            let partials: Vec<f64> = grad
+                .par_chunks_mut(CPU_CHUNK)
+                .zip(p.par_chunks(CPU_CHUNK).zip(t.par_chunks(CPU_CHUNK)))
+                .map(|(g, (p, t))| {
+                    let mut sum = 0.0f64;
+                    for ((g, &p), &t) in g.iter_mut().zip(p).zip(t) {
+                        let (l, d) = cpu(p as f64, t as f64);
+                        sum += l;
+                        *g = (d / n as f64) as f32;
+                    }
+                    sum
+                })
+                .collect();
+            let loss = (partials.iter().sum::<f64>() / n as f64) as f32;
+            Ok((Tensor::from_cpu(ctx, &[], vec![loss]), Tensor::from_cpu(ctx, pred.shape(), grad)))
+        }
+        _ => {
+            let stream = ctx.stream(op)?;
+            let cfg = LaunchConfig::grid_stride(&stream.device.info, n.div_ceil(4), LOSS_BLOCK, 1);
+            let grad = Tensor::uninit(ctx, pred.shape(), op)?;
+            let partials = Tensor::uninit(ctx, &[cfg.grid.0 as usize], op)?;
+            let scale = (1.0 / n as f64) as f32;
+            let (pp, pt, pg, ps) =
+                (pred.device_ptr(), target.device_ptr(), grad.device_ptr(), partials.device_ptr());
+            // SAFETY: `<loss>_f32(pred, target, grad, partials, n, scale)`: pred, target and grad
+            // hold n floats (16-byte aligned), partials one float per block of the grid.
+            unsafe { launch(stream, kernel, cfg, &mut kernel_args![&pp, &pt, &pg, &ps, &n, &scale])? };
+            Ok((partials.sum()?, grad))
+        }
+    }
+}
+
+/// Mean squared error `mean((pred - target)²)`, shape `[]`, and its gradient w.r.t. `pred`.
+pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<(Tensor, Tensor)> {
+    point_loss("mse_loss", "mse_loss_f32", pred, target, |p, t| ((p - t) * (p - t), 2.0 * (p - t)))
+}
+
+/// Mean binary cross-entropy of probabilities `probs` (in [0, 1]) against `target`, with each
+/// log clamped at -100 as PyTorch does, and its gradient w.r.t. `probs`
+/// (`(p - t) / max(p(1 - p), 1e-12)`, divided by the element count).
+pub fn binary_cross_entropy(probs: &Tensor, target: &Tensor) -> Result<(Tensor, Tensor)> {
+    point_loss("binary_cross_entropy", "bce_loss_f32", probs, target, |p, t| {
+        let (lp, lq) = (clamp_log(p.ln()), clamp_log((1.0 - p).ln()));
+        (-(t * lp + (1.0 - t) * lq), (p - t) / (p * (1.0 - p)).max(1e-12))
+    })
+}
+
+/// Mean binary cross-entropy of `sigmoid(logits)` against `target` in the stable form
+/// `max(x, 0) - x·t + ln(1 + e^-|x|)`, and its gradient `(σ(x) - t) / n` w.r.t. the logits.
+pub fn binary_cross_entropy_with_logits(logits: &Tensor, target: &Tensor) -> Result<(Tensor, Tensor)> {
+    point_loss("binary_cross_entropy_with_logits", "bce_with_logits_loss_f32", logits, target, |x, t| {
+        (x.max(0.0) - x * t + (-x.abs()).exp().ln_1p(), 1.0 / (1.0 + (-x).exp()) - t)
+    })
+}
+
+fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
+    x.require_f32(op)?;
+    if !(0.0..1.0).contains(&p) {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: x.shape().to_vec(),
+            reason: format!("drop probability {p} outside [0, 1)"),
+        });
+    }
+    let scale = 1.0 / (1.0 - p);
+    match x.storage() {
+        Storage::Cpu(v) => {
+            let mut out = vec![0.0f32; v.len()];
+            out.par_chunks_mut(4).zip(v.par_chunks(4)).with_min_len(CPU_CHUNK / 4).enumerate().for_each(
+                |(group, (o, x))| {
+                    let u = philox::uniform4(seed, group as u64);
+                    for (k, (o, &x)) in o.iter_mut().zip(x).enumerate() {
+                        *o = x * if u[k] >= p { scale } else { 0.0 };
+                    }
+                },
+            );
+            Ok(Tensor::from_cpu(x.context(), x.shape(), out))
+        }
+        Storage::Cuda(_) => {
+            let out = Tensor::uninit(x.context(), x.shape(), op)?;
+            let n = out.len();
+            if n > 0 {
+                let stream = x.context().stream(op)?;
+                let cfg = LaunchConfig::covering(n.div_ceil(4), ELEMENTWISE_BLOCK);
+                let (px, po) = (x.device_ptr(), out.device_ptr());
+                // SAFETY: `dropout_f32(x, y, n, seed, p, scale)`: x and y hold n floats (16-byte
+                // aligned); any grid.
+                unsafe {
+                    launch(stream, "dropout_f32", cfg, &mut kernel_args![&px, &po, &n, &seed, &p, &scale])?
+                };
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Dropout in training mode: each element is kept with probability `1 - p` and scaled by
+/// `1/(1 - p)`, else zeroed. Element `i`'s mask depends only on `(seed, i)` (Philox, the numbers
+/// of `Context::rand`), identically on every backend.
+pub fn dropout(x: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
+    dropout_impl("dropout", x, p, seed)
+}
+
+/// The gradient of [`dropout`] with the same `p` and `seed`: the same mask, regenerated, applied
+/// to `dy`.
+pub fn dropout_backward(dy: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
+    dropout_impl("dropout_backward", dy, p, seed)
+}
+
+/// What [`batch_norm2d_train`] saves for [`batch_norm2d_backward`].
+#[derive(Debug)]
+pub struct BatchNormSaved {
+    /// Per-channel batch mean, shape `[C]`.
+    pub mean: Tensor,
+    /// Per-channel `1/√(var + eps)` (biased variance), shape `[C]`.
+    pub rstd: Tensor,
+}
+
+/// `(N, C, H·W)` of an NCHW (or `[N, C]`) tensor.
+fn batch_norm_dims(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize)> {
+    x.require_f32(op)?;
+    let dims = match *x.shape() {
+        [n, c, h, w] => (n, c, h * w),
+        [n, c] => (n, c, 1),
+        _ => {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: x.shape().to_vec(),
+                reason: format!("needs [N, C, H, W] or [N, C], got rank {}", x.rank()),
+            })
+        }
+    };
+    if dims.0 * dims.2 == 0 || dims.1 == 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: x.shape().to_vec(),
+            reason: "empty channels".into(),
+        });
+    }
+    Ok(dims)
+}
+
+fn check_channels(op: &'static str, x: &Tensor, params: &[&Tensor], c: usize) -> Result<()> {
+    for p in params {
+        x.check_peer(op, p)?;
+        if p.shape() != [c] {
+            return Err(Error::ShapeMismatch { op, lhs: p.shape().to_vec(), rhs: vec![c] });
+        }
+    }
+    Ok(())
+}
+
+/// The grid of a batch-norm launch: (channels, slices per channel), aiming at
+/// `BATCHNORM_BLOCKS_PER_SM` blocks per SM with at least one full unrolled step per thread.
+fn batch_norm_launch(
+    op: &'static str,
+    x: &Tensor,
+    stream: &Stream,
+    (n, c, hw): (usize, usize, usize),
+) -> Result<LaunchConfig> {
+    if c > i32::MAX as usize {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: x.shape().to_vec(),
+            reason: "more than 2^31-1 channels".into(),
+        });
+    }
+    let units = n * if hw % 4 == 0 { hw / 4 } else { hw };
+    let wanted = (stream.device.info.sm_count as usize * BATCHNORM_BLOCKS_PER_SM).div_ceil(c);
+    let slices = wanted.min(units.div_ceil(BATCHNORM_BLOCK * BATCHNORM_UNROLL)).clamp(1, u16::MAX as usize);
+    Ok(LaunchConfig {
+        grid: (c as u32, slices as u32, 1),
+        block: (BATCHNORM_BLOCK as u32, 1, 1),
+        shared_bytes: 0,
+    })
+}
+
+/// `f(plane, channel, out)` for each `(sample, channel)` plane of `hw` elements of `out`.
+fn cpu_channel_planes(out: &mut [f32], c: usize, hw: usize, f: impl Fn(usize, usize, &mut [f32]) + Sync) {
+    out.par_chunks_mut(hw)
+        .with_min_len((CPU_CHUNK / hw).max(1))
+        .enumerate()
+        .for_each(|(plane, o)| f(plane, plane % c, o));
+}
+
+/// Per-channel `Σ f(plane, value index in plane)` over the `(n, c, hw)` layout, in f64.
+fn cpu_channel_sums(n: usize, c: usize, hw: usize, f: impl Fn(usize, usize) -> f64 + Sync) -> Vec<f64> {
+    (0..c)
+        .into_par_iter()
+        .map(|ch| (0..n).map(|s| (0..hw).map(|k| f(s * c + ch, k)).sum::<f64>()).sum())
+        .collect()
+}
+
+/// Batch norm in training mode over an NCHW (or `[N, C]`) tensor: each channel normalized with
+/// its mean and biased variance over N, H, W, then `· γ + β`. Updates `running_mean` and
+/// `running_var` in place (`(1 - momentum)·old + momentum·new`, the variance unbiased, as
+/// PyTorch); a running tensor whose buffer a clone shares is copied first. Returns the output and
+/// what [`batch_norm2d_backward`] needs.
+pub fn batch_norm2d_train(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    running_mean: &mut Tensor,
+    running_var: &mut Tensor,
+    momentum: f32,
+    eps: f32,
+) -> Result<(Tensor, BatchNormSaved)> {
+    const OP: &str = "batch_norm2d_train";
+    let (n, c, hw) = batch_norm_dims(OP, x)?;
+    check_channels(OP, x, &[gamma, beta, running_mean, running_var], c)?;
+    let count = n * hw;
+    if count < 2 {
+        return Err(Error::InvalidArgument {
+            op: OP,
+            shape: x.shape().to_vec(),
+            reason: "training needs more than one value per channel".into(),
+        });
+    }
+    let ctx = x.context().clone();
+    match x.storage() {
+        Storage::Cpu(v) => {
+            let m = count as f64;
+            let mean = cpu_channel_sums(n, c, hw, |p, k| v[p * hw + k] as f64);
+            let mean: Vec<f64> = mean.into_iter().map(|s| s / m).collect();
+            let var = cpu_channel_sums(n, c, hw, |p, k| (v[p * hw + k] as f64 - mean[p % c]).powi(2));
+            let var: Vec<f64> = var.into_iter().map(|s| s / m).collect();
+            let rstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps as f64).sqrt()).collect();
+            let (g, b) = (gamma.to_vec()?, beta.to_vec()?);
+            let mut y = vec![0.0f32; v.len()];
+            cpu_channel_planes(&mut y, c, hw, |plane, ch, out| {
+                for (o, &e) in out.iter_mut().zip(&v[plane * hw..(plane + 1) * hw]) {
+                    *o = ((e as f64 - mean[ch]) * rstd[ch] * g[ch] as f64 + b[ch] as f64) as f32;
+                }
+            });
+            let mom = momentum as f64;
+            if let Some(rm) = running_mean.make_unique()? {
+                for (r, &mu) in rm.iter_mut().zip(&mean) {
+                    *r = ((1.0 - mom) * *r as f64 + mom * mu) as f32;
+                }
+            }
+            if let Some(rv) = running_var.make_unique()? {
+                for (r, &var) in rv.iter_mut().zip(&var) {
+                    *r = ((1.0 - mom) * *r as f64 + mom * var * m / (m - 1.0)) as f32;
+                }
+            }
+            let to32 = |v: &[f64]| v.iter().map(|&e| e as f32).collect();
+            let saved = BatchNormSaved {
+                mean: Tensor::from_cpu(&ctx, &[c], to32(&mean)),
+                rstd: Tensor::from_cpu(&ctx, &[c], to32(&rstd)),
+            };
+            Ok((Tensor::from_cpu(&ctx, x.shape(), y), saved))
+        }
+        Storage::Cuda(_) => {
+            running_mean.make_unique()?;
+            running_var.make_unique()?;
+            let stream = ctx.stream(OP)?;
+            let cfg = batch_norm_launch(OP, x, stream, (n, c, hw))?;
+            let partials = stream.device.pool.alloc(stream, c * cfg.grid.1 as usize * 2 * 4, OP)?;
+            let y = Tensor::uninit(&ctx, x.shape(), OP)?;
+            let (mean, rstd) = (Tensor::uninit(&ctx, &[c], OP)?, Tensor::uninit(&ctx, &[c], OP)?);
+            let (px, pp, pg, pb, py) =
+                (x.device_ptr(), partials.ptr(), gamma.device_ptr(), beta.device_ptr(), y.device_ptr());
+            let (pm, pr, prm, prv) =
+                (mean.device_ptr(), rstd.device_ptr(), running_mean.device_ptr(), running_var.device_ptr());
+            // SAFETY: `batchnorm_stats_f32(x, partials, n, c, hw)`: x holds n·c·hw floats
+            // (16-byte aligned planes when hw % 4 == 0), partials 2 floats per block of the
+            // (c, slices) grid.
+            unsafe { launch(stream, "batchnorm_stats_f32", cfg, &mut kernel_args![&px, &pp, &n, &c, &hw])? };
+            // SAFETY: `batchnorm_fwd_f32(x, gamma, beta, partials, y, mean, rstd, running_mean,
+            // running_var, n, c, hw, momentum, eps)`: the same grid as the stats launch before
+            // it on this stream; y holds n·c·hw floats, the others c floats; the running
+            // buffers are uniquely owned (made so above), so updating them in place is unseen.
+            unsafe {
+                launch(
+                    stream,
+                    "batchnorm_fwd_f32",
+                    cfg,
+                    &mut kernel_args![
+                        &px, &pg, &pb, &pp, &py, &pm, &pr, &prm, &prv, &n, &c, &hw, &momentum, &eps
+                    ],
+                )?
+            };
+            Ok((y, BatchNormSaved { mean, rstd }))
+        }
+    }
+}
+
+/// Batch norm in inference mode: each channel normalized with the running statistics, then
+/// `· γ + β`.
+pub fn batch_norm2d_eval(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    eps: f32,
+) -> Result<Tensor> {
+    const OP: &str = "batch_norm2d_eval";
+    let (n, c, hw) = batch_norm_dims(OP, x)?;
+    check_channels(OP, x, &[gamma, beta, running_mean, running_var], c)?;
+    let ctx = x.context();
+    match x.storage() {
+        Storage::Cpu(v) => {
+            let (g, b, rm, rv) =
+                (gamma.to_vec()?, beta.to_vec()?, running_mean.to_vec()?, running_var.to_vec()?);
+            let mut y = vec![0.0f32; v.len()];
+            cpu_channel_planes(&mut y, c, hw, |plane, ch, out| {
+                let rstd = 1.0 / (rv[ch] as f64 + eps as f64).sqrt();
+                for (o, &e) in out.iter_mut().zip(&v[plane * hw..(plane + 1) * hw]) {
+                    *o = ((e as f64 - rm[ch] as f64) * rstd * g[ch] as f64 + b[ch] as f64) as f32;
+                }
+            });
+            Ok(Tensor::from_cpu(ctx, x.shape(), y))
+        }
+        Storage::Cuda(_) => {
+            let stream = ctx.stream(OP)?;
+            let cfg = batch_norm_launch(OP, x, stream, (n, c, hw))?;
+            let y = Tensor::uninit(ctx, x.shape(), OP)?;
+            let (px, pg, pb, pm, pv, py) = (
+                x.device_ptr(),
+                gamma.device_ptr(),
+                beta.device_ptr(),
+                running_mean.device_ptr(),
+                running_var.device_ptr(),
+                y.device_ptr(),
+            );
+            // SAFETY: `batchnorm_eval_f32(x, gamma, beta, running_mean, running_var, y, n, c, hw,
+            // eps)`: x and y hold n·c·hw floats, the others c floats; grid (c, slices).
+            unsafe {
+                launch(
+                    stream,
+                    "batchnorm_eval_f32",
+                    cfg,
+                    &mut kernel_args![&px, &pg, &pb, &pm, &pv, &py, &n, &c, &hw, &eps],
+                )?
+            };
+            Ok(y)
+        }
+    }
+}
+
+/// Gradients of [`batch_norm2d_train`]: `(dx, dγ, dβ)`, with
+/// `dx = γ·rstd·(dy - mean(dy) - x̂·mean(dy·x̂))` per channel.
+pub fn batch_norm2d_backward(
+    dy: &Tensor,
+    x: &Tensor,
+    gamma: &Tensor,
+    saved: &BatchNormSaved,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    const OP: &str = "batch_norm2d_backward";
+    let (n, c, hw) = batch_norm_dims(OP, x)?;
+    x.check_pair(OP, dy)?;
+    check_channels(OP, x, &[gamma, &saved.mean, &saved.rstd], c)?;
+    let ctx = x.context();
+    match x.storage() {
+        Storage::Cpu(v) => {
+            let (d, g, mean, rstd) =
+                (dy.to_vec()?, gamma.to_vec()?, saved.mean.to_vec()?, saved.rstd.to_vec()?);
+            let xhat = |p: usize, k: usize| (v[p * hw + k] as f64 - mean[p % c] as f64) * rstd[p % c] as f64;
+            let sum_dy = cpu_channel_sums(n, c, hw, |p, k| d[p * hw + k] as f64);
+            let sum_dy_xhat = cpu_channel_sums(n, c, hw, |p, k| d[p * hw + k] as f64 * xhat(p, k));
+            let m = (n * hw) as f64;
+            let mut dx = vec![0.0f32; v.len()];
+            cpu_channel_planes(&mut dx, c, hw, |plane, ch, out| {
+                let gr = g[ch] as f64 * rstd[ch] as f64;
+                for (k, o) in out.iter_mut().enumerate() {
+                    let dyk = d[plane * hw + k] as f64;
+                    *o = (gr * (dyk - sum_dy[ch] / m - xhat(plane, k) * sum_dy_xhat[ch] / m)) as f32;
+                }
+            });
+            let to32 = |v: Vec<f64>| v.into_iter().map(|e| e as f32).collect();
+            Ok((
+                Tensor::from_cpu(ctx, x.shape(), dx),
+                Tensor::from_cpu(ctx, &[c], to32(sum_dy_xhat)),
+                Tensor::from_cpu(ctx, &[c], to32(sum_dy)),
+            ))
+        }
+        Storage::Cuda(_) => {
+            let stream = ctx.stream(OP)?;
+            let cfg = batch_norm_launch(OP, x, stream, (n, c, hw))?;
+            let partials = stream.device.pool.alloc(stream, c * cfg.grid.1 as usize * 2 * 4, OP)?;
+            let dx = Tensor::uninit(ctx, x.shape(), OP)?;
+            let (dgamma, dbeta) = (Tensor::uninit(ctx, &[c], OP)?, Tensor::uninit(ctx, &[c], OP)?);
+            let (pd, px, pg, pm, pr, pp) = (
+                dy.device_ptr(),
+                x.device_ptr(),
+                gamma.device_ptr(),
+                saved.mean.device_ptr(),
+                saved.rstd.device_ptr(),
+                partials.ptr(),
+            );
+            let (pdx, pdg, pdb) = (dx.device_ptr(), dgamma.device_ptr(), dbeta.device_ptr());
+            // SAFETY: `batchnorm_bwd_reduce_f32(dy, x, mean, rstd, partials, n, c, hw)`: dy and x
+            // hold n·c·hw floats, mean/rstd c floats, partials 2 floats per block of the grid.
+            unsafe {
+                launch(
+                    stream,
+                    "batchnorm_bwd_reduce_f32",
+                    cfg,
+                    &mut kernel_args![&pd, &px, &pm, &pr, &pp, &n, &c, &hw],
+                )?
+            };
+            // SAFETY: `batchnorm_bwd_dx_f32(dy, x, gamma, mean, rstd, partials, dx, dgamma,
+            // dbeta, n, c, hw)`: the reduce launch's grid and partials; dx holds n·c·hw floats,
+            // dgamma/dbeta c floats.
+            unsafe {
+                launch(
+                    stream,
+                    "batchnorm_bwd_dx_f32",
+                    cfg,
+                    &mut kernel_args![&pd, &px, &pg, &pm, &pr, &pp, &pdx, &pdg, &pdb, &n, &c, &hw],
+                )?
+            };
             Ok((dx, dgamma, dbeta))
         }
     }

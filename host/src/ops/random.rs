@@ -10,7 +10,7 @@ use crate::tensor::{element_count, Tensor};
 use rayon::prelude::*;
 
 #[path = "../../../gpu-kernels/src/random/philox.rs"]
-mod philox;
+pub(crate) mod philox;
 
 fn generate(
     ctx: &Context,

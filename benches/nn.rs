@@ -1,0 +1,41 @@
+//! Batch norm (training forward, eval, backward) at (32, 64, 32, 32), the elementwise losses at
+//! 2^24 elements and dropout at 2^26, timed with CUDA events. Throughput counts torch_ref's
+//! bytes for batch norm (8 B per element: read x, write y) and read/write once for the rest.
+use criterion::{criterion_group, criterion_main, Criterion};
+use ferrocuda::{
+    batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy_with_logits, dropout,
+    mse_loss, Tensor,
+};
+use std::cell::RefCell;
+mod common;
+
+fn nn(c: &mut Criterion) {
+    let Some(ctx) = common::cuda() else { return };
+    let shape = [32, 64, 32, 32];
+    let (gamma, beta) = (ctx.full(&[64], 1.5).unwrap(), ctx.full(&[64], 0.5).unwrap());
+    let running = RefCell::new((ctx.zeros(&[64]).unwrap(), ctx.full(&[64], 1.0).unwrap()));
+    let train = |x: &Tensor| {
+        let (rm, rv) = &mut *running.borrow_mut();
+        batch_norm2d_train(x, &gamma, &beta, rm, rv, 0.1, 1e-5)
+    };
+    common::bench_op(c, &ctx, "batch_norm_train", &shape, 8, |x| train(x).map(|r| r.0));
+    common::bench_op(c, &ctx, "batch_norm_eval", &shape, 8, |x| {
+        let (rm, rv) = &*running.borrow();
+        batch_norm2d_eval(x, &gamma, &beta, rm, rv, 1e-5)
+    });
+    let x = ctx.randn(&shape, 9).unwrap();
+    let (_, saved) = train(&x).unwrap();
+    common::bench_op(c, &ctx, "batch_norm_backward", &shape, 12, |dy| {
+        batch_norm2d_backward(dy, &x, &gamma, &saved).map(|r| r.0)
+    });
+    let n = 1 << 24;
+    let target = ctx.rand(&[n], 3).unwrap();
+    common::bench_op(c, &ctx, "mse_loss", &[n], 12, |p| mse_loss(p, &target).map(|r| r.1));
+    common::bench_op(c, &ctx, "bce_with_logits", &[n], 12, |p| {
+        binary_cross_entropy_with_logits(p, &target).map(|r| r.1)
+    });
+    common::bench_op(c, &ctx, "dropout", &[1 << 26], 8, |x| dropout(x, 0.1, 7));
+}
+
+criterion_group!(benches, nn);
+criterion_main!(benches);
