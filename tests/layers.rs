@@ -3,7 +3,9 @@
 //! loss, train/eval behaviour, and errors that name the layer.
 mod common;
 use common::*;
-use ferrocuda::layers::{Gelu, LayerNorm, Linear, Relu, Sigmoid, Tanh};
+use ferrocuda::layers::{
+    AvgPool2d, BatchNorm2d, Dropout, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, Relu, Sigmoid, Tanh,
+};
 use ferrocuda::{Adam, Context, Error, Layer, Result, Sequential, Sgd, Tensor};
 
 /// A small network of every MLP layer (the final Relu only when `relu`: finite differences
@@ -59,6 +61,75 @@ fn gpu_mlp_matches_cpu(gpu: &Context) {
             );
         }
     }
+}
+
+/// The CNN layers on `[batch, 3, 7, 13]` images: batch norm, pooling (padded max, then avg),
+/// dropout, flatten, linear.
+fn cnn(ctx: &Context) -> Result<Sequential> {
+    Ok(Sequential::new()
+        .layer(BatchNorm2d::new(ctx, 3)?)
+        .layer(Relu::new())
+        .layer(MaxPool2d::new(3).stride(2).padding(1))
+        .layer(AvgPool2d::new(2))
+        .layer(Flatten::new())
+        .layer(Dropout::new(0.3, 9))
+        .layer(Linear::new(ctx, 3 * 2 * 3, 5, 17)?))
+}
+
+fn gpu_cnn_layers_match_cpu(gpu: &Context) {
+    let cpu = Context::cpu();
+    for batch in [1, 4, 33] {
+        let (mut mg, mut mc) = (cnn(gpu).unwrap(), cnn(&cpu).unwrap());
+        let x = randn_host(batch * 3 * 7 * 13, 30 + batch as u64);
+        let dy = randn_host(batch * 5, 40);
+        let (xg, xc) = pair(gpu, &x, &[batch, 3, 7, 13]);
+        // Two steps: the second forward sees updated running statistics and a new dropout mask.
+        for step in 0..2 {
+            let (g, c) = (forward_backward(&mut mg, &xg, &dy), forward_backward(&mut mc, &xc, &dy));
+            for (i, (g, c)) in g.iter().zip(&c).enumerate() {
+                assert_close(&format!("batch {batch}, step {step}, output {i}"), g, c, 1e-4);
+            }
+            mg.step(&mut Sgd::new(0.1)).unwrap();
+            mc.step(&mut Sgd::new(0.1)).unwrap();
+        }
+        mg.eval();
+        mc.eval();
+        let (yg, yc) = (mg.forward(&xg).unwrap(), mc.forward(&xc).unwrap());
+        assert_close("eval", &yg.to_vec().unwrap(), &yc.to_vec().unwrap(), 1e-4);
+    }
+}
+
+/// Eval mode: batch norm normalises with its running statistics (PyTorch's update with momentum
+/// and the unbiased variance), dropout is the identity; training-mode dropout zeroes about p.
+fn cpu_train_eval_modes() {
+    let ctx = Context::cpu();
+    let (n, c, hw) = (4, 2, 5);
+    let x = randn_host(n * c * hw, 50);
+    let xt = ctx.from_slice(&x, &[n, c, 1, hw]).unwrap();
+    let mut bn = BatchNorm2d::new(&ctx, c).unwrap();
+    bn.forward(&xt).unwrap();
+    bn.set_training(false);
+    let y = bn.forward(&xt).unwrap().to_vec().unwrap();
+    for ch in 0..c {
+        let vals: Vec<f64> =
+            (0..n).flat_map(|b| (0..hw).map(move |i| (b * c + ch) * hw + i)).map(|i| x[i] as f64).collect();
+        let m = vals.iter().sum::<f64>() / vals.len() as f64;
+        let var = vals.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (vals.len() - 1) as f64;
+        let (rm, rv) = (0.1 * m, 0.9 + 0.1 * var);
+        for b in 0..n {
+            for i in 0..hw {
+                let k = (b * c + ch) * hw + i;
+                let want = (x[k] as f64 - rm) / (rv + 1e-5).sqrt();
+                assert!((y[k] as f64 - want).abs() < 1e-5, "batch norm eval at {k}: {} vs {want}", y[k]);
+            }
+        }
+    }
+    let ones = ctx.full(&[1000], 1.0).unwrap();
+    let mut drop = Dropout::new(0.25, 1);
+    let kept = drop.forward(&ones).unwrap().to_vec().unwrap().iter().filter(|&&v| v != 0.0).count();
+    assert!((700..800).contains(&kept), "kept {kept} of 1000 at p = 0.25");
+    drop.set_training(false);
+    assert_eq!(drop.forward(&ones).unwrap().to_vec().unwrap(), vec![1.0; 1000]);
 }
 
 /// `L = Σ y·r` for a fixed random `r`: its gradient w.r.t. x and every parameter from backward,
@@ -140,6 +211,16 @@ fn bad_input_on(ctx: &Context) {
     let mut norm = LayerNorm::new(ctx, 6).unwrap();
     let err = norm.forward(&ctx.zeros(&[2, 5]).unwrap()).unwrap_err();
     assert_eq!(layer_source(&err).0, "LayerNorm(6)");
+
+    let mut bn = BatchNorm2d::new(ctx, 3).unwrap();
+    let err = bn.forward(&ctx.zeros(&[2, 4, 5, 5]).unwrap()).unwrap_err();
+    assert_eq!(layer_source(&err).0, "BatchNorm2d(3)");
+    assert!(err.to_string().contains("expects [N, 3, H, W]"), "{err}");
+    let err = MaxPool2d::new(4).forward(&ctx.zeros(&[1, 1, 3, 3]).unwrap()).unwrap_err();
+    assert!(layer_source(&err).0.starts_with("MaxPool2d"), "{err}");
+    assert!(matches!(layer_source(&err).1, Error::InvalidArgument { op: "max_pool2d", .. }), "{err}");
+    let err = Dropout::new(1.0, 0).forward(&ctx.zeros(&[3]).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("[0, 1)"), "{err}");
 }
 
 fn gpu_bad_input(gpu: &Context) {
@@ -153,7 +234,9 @@ fn cpu_bad_input() {
 fn main() {
     run(&[
         ("gpu_mlp_matches_cpu", Case::Gpu(gpu_mlp_matches_cpu)),
+        ("gpu_cnn_layers_match_cpu", Case::Gpu(gpu_cnn_layers_match_cpu)),
         ("gpu_bad_input", Case::Gpu(gpu_bad_input)),
+        ("cpu_train_eval_modes", Case::Cpu(cpu_train_eval_modes)),
         ("cpu_backward_matches_finite_differences", Case::Cpu(cpu_backward_matches_finite_differences)),
         ("cpu_bad_input", Case::Cpu(cpu_bad_input)),
     ]);
