@@ -62,7 +62,7 @@ fn measure(
     let big = n >= 1 << 26;
     let target = match op {
         "transpose" => Some(0.8),
-        "softmax" | "layernorm" if big => Some(0.85),
+        "softmax" | "layernorm" | "maxpool2x2" | "avgpool2x2" if big => Some(0.85),
         "add" | "gelu_tanh" | "relu" | "sum" | "max" if big => Some(0.9),
         _ => None,
     };
@@ -116,6 +116,28 @@ fn main() -> Result<()> {
             ferrocuda::layer_norm(x, Some(&gamma), Some(&beta), 1e-5).map(|(y, _)| y)
         })?);
     }
+    // Bytes as torch_ref counts them: pools read 4 and write 1 per input element (ferrocuda's
+    // max pool also writes a 1-byte argmax per output, not counted); batch norm 8 per element.
+    let images = [32, 64, 128, 128];
+    let pool = ferrocuda::Pool2dParams::new(2);
+    rows.push(measure(&ctx, "maxpool2x2", &images, true, 5, |x| {
+        ferrocuda::max_pool2d(x, pool).map(|(y, _)| y)
+    })?);
+    rows.push(measure(&ctx, "avgpool2x2", &images, true, 5, |x| ferrocuda::avg_pool2d(x, pool))?);
+    let (gamma, beta) = (ctx.randn(&[64], 17)?, ctx.randn(&[64], 18)?);
+    let (mut running_mean, mut running_var) = (ctx.zeros(&[64])?, ctx.full(&[64], 1.0)?);
+    let x = ctx.randn(&[32, 64, 32, 32], 19)?;
+    let ms = median_ms(&ctx, WARMUP, REPS, || {
+        ferrocuda::batch_norm2d_train(&x, &gamma, &beta, &mut running_mean, &mut running_var, 0.1, 1e-5)
+            .map(drop)
+    })?;
+    rows.push(Row {
+        op: "batchnorm_train",
+        shape: py_shape(x.shape(), true),
+        ms,
+        bytes: x.len() * 8,
+        target: None,
+    });
 
     println!(
         "# copy bandwidth (read + write, 2^28 f32): {copy_gbs:.0} GB/s; ratio = PyTorch ms / ferrocuda ms"
