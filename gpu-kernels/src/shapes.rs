@@ -78,3 +78,9 @@ pub const OPTIMIZER_BLOCK: usize = 256;
 /// u64 words per tensor in an optimizer's slot table: parameter, gradient, two state buffers
 /// (addresses; 0 when unused) and the length.
 pub const OPTIMIZER_SLOT_WORDS: usize = 5;
+
+/// Threads per block of the convolution's bias gradient (one block per output channel).
+pub const CONV_BIAS_BLOCK: usize = 256;
+/// Splits of the weight gradient's reduction start at multiples of this (a whole number of the
+/// SIMT and tensor-core k-steps).
+pub const CONV_SPLIT_ALIGN: usize = 32;

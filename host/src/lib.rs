@@ -26,6 +26,9 @@ pub mod timing;
 pub(crate) mod shapes;
 
 pub use half::{bf16, f16};
+pub use ops::conv::{
+    conv2d, conv2d_backward_bias, conv2d_backward_data, conv2d_backward_weight, Conv2dParams,
+};
 pub use ops::matmul::{linear, Activation, Gemm};
 pub use ops::nn::{cross_entropy, layer_norm, layer_norm_backward, LayerNormSaved};
 pub use ops::optim::{Adam, Sgd};
