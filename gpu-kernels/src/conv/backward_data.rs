@@ -108,9 +108,14 @@ impl ImplicitGemm for BackwardData {
     }
 
     #[inline(always)]
-    unsafe fn store(&self, m: u32, n: u32, v: f32) {
+    unsafe fn out(&self, m: u32, n: u32) -> *mut f32 {
         let (image, hw) = (m / self.hw, m % self.hw);
-        store_f32(self.dx.add(((image * self.g.c + n) * self.hw + hw) as usize), v);
+        self.dx.add(((image * self.g.c + n) * self.hw + hw) as usize)
+    }
+
+    #[inline(always)]
+    fn run(&self) -> u32 {
+        self.hw
     }
 }
 

@@ -1,8 +1,7 @@
 //! `conv2d_bwd_weight_*`: `dw[k, c, r, s] = Σ_{n,p,q} dy[n, k, p, q] · x[n, c, p·sh − ph + r·dh,
 //! q·sw − pw + s·dw]`, an implicit GEMM with M = C·R·S (rows: filter taps), N = K, reduced over
-//! N·P·Q. The reduction is long and the output small, so it is split over `gridDim.z`: split z
-//! writes its partial sums to `out[z]` (`[splits, K, C·R·S]`) and `conv2d_split_sum_f32` adds the
-//! splits in order, so results do not depend on timing. One split writes dw directly.
+//! N·P·Q. The reduction is long and the output small, so it is split over `gridDim.z` (partial
+//! sums `[splits, K, C·R·S]`, added by `conv2d_split_sum_f32`). One split writes dw directly.
 //!
 //! Floor: 2·N·K·P·Q·C·R·S flops, as the forward (≥ 1.15 ms f32 for the benchmark shape); the
 //! partial sums are splits × K·C·R·S floats, noise beside x and dy.
@@ -102,26 +101,38 @@ impl ImplicitGemm for BackwardWeight {
     }
 
     #[inline(always)]
-    unsafe fn store(&self, m: u32, n: u32, v: f32) {
+    unsafe fn out(&self, m: u32, n: u32) -> *mut f32 {
         let split = block_z() * (self.g.k * self.crs) as usize;
-        store_f32(self.out.add(split + (n * self.crs + m) as usize), v);
+        self.out.add(split + (n * self.crs + m) as usize)
+    }
+
+    #[inline(always)]
+    fn run(&self) -> u32 {
+        self.crs
     }
 }
 
 implicit_gemm_kernels!(BackwardWeight: conv2d_bwd_weight_f32_large, conv2d_bwd_weight_f32_medium, conv2d_bwd_weight_f32_small, conv2d_bwd_weight_tf32);
 
-/// `out[i] = Σ_z partial[z·len + i]`, z in order (deterministic). Grid-stride over `len`.
+/// `out[i] = Σ_z partial[z·len + i] + bias[i / plane % channels]`, z in order (deterministic);
+/// `bias` may be null. Grid-stride over `len`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn conv2d_split_sum_f32(
     partial: *const f32,
+    bias: *const f32,
     out: *mut f32,
     len: usize,
     splits: usize,
+    plane: usize,
+    channels: usize,
 ) {
     for i in grid_stride(len) {
         let mut total = 0.0f32;
         for z in 0..splits {
             total += load_nc_f32(partial.add(z * len + i));
+        }
+        if !bias.is_null() {
+            total += load_nc_f32(bias.add(i / plane % channels));
         }
         store_f32(out.add(i), total);
     }

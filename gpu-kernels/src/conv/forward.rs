@@ -1,12 +1,14 @@
 //! `conv2d_fwd_*`: `y[n, k, p, q] = bias[k] + Σ_{c,r,s} x[n, c, p·sh − ph + r·dh, q·sw − pw + s·dw] ·
 //! w[k, c, r, s]`, an implicit GEMM with M = N·P·Q (rows: output pixels), N = K, reduced over
-//! C·R·S; the bias is added as each output is stored.
+//! C·R·S; the bias is added as each output is stored. When even the small tiles leave SMs idle the
+//! reduction is split over `gridDim.z` (partial sums to `y[z]`, bias added by the split sum).
 //!
 //! Floor: 2·N·K·P·Q·C·R·S flops: (32,64,128,128)⊛(128,64,3,3) is 77.3 GFLOP, ≥ 1.15 ms on the FP32
 //! pipes (67 TFLOP/s), ≥ 0.16 ms at the TF32 dense peak (~495 TFLOP/s; `mma.sync` reaches about
 //! half of it). Bytes (x 134 MB, y 268 MB) take ~0.13 ms at 3 TB/s and hide under the math.
-//! Launch: see the module `conv` (grid z = 1).
+//! Launch: see the module `conv`.
 use super::{implicit_gemm_kernels, Geometry, ImplicitGemm, ZERO};
+use crate::matmul::gemm_tf32::Operand;
 use crate::prelude::*;
 
 #[derive(Clone, Copy)]
@@ -94,10 +96,38 @@ impl ImplicitGemm for Forward {
     }
 
     #[inline(always)]
-    unsafe fn store(&self, m: u32, n: u32, v: f32) {
-        let bias = if self.bias.is_null() { 0.0 } else { load_nc_f32(self.bias.add(n as usize)) };
+    unsafe fn out(&self, m: u32, n: u32) -> *mut f32 {
         let (image, pq) = (m / self.pq, m % self.pq);
-        store_f32(self.y.add(((image * self.g.k + n) * self.pq + pq) as usize), v + bias);
+        let split = block_z() * (self.g.n * self.g.k * self.pq) as usize;
+        self.y.add(split + ((image * self.g.k + n) * self.pq + pq) as usize)
+    }
+
+    #[inline(always)]
+    fn run(&self) -> u32 {
+        self.pq
+    }
+
+    #[inline(always)]
+    fn bias(&self, n: u32) -> f32 {
+        // SAFETY: bias, when present, holds K floats and n < K.
+        if self.bias.is_null() {
+            0.0
+        } else {
+            unsafe { load_nc_f32(self.bias.add(n as usize)) }
+        }
+    }
+
+    #[inline(always)]
+    fn dense_b(&self) -> Option<Operand> {
+        let crs = self.crs as usize;
+        Some(Operand {
+            src: self.w,
+            ld: crs,
+            rows: self.g.k as usize,
+            k: crs,
+            k_contiguous: true,
+            vector_ok: crs % 4 == 0 && self.w as usize % 16 == 0,
+        })
     }
 }
 

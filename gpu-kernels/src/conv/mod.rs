@@ -4,10 +4,12 @@
 //!
 //! | op | M | N | K (reduced) | A (gathered along M) | B (gathered along K) |
 //! | --- | --- | --- | --- | --- | --- |
-//! | forward | N·P·Q | K | C·R·S | x (im2col) | w `[K, C·R·S]` |
+//! | forward | N·P·Q | K | C·R·S, split when the grid is small | x (im2col) | w `[K, C·R·S]` |
 //! | backward data | N·H·W | C | K·R·S | dy (taps that land on an output) | w |
 //! | backward weight | C·R·S | K | N·P·Q, split over `gridDim.z` | x (im2col)ᵀ | dy |
 //!
+//! A split launch writes split z's partial sums to `out[z]` and `conv2d_split_sum_f32` adds the
+//! splits in order (so results do not depend on timing), with the forward's bias.
 //! Both mainloops fix the four A rows a thread loads for the whole reduction, so each op turns
 //! them into image coordinates once; per k-step only the reduced index is decomposed.
 //! Launch (every implicit-GEMM kernel): grid `(⌈M/BM⌉, ⌈N/BN⌉, splits)`; SIMT kernels
@@ -65,11 +67,23 @@ pub(crate) trait ImplicitGemm {
     fn a(&self, rows: &Self::Rows, k: u32) -> [u32; 4];
     /// Offsets in B's source of `B[k + i, n]`, `i < 4` (`ZERO` where the element is 0 or past K).
     fn b(&self, k: u32, n: u32) -> [u32; 4];
-    /// Write the finished `out[m, n]` (`m < M`, `n < N`).
+    /// Where `out[m, n]` goes (`m < M`, `n < N`). Outputs `m..m + 4` of a column are contiguous
+    /// when `m` and [`ImplicitGemm::run`] are multiples of 4.
     ///
     /// # Safety
     /// The output buffer holds the op's whole result.
-    unsafe fn store(&self, m: u32, n: u32, v: f32);
+    unsafe fn out(&self, m: u32, n: u32) -> *mut f32;
+    /// Rows of one contiguous run of the output (a plane of the output tensor).
+    fn run(&self) -> u32;
+    /// Added to every output of column `n` (the forward's bias).
+    fn bias(&self, _n: u32) -> f32 {
+        0.0
+    }
+    /// B as a plain row-major `[N, K]` matrix, for ops that have one: unsplit launches then load
+    /// its tiles as 16-byte vectors.
+    fn dense_b(&self) -> Option<Operand> {
+        None
+    }
 }
 
 /// The reduction range of this block: `gridDim.z` splits of `k_chunk` (a multiple of the k-step).
@@ -102,6 +116,29 @@ unsafe fn gather(src: *const f32, p: [u32; 4]) -> F32x4 {
     F32x4(v)
 }
 
+/// Write `out[m, n] = v` (plus the bias).
+#[inline(always)]
+unsafe fn store1<G: ImplicitGemm>(g: &G, m: u32, n: u32, v: f32) {
+    store_f32(g.out(m, n), v + g.bias(n));
+}
+
+/// Write `out[m + i, n] = v[i]` for the rows `< rows`: one 16-byte store when the four are
+/// contiguous and aligned.
+#[inline(always)]
+unsafe fn store4<G: ImplicitGemm>(g: &G, (m, n): (u32, u32), rows: u32, v: [f32; 4]) {
+    let bias = g.bias(n);
+    let first = g.out(m, n);
+    if m % 4 == 0 && g.run() % 4 == 0 && m + 3 < rows && first as usize % 16 == 0 {
+        store_f32x4(first, F32x4(v).map(|x| x + bias));
+    } else {
+        unroll!(i in [0, 1, 2, 3] => {
+            if m + (i as u32) < rows {
+                store_f32(g.out(m + i as u32, n), v[i] + bias);
+            }
+        });
+    }
+}
+
 /// The SIMT f32 implicit GEMM of one BM×BN tile.
 #[inline(always)]
 pub(crate) unsafe fn simt<G: ImplicitGemm, const BM: usize, const BN: usize>(g: &G, k_chunk: usize) {
@@ -118,16 +155,22 @@ pub(crate) unsafe fn simt<G: ImplicitGemm, const BM: usize, const BN: usize>(g: 
             F32x4([0.0; 4])
         }
     };
+    let dense_b = g.dense_b().filter(|b| b.vector_ok && k_chunk >= k);
     let load_b = |kk: usize, col: usize| {
         let kg = k_begin + kk;
-        gather(src_b, clip(g.b(kg as u32, col as u32), kg, k_end))
+        match dense_b {
+            Some(b) if col < b.rows && kg + 3 < b.k => load_nc_f32x4(b.src.add(col * b.ld + kg)),
+            _ => gather(src_b, clip(g.b(kg as u32, col as u32), kg, k_end)),
+        }
     };
     let acc = simt_mainloop::<BM, BN, true, true>(k_end.saturating_sub(k_begin), (m0, n0), load_a, load_b);
-    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+    // Each thread holds four consecutive rows of a column per half tile: contiguous outputs.
+    unroll!(h in [0, 1] => {
         unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            let (row, col) = simt_coords::<BM, BN>(i, j);
-            if m0 + row < m && n0 + col < n {
-                g.store((m0 + row) as u32, (n0 + col) as u32, acc[i][j]);
+            let (row, col) = simt_coords::<BM, BN>(h * 4, j);
+            if n0 + col < n {
+                let v = [acc[h * 4][j], acc[h * 4 + 1][j], acc[h * 4 + 2][j], acc[h * 4 + 3][j]];
+                store4(g, ((m0 + row) as u32, (n0 + col) as u32), m as u32, v);
             }
         });
     });
@@ -169,6 +212,7 @@ pub(crate) unsafe fn tf32<G: ImplicitGemm>(g: &G, k_chunk: usize) {
     // A's chunks of this thread: rows `t % (BM/4) · 4 ..+4`, k `t / (BM/4) + i·THREADS/(BM/4)`.
     let rows = g.rows((m0 + t % (BM / 4) * 4) as u32);
     let (src_a, src_b) = g.sources();
+    let dense_b = g.dense_b().filter(|_| k_chunk >= k);
     let load = #[inline(always)]
     |s: usize, step: usize| {
         let k0 = k_begin + step * BK;
@@ -179,11 +223,17 @@ pub(crate) unsafe fn tf32<G: ImplicitGemm>(g: &G, k_chunk: usize) {
             let p = if k0 + kk < k_end { g.a(&rows, (k0 + kk) as u32) } else { [ZERO; 4] };
             // SAFETY: the offsets stay inside stage `s`'s A tile.
             unsafe { copy4(tile_a + 4 * layout_a.offset(row, kk) as u32, src_a, p) };
-            let (col, kk) = (chunk / (BK / 4), chunk % (BK / 4) * 4);
-            let p = clip(g.b((k0 + kk) as u32, (n0 + col) as u32), k0 + kk, k_end);
-            // SAFETY: as above, B tile.
-            unsafe { copy4(tile_b + 4 * layout_b.offset(col, kk) as u32, src_b, p) };
+            if dense_b.is_none() {
+                let (col, kk) = (chunk / (BK / 4), chunk % (BK / 4) * 4);
+                let p = clip(g.b((k0 + kk) as u32, (n0 + col) as u32), k0 + kk, k_end);
+                // SAFETY: as above, B tile.
+                unsafe { copy4(tile_b + 4 * layout_b.offset(col, kk) as u32, src_b, p) };
+            }
         });
+        if let Some(b) = dense_b {
+            // SAFETY: stage `s`'s B tile; `b` describes the whole of B (an unsplit op).
+            unsafe { b.load(tile_b, n0, k0, t) };
+        }
     };
     let compute = |s: usize, acc: &mut _| {
         // SAFETY: stage `s` holds both operand tiles.
@@ -199,7 +249,7 @@ pub(crate) unsafe fn tf32<G: ImplicitGemm>(g: &G, k_chunk: usize) {
         |_| 0.0,
         |_| 0.0,
         // SAFETY: `idx = row·n + col` of an element inside the output (< 2^31).
-        |idx, v| unsafe { g.store(idx as u32 / n as u32, idx as u32 % n as u32, v) },
+        |idx, v| unsafe { store1(g, idx as u32 / n as u32, idx as u32 % n as u32, v) },
     );
 }
 

@@ -182,40 +182,93 @@ const BACKWARD_WEIGHT: Kernels = [
     "conv2d_bwd_weight_tf32",
 ];
 
-/// One launch of an implicit-GEMM kernel.
+/// One implicit-GEMM op, ready to launch.
 struct ImplicitGemm<'a> {
     op: &'static str,
     kernels: Kernels,
     a: &'a Tensor,
     b: &'a Tensor,
-    bias: u64,
-    out: u64,
     g: Geometry,
     /// The GEMM's (M, N, K).
     mnk: (usize, usize, usize),
+    /// The forward's bias (`[K]`, one value per output plane of P·Q).
+    bias: Option<&'a Tensor>,
+    /// The weight gradient always splits its long reduction; the others only when the grid is
+    /// too small to fill the GPU.
+    split_first: bool,
 }
 
+/// A kernel with its tile, threads and dynamic shared bytes.
+type Choice = (&'static str, (usize, usize), usize, usize);
+
 impl ImplicitGemm<'_> {
-    /// The kernel, its tile, threads and shared bytes: TF32 when allowed, else the largest SIMT
-    /// tile that still gives every SM a block (or the large one when the reduction is split).
-    fn choose(&self, split: bool) -> Result<(&'static str, (usize, usize), usize, usize)> {
+    /// TF32 when allowed; else, of the SIMT tiles whose grid still gives every SM a block, the one
+    /// that pads the output least (the larger on a tie), the small tile when none does, the large
+    /// one for the weight gradient (which splits instead).
+    fn choose(&self, sms: usize) -> Choice {
         if self.a.context().allow_tf32() {
-            return Ok((self.kernels[3], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES));
+            return (self.kernels[3], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES);
         }
-        let sms = self.a.context().stream(self.op)?.device.info.sm_count as usize;
         let (m, n, _) = self.mnk;
         let blocks = |t: (usize, usize)| m.div_ceil(t.0) * n.div_ceil(t.1);
-        let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
+        let padded = |t: (usize, usize)| blocks(t) * t.0 * t.1;
+        let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1), (GEMM_TILE_SMALL, 2)]
             .into_iter()
-            .find(|&(t, _)| split || blocks(t) >= sms)
+            .filter(|&(t, size)| if self.split_first { size == 0 } else { blocks(t) >= sms })
+            .min_by_key(|&(t, _)| padded(t))
             .unwrap_or((GEMM_TILE_SMALL, 2));
-        Ok((self.kernels[size], tile, gemm_threads(tile), gemm_shared_bytes(tile)))
+        (self.kernels[size], tile, gemm_threads(tile), gemm_shared_bytes(tile))
+    }
+
+    /// Compute the op into `out`: one launch when the tile grid fills the GPU, else the reduction
+    /// split for about two blocks per SM (each split at least 4 tensor-core k-steps long), the
+    /// partial sums added in order by `conv2d_split_sum_f32` (which also adds the bias).
+    fn run(&self, out: &Tensor) -> Result<()> {
+        let ctx = self.a.context();
+        let stream = ctx.stream(self.op)?;
+        let sms = stream.device.info.sm_count as usize;
+        let choice = self.choose(sms);
+        let (m, n, k) = self.mnk;
+        let tile = choice.1;
+        let blocks = m.div_ceil(tile.0) * n.div_ceil(tile.1);
+        let most = k.div_ceil(4 * CONV_SPLIT_ALIGN).clamp(1, 65_535);
+        let wanted = if blocks >= sms { 1 } else { (2 * sms).div_ceil(blocks).clamp(1, most) };
+        let k_chunk = k.div_ceil(wanted).next_multiple_of(CONV_SPLIT_ALIGN);
+        let splits = k.div_ceil(k_chunk);
+        let bias = self.bias.map_or(0, Tensor::device_ptr);
+        if splits == 1 {
+            return self.launch(choice, (bias, out.device_ptr()), 1, k);
+        }
+        let len = out.len();
+        if splits.checked_mul(len).is_none_or(|total| total > MAX_ELEMENTS) {
+            return Err(Error::InvalidArgument {
+                op: self.op,
+                shape: out.shape().to_vec(),
+                reason: format!("{splits} partial results would have 2^31 elements or more"),
+            });
+        }
+        let partial = Tensor::uninit(ctx, &[splits, len], self.op)?;
+        self.launch(choice, (0, partial.device_ptr()), splits, k_chunk)?;
+        let (plane, channels) = (self.g.p * self.g.q, self.g.k);
+        let (pp, po) = (partial.device_ptr(), out.device_ptr());
+        // SAFETY: `conv2d_split_sum_f32(partial, bias, out, len, splits, plane, channels)`:
+        // `partial` holds splits·len floats written by the launch above on this stream, `out`
+        // len floats, `bias` is null or K = channels floats.
+        unsafe {
+            launch(
+                stream,
+                "conv2d_split_sum_f32",
+                LaunchConfig::covering(len, ELEMENTWISE_BLOCK),
+                &mut kernel_args![&pp, &bias, &po, &len, &splits, &plane, &channels],
+            )
+        }
     }
 
     /// Launch over `splits` pieces of the reduction, `k_chunk` long each.
     fn launch(
         &self,
-        (kernel, tile, threads, shared): (&'static str, (usize, usize), usize, usize),
+        (kernel, tile, threads, shared): Choice,
+        (bias, out): (u64, u64),
         splits: usize,
         k_chunk: usize,
     ) -> Result<()> {
@@ -241,8 +294,7 @@ impl ImplicitGemm<'_> {
         // stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, k_chunk)`: `a` and `b` are live device
         // tensors whose shapes `Geometry::check` and the caller matched to the geometry (every
         // tensor < 2^31 elements), `bias` is null or K floats, `out` is a fresh buffer of the
-        // op's output (times `splits` for the weight gradient); grid, block and shared memory are
-        // the kernel's.
+        // op's output times `splits`; grid, block and shared memory are the kernel's.
         unsafe {
             launch(
                 stream,
@@ -251,8 +303,8 @@ impl ImplicitGemm<'_> {
                 &mut kernel_args![
                     &pa,
                     &pb,
-                    &self.bias,
-                    &self.out,
+                    &bias,
+                    &out,
                     &g.n,
                     &g.c,
                     &g.h,
@@ -289,25 +341,22 @@ pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, p: Conv2dParams) ->
     match x.storage() {
         Storage::Cpu(_) => {
             let bias = bias.map(Tensor::to_vec).transpose()?;
-            Ok(Tensor::from_cpu(
-                x.context(),
-                &g.y_shape(),
-                cpu_forward(&g, &x.to_vec()?, &w.to_vec()?, bias.as_deref()),
-            ))
+            let y = cpu_forward(&g, &x.to_vec()?, &w.to_vec()?, bias.as_deref());
+            Ok(Tensor::from_cpu(x.context(), &g.y_shape(), y))
         }
         Storage::Cuda(_) => {
             let y = Tensor::uninit(x.context(), &g.y_shape(), OP)?;
-            let gemm = ImplicitGemm {
+            ImplicitGemm {
                 op: OP,
                 kernels: FORWARD,
                 a: x,
                 b: w,
-                bias: bias.map_or(0, Tensor::device_ptr),
-                out: y.device_ptr(),
                 g,
                 mnk: (g.n * g.p * g.q, g.k, g.c * g.r * g.s),
-            };
-            gemm.launch(gemm.choose(false)?, 1, gemm.mnk.2)?;
+                bias,
+                split_first: false,
+            }
+            .run(&y)?;
             Ok(y)
         }
     }
@@ -329,17 +378,17 @@ pub fn conv2d_backward_data(dy: &Tensor, w: &Tensor, x_shape: &[usize], p: Conv2
         )),
         Storage::Cuda(_) => {
             let dx = Tensor::uninit(dy.context(), &g.x_shape(), OP)?;
-            let gemm = ImplicitGemm {
+            ImplicitGemm {
                 op: OP,
                 kernels: BACKWARD_DATA,
                 a: dy,
                 b: w,
-                bias: 0,
-                out: dx.device_ptr(),
                 g,
                 mnk: (g.n * g.h * g.w, g.c, g.k * g.r * g.s),
-            };
-            gemm.launch(gemm.choose(false)?, 1, gemm.mnk.2)?;
+                bias: None,
+                split_first: false,
+            }
+            .run(&dx)?;
             Ok(dx)
         }
     }
@@ -360,55 +409,18 @@ pub fn conv2d_backward_weight(x: &Tensor, dy: &Tensor, w_shape: &[usize], p: Con
             cpu_backward_weight(&g, &x.to_vec()?, &dy.to_vec()?),
         )),
         Storage::Cuda(_) => {
-            let ctx = x.context();
-            let dw = Tensor::uninit(ctx, &g.w_shape(), OP)?;
-            let mut gemm = ImplicitGemm {
+            let dw = Tensor::uninit(x.context(), &g.w_shape(), OP)?;
+            ImplicitGemm {
                 op: OP,
                 kernels: BACKWARD_WEIGHT,
                 a: x,
                 b: dy,
-                bias: 0,
-                out: dw.device_ptr(),
                 g,
                 mnk: (g.c * g.r * g.s, g.k, g.n * g.p * g.q),
-            };
-            let choice = gemm.choose(true)?;
-            let (m, n, k) = gemm.mnk;
-            let tile = choice.1;
-            // Enough splits for two blocks per SM, each at least 8 k-steps long.
-            let sms = ctx.stream(OP)?.device.info.sm_count as usize;
-            let blocks = m.div_ceil(tile.0) * n.div_ceil(tile.1);
-            let most = k.div_ceil(8 * CONV_SPLIT_ALIGN);
-            let wanted = (2 * sms).div_ceil(blocks).clamp(1, most.clamp(1, 65_535));
-            let k_chunk = k.div_ceil(wanted).next_multiple_of(CONV_SPLIT_ALIGN);
-            let splits = k.div_ceil(k_chunk);
-            let len = g.k * g.c * g.r * g.s;
-            if splits == 1 {
-                gemm.launch(choice, 1, k_chunk)?;
-                return Ok(dw);
+                bias: None,
+                split_first: true,
             }
-            if splits.checked_mul(len).is_none_or(|total| total > MAX_ELEMENTS) {
-                return Err(Error::InvalidArgument {
-                    op: OP,
-                    shape: w_shape.to_vec(),
-                    reason: format!("{splits} partial weight gradients would have 2^31 elements or more"),
-                });
-            }
-            let partial = Tensor::uninit(ctx, &[splits, len], OP)?;
-            gemm.out = partial.device_ptr();
-            gemm.launch(choice, splits, k_chunk)?;
-            let stream = ctx.stream(OP)?;
-            let (pp, pd) = (partial.device_ptr(), dw.device_ptr());
-            // SAFETY: `conv2d_split_sum_f32(partial, out, len, splits)`: `partial` holds
-            // splits·len floats written by the launch above on this stream, `dw` len floats.
-            unsafe {
-                launch(
-                    stream,
-                    "conv2d_split_sum_f32",
-                    LaunchConfig::covering(len, ELEMENTWISE_BLOCK),
-                    &mut kernel_args![&pp, &pd, &len, &splits],
-                )?
-            };
+            .run(&dw)?;
             Ok(dw)
         }
     }
