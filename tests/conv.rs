@@ -285,6 +285,9 @@ fn bad_inputs_on(ctx: &Context) {
         "conv2d_backward_bias",
         "zero-size",
     );
+    // Too large for the kernels' 32-bit indexing (x_shape is only a shape: nothing is allocated).
+    let err = conv2d_backward_data(&dy, &w, &[1, 3, 40_000, 40_000], p).unwrap_err();
+    invalid(&err, "conv2d_backward_data", "2^31 elements or more");
     // Dtypes: not f32, or different.
     let half = x.to_dtype(DType::F16).unwrap();
     let err = conv2d(&half, &w.to_dtype(DType::F16).unwrap(), None, p).unwrap_err();

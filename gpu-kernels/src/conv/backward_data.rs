@@ -4,7 +4,7 @@
 //! stride s wastes all but 1/s² of the reduction).
 //!
 //! Floor: 2·N·C·H·W·K·R·S / (sh·sw) useful flops, like the forward's; at stride 1 the same
-//! ≥ 1.15 ms (f32) for the benchmark shape. Launch: see the module `conv` (grid z = 1).
+//! ≥ 1.15 ms (f32) for the benchmark shape. Launch: see the module `conv`.
 use super::{implicit_gemm_kernels, Geometry, ImplicitGemm, ZERO};
 use crate::prelude::*;
 
@@ -110,7 +110,8 @@ impl ImplicitGemm for BackwardData {
     #[inline(always)]
     unsafe fn out(&self, m: u32, n: u32) -> *mut f32 {
         let (image, hw) = (m / self.hw, m % self.hw);
-        self.dx.add(((image * self.g.c + n) * self.hw + hw) as usize)
+        let split = block_z() * (self.g.n * self.g.c * self.hw) as usize;
+        self.dx.add(split + ((image * self.g.c + n) * self.hw + hw) as usize)
     }
 
     #[inline(always)]

@@ -4,12 +4,14 @@
 //!
 //! | op | M | N | K (reduced) | A (gathered along M) | B (gathered along K) |
 //! | --- | --- | --- | --- | --- | --- |
-//! | forward | N·P·Q | K | C·R·S, split when the grid is small | x (im2col) | w `[K, C·R·S]` |
+//! | forward | N·P·Q | K | C·R·S | x (im2col) | w `[K, C·R·S]` |
 //! | backward data | N·H·W | C | K·R·S | dy (taps that land on an output) | w |
-//! | backward weight | C·R·S | K | N·P·Q, split over `gridDim.z` | x (im2col)ᵀ | dy |
+//! | backward weight | C·R·S | K | N·P·Q | x (im2col)ᵀ | dy |
 //!
-//! A split launch writes split z's partial sums to `out[z]` and `conv2d_split_sum_f32` adds the
-//! splits in order (so results do not depend on timing), with the forward's bias.
+//! When the tile grid is too small to fill the GPU (always for the weight gradient), the
+//! reduction is split over `gridDim.z`: split z writes its partial sums to `out[z]` and
+//! `conv2d_split_sum_f32` adds the splits in order (so results do not depend on timing), with the
+//! forward's bias.
 //! Both mainloops fix the four A rows a thread loads for the whole reduction, so each op turns
 //! them into image coordinates once; per k-step only the reduced index is decomposed.
 //! Launch (every implicit-GEMM kernel): grid `(⌈M/BM⌉, ⌈N/BN⌉, splits)`; SIMT kernels
