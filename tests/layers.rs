@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use ferrocuda::layers::{
-    AvgPool2d, BatchNorm2d, Dropout, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, Relu, Sigmoid, Tanh,
+    AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, Relu, Sigmoid, Tanh,
 };
 use ferrocuda::{Adam, Context, Error, Layer, Result, Sequential, Sgd, Tensor};
 
@@ -63,10 +63,12 @@ fn gpu_mlp_matches_cpu(gpu: &Context) {
     }
 }
 
-/// The CNN layers on `[batch, 3, 7, 13]` images: batch norm, pooling (padded max, then avg),
-/// dropout, flatten, linear.
+/// The CNN layers on `[batch, 3, 7, 13]` images: convolution (padded, then dilated and without
+/// bias: the batch norm after it makes a bias's gradient exactly zero, i.e. rounding noise), batch norm, pooling (padded max, then avg), dropout, flatten, linear.
 fn cnn(ctx: &Context) -> Result<Sequential> {
     Ok(Sequential::new()
+        .layer(Conv2d::new(ctx, 3, 4, 3, 31)?.padding(1))
+        .layer(Conv2d::new(ctx, 4, 3, 3, 32)?.padding(2).dilation(2).without_bias())
         .layer(BatchNorm2d::new(ctx, 3)?)
         .layer(Relu::new())
         .layer(MaxPool2d::new(3).stride(2).padding(1))
@@ -134,18 +136,18 @@ fn cpu_train_eval_modes() {
 
 /// `L = Σ y·r` for a fixed random `r`: its gradient w.r.t. x and every parameter from backward,
 /// against central differences on the CPU backend.
-fn cpu_backward_matches_finite_differences() {
+/// `model`'s backward at a random `x` of `shape` against central differences of the loss, for
+/// the input and every parameter.
+fn check_finite_differences(what: &str, model: &mut Sequential, shape: &[usize]) {
     let ctx = Context::cpu();
-    let sizes = (4, 6, 3);
-    let mut model = mlp(&ctx, sizes, false).unwrap();
-    let x = randn_host(2 * sizes.0, 21);
-    let r = randn_host(2 * sizes.2, 22);
-    let xt = ctx.from_slice(&x, &[2, sizes.0]).unwrap();
+    let x = randn_host(shape.iter().product(), 21);
+    let xt = ctx.from_slice(&x, shape).unwrap();
+    let y = model.forward(&xt).unwrap();
+    let r = randn_host(y.len(), 22);
     let loss = |model: &mut Sequential, x: &Tensor| -> f64 {
         let y = model.forward(x).unwrap().to_vec().unwrap();
         y.iter().zip(&r).map(|(&a, &b)| a as f64 * b as f64).sum()
     };
-    let y = model.forward(&xt).unwrap();
     let dx = model.backward(&ctx.from_slice(&r, y.shape()).unwrap()).unwrap().to_vec().unwrap();
     let grads: Vec<Vec<f32>> =
         model.params_mut().iter().map(|p| p.grad().unwrap().to_vec().unwrap()).collect();
@@ -156,27 +158,43 @@ fn cpu_backward_matches_finite_differences() {
         want_dx.push(numeric(&mut |d| {
             let mut xd = x.clone();
             xd[i] += d;
-            loss(&mut model, &ctx.from_slice(&xd, &[2, sizes.0]).unwrap())
+            loss(model, &ctx.from_slice(&xd, shape).unwrap())
         }) as f32);
     }
-    assert_close("dx", &dx, &want_dx, 2e-2);
-    let count = grads.len();
-    for (k, grad) in grads.iter().enumerate().take(count) {
+    assert_close(&format!("{what}: dx"), &dx, &want_dx, 2e-2);
+    for (k, grad) in grads.iter().enumerate() {
         let value = model.params_mut()[k].value().to_vec().unwrap();
-        let shape = model.params_mut()[k].value().shape().to_vec();
+        let pshape = model.params_mut()[k].value().shape().to_vec();
         let mut want = Vec::new();
         for i in 0..value.len() {
             want.push(numeric(&mut |d| {
                 let mut v = value.clone();
                 v[i] += d;
-                model.params_mut()[k].set_value(ctx.from_slice(&v, &shape).unwrap()).unwrap();
-                let l = loss(&mut model, &xt);
-                model.params_mut()[k].set_value(ctx.from_slice(&value, &shape).unwrap()).unwrap();
+                model.params_mut()[k].set_value(ctx.from_slice(&v, &pshape).unwrap()).unwrap();
+                let l = loss(model, &xt);
+                model.params_mut()[k].set_value(ctx.from_slice(&value, &pshape).unwrap()).unwrap();
                 l
             }) as f32);
         }
-        assert_close(&format!("parameter {k}"), grad, &want, 2e-2);
+        assert_close(&format!("{what}: parameter {k}"), grad, &want, 2e-2);
     }
+}
+
+fn cpu_backward_matches_finite_differences() {
+    let ctx = Context::cpu();
+    let sizes = (4, 6, 3);
+    check_finite_differences("mlp", &mut mlp(&ctx, sizes, false).unwrap(), &[2, sizes.0]);
+    // The smooth CNN layers (no kinks for differences to straddle). The convolution has no bias:
+    // batch norm right after it removes any per-channel shift, so that gradient is exactly zero
+    // and its relative error would be rounding noise.
+    let mut cnn = Sequential::new()
+        .layer(Conv2d::new(&ctx, 2, 3, 3, 41).unwrap().padding(1).stride(2).without_bias())
+        .layer(BatchNorm2d::new(&ctx, 3).unwrap())
+        .layer(Tanh::new())
+        .layer(AvgPool2d::new(2).padding(1))
+        .layer(Flatten::new())
+        .layer(Linear::new(&ctx, 3 * 2 * 3, 2, 42).unwrap());
+    check_finite_differences("cnn", &mut cnn, &[2, 2, 5, 9]);
 }
 
 fn layer_source(err: &Error) -> (&str, &Error) {
@@ -219,6 +237,12 @@ fn bad_input_on(ctx: &Context) {
     let err = MaxPool2d::new(4).forward(&ctx.zeros(&[1, 1, 3, 3]).unwrap()).unwrap_err();
     assert!(layer_source(&err).0.starts_with("MaxPool2d"), "{err}");
     assert!(matches!(layer_source(&err).1, Error::InvalidArgument { op: "max_pool2d", .. }), "{err}");
+    let mut conv = Conv2d::new(ctx, 3, 8, 3, 1).unwrap().stride(2);
+    let err = conv.forward(&ctx.zeros(&[1, 4, 9, 9]).unwrap()).unwrap_err();
+    assert!(layer_source(&err).0.starts_with("Conv2d(3 → 8, 3×3"), "{err}");
+    assert!(err.to_string().contains("expects [N, 3, H, W]"), "{err}");
+    let err = conv.forward(&ctx.zeros(&[1, 3, 2, 9]).unwrap()).unwrap_err();
+    assert!(matches!(layer_source(&err).1, Error::InvalidArgument { op: "conv2d", .. }), "{err}");
     let err = Dropout::new(1.0, 0).forward(&ctx.zeros(&[3]).unwrap()).unwrap_err();
     assert!(err.to_string().contains("[0, 1)"), "{err}");
 }

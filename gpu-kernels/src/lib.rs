@@ -5,12 +5,13 @@
 //! only through [`prelude`], which holds every intrinsic, inline PTX string and shared-memory
 //! declaration once.
 #![no_std]
-#![feature(abi_ptx, stdarch_nvptx, link_llvm_intrinsics, asm_experimental_arch)]
+#![feature(abi_ptx, stdarch_nvptx, link_llvm_intrinsics, asm_experimental_arch, stmt_expr_attributes)]
 #![allow(internal_features, clippy::missing_safety_doc)]
 
 #[macro_use]
 pub mod prelude;
 
+pub mod conv;
 pub mod elementwise;
 pub mod layout;
 pub mod matmul;

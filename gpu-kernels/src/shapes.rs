@@ -93,3 +93,9 @@ pub const BATCHNORM_BLOCKS_PER_SM: usize = 4;
 
 /// Threads per block of the loss kernels (each block writes one partial sum of the loss).
 pub const LOSS_BLOCK: usize = 256;
+
+/// Threads per block of the convolution's bias gradient (one block per output channel).
+pub const CONV_BIAS_BLOCK: usize = 256;
+/// Splits of the weight gradient's reduction start at multiples of this (a whole number of the
+/// SIMT and tensor-core k-steps).
+pub const CONV_SPLIT_ALIGN: usize = 32;

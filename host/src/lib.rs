@@ -28,6 +28,9 @@ pub(crate) mod shapes;
 
 pub use half::{bf16, f16};
 pub use layers::{Layer, Sequential};
+pub use ops::conv::{
+    conv2d, conv2d_backward_bias, conv2d_backward_data, conv2d_backward_weight, Conv2dParams,
+};
 pub use ops::matmul::{linear, Activation, Gemm};
 pub use ops::nn::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,

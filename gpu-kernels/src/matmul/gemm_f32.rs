@@ -59,72 +59,96 @@ unsafe fn load4(p: *const f32, vector_ok: bool, valid: impl Fn(usize) -> bool) -
     }
 }
 
+/// A thread's 8×8 accumulators; element `[i][j]` is the tile's `simt_coords::<BM, BN>(i, j)`.
+pub(crate) type SimtAcc = [[f32; TM]; TM];
+
+/// The tile's `(row, column)` that a thread's accumulator `[i][j]` holds: rows tr·4 + i (+ BM/2),
+/// columns tc·4 + j (+ BN/2).
 #[inline(always)]
-unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>(g: Gemm) {
+pub(crate) fn simt_coords<const BM: usize, const BN: usize>(i: usize, j: usize) -> (usize, usize) {
+    let t = thread_x();
+    let (tr, tc) = (t / (BN / TM), t % (BN / TM));
+    (i / 4 * (BM / 2) + tr * 4 + i % 4, j / 4 * (BN / 2) + tc * 4 + j % 4)
+}
+
+/// With a transposed A (`TA`), every `load_a` call of a thread asks for the same four rows: this
+/// first one, relative to the tile (the block's thread count is a multiple of `BM / 4`).
+#[inline(always)]
+pub(crate) fn simt_a_rows<const BM: usize>() -> usize {
+    thread_x() % (BM / 4) * 4
+}
+
+/// The SIMT mainloop of a BM×BN tile at `(m0, n0)` over `k` in k-steps of BK. Operands come from
+/// `load_a(k, m)`: the four elements of A at `(m, k..k+4)`, or at `(m..m+4, k)` when `TA`; and
+/// `load_b(k, n)`: B at `(k, n..n+4)`, or at `(k..k+4, n)` when `TB` (absolute coordinates, zeros
+/// where an element does not exist).
+#[inline(always)]
+pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: bool, const TB: bool>(
+    k: usize,
+    (m0, n0): (usize, usize),
+    load_a: impl Fn(usize, usize) -> F32x4,
+    load_b: impl Fn(usize, usize) -> F32x4,
+) -> SimtAcc {
     let threads = gemm_threads((BM, BN));
     let (a_loads, b_loads) = (BM * BK / 4 / threads, BN * BK / 4 / threads);
     let t = thread_x();
-    let (m0, n0, batch) = (block_y() * BM, block_x() * BN, block_z());
-    let a = g.a.add(batch * g.stride_a);
-    let b = g.b.add(batch * g.stride_b);
-    let a_vec_ok = g.lda % 4 == 0 && g.stride_a % 4 == 0;
-    let b_vec_ok = g.ldb % 4 == 0 && g.stride_b % 4 == 0;
     let smem = dynamic_shared::<f32>();
     let (a_s, b_s) = (smem, smem.add(2 * BK * BM));
 
-    // One k-step's A and B tiles, global memory -> registers.
-    let load_tiles = |k0: usize, ra: &mut [F32x4; MAX_LOADS], rb: &mut [F32x4; MAX_LOADS]| {
-        for (l, r) in ra.iter_mut().enumerate().take(a_loads) {
+    // One k-step's A and B tiles, global memory -> registers. Inlined by force: called twice, a
+    // heavy loader would otherwise become a call that passes the register arrays through memory.
+    let load_tiles = #[inline(always)]
+    |k0: usize, ra: &mut [F32x4; MAX_LOADS], rb: &mut [F32x4; MAX_LOADS]| {
+        unroll!(l in [0, 1, 2, 3] => {
             let v = t + l * threads;
-            *r = if TA {
-                let (kk, mq) = (v / (BM / 4), v % (BM / 4) * 4);
-                load4(a.add((k0 + kk) * g.lda + m0 + mq), a_vec_ok, |j| k0 + kk < g.k && m0 + mq + j < g.m)
-            } else {
-                let (row, kq) = (v / (BK / 4), v % (BK / 4) * 4);
-                load4(a.add((m0 + row) * g.lda + k0 + kq), a_vec_ok, |j| m0 + row < g.m && k0 + kq + j < g.k)
-            };
-        }
-        for (l, r) in rb.iter_mut().enumerate().take(b_loads) {
-            let v = t + l * threads;
-            *r = if TB {
-                let (col, kq) = (v / (BK / 4), v % (BK / 4) * 4);
-                load4(b.add((n0 + col) * g.ldb + k0 + kq), b_vec_ok, |j| n0 + col < g.n && k0 + kq + j < g.k)
-            } else {
-                let (kk, nq) = (v / (BN / 4), v % (BN / 4) * 4);
-                load4(b.add((k0 + kk) * g.ldb + n0 + nq), b_vec_ok, |j| k0 + kk < g.k && n0 + nq + j < g.n)
-            };
-        }
+            if l < a_loads {
+                ra[l] = if TA {
+                    load_a(k0 + v / (BM / 4), m0 + v % (BM / 4) * 4)
+                } else {
+                    load_a(k0 + v % (BK / 4) * 4, m0 + v / (BK / 4))
+                };
+            }
+            if l < b_loads {
+                rb[l] = if TB {
+                    load_b(k0 + v % (BK / 4) * 4, n0 + v / (BK / 4))
+                } else {
+                    load_b(k0 + v / (BN / 4), n0 + v % (BN / 4) * 4)
+                };
+            }
+        });
     };
     // Registers -> shared stage `s`, k-major (`[BK][BM]` and `[BK][BN]`).
-    let store_tiles = |s: usize, ra: &[F32x4; MAX_LOADS], rb: &[F32x4; MAX_LOADS]| {
+    let store_tiles = #[inline(always)]
+    |s: usize, ra: &[F32x4; MAX_LOADS], rb: &[F32x4; MAX_LOADS]| {
         let (sa, sb) = (a_s.add(s * BK * BM), b_s.add(s * BK * BN));
-        for (l, r) in ra.iter().enumerate().take(a_loads) {
+        unroll!(l in [0, 1, 2, 3] => {
             let v = t + l * threads;
-            for (j, &x) in r.0.iter().enumerate() {
-                if TA {
-                    *sa.add(v / (BM / 4) * BM + v % (BM / 4) * 4 + j) = x;
-                } else {
-                    *sa.add((v % (BK / 4) * 4 + j) * BM + v / (BK / 4)) = x;
+            unroll!(j in [0, 1, 2, 3] => {
+                if l < a_loads {
+                    let x = ra[l].0[j];
+                    if TA {
+                        *sa.add(v / (BM / 4) * BM + v % (BM / 4) * 4 + j) = x;
+                    } else {
+                        *sa.add((v % (BK / 4) * 4 + j) * BM + v / (BK / 4)) = x;
+                    }
                 }
-            }
-        }
-        for (l, r) in rb.iter().enumerate().take(b_loads) {
-            let v = t + l * threads;
-            for (j, &x) in r.0.iter().enumerate() {
-                if TB {
-                    *sb.add((v % (BK / 4) * 4 + j) * BN + v / (BK / 4)) = x;
-                } else {
-                    *sb.add(v / (BN / 4) * BN + v % (BN / 4) * 4 + j) = x;
+                if l < b_loads {
+                    let x = rb[l].0[j];
+                    if TB {
+                        *sb.add((v % (BK / 4) * 4 + j) * BN + v / (BK / 4)) = x;
+                    } else {
+                        *sb.add(v / (BN / 4) * BN + v % (BN / 4) * 4 + j) = x;
+                    }
                 }
-            }
-        }
+            });
+        });
     };
 
     let (tr, tc) = (t / (BN / TM), t % (BN / TM));
     let mut acc = [[0.0f32; TM]; TM];
     let mut ra = [F32x4([0.0; 4]); MAX_LOADS];
     let mut rb = [F32x4([0.0; 4]); MAX_LOADS];
-    let steps = g.k.div_ceil(BK);
+    let steps = k.div_ceil(BK);
     if steps > 0 {
         load_tiles(0, &mut ra, &mut rb);
         store_tiles(0, &ra, &rb);
@@ -155,6 +179,33 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>
         }
         sync_threads();
     }
+
+    acc
+}
+
+#[inline(always)]
+unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>(g: Gemm) {
+    let (m0, n0, batch) = (block_y() * BM, block_x() * BN, block_z());
+    let a = g.a.add(batch * g.stride_a);
+    let b = g.b.add(batch * g.stride_b);
+    let a_vec_ok = g.lda % 4 == 0 && g.stride_a % 4 == 0;
+    let b_vec_ok = g.ldb % 4 == 0 && g.stride_b % 4 == 0;
+    let load_a = |k: usize, m: usize| {
+        if TA {
+            load4(a.add(k * g.lda + m), a_vec_ok, |j| k < g.k && m + j < g.m)
+        } else {
+            load4(a.add(m * g.lda + k), a_vec_ok, |j| m < g.m && k + j < g.k)
+        }
+    };
+    let load_b = |k: usize, n: usize| {
+        if TB {
+            load4(b.add(n * g.ldb + k), b_vec_ok, |j| n < g.n && k + j < g.k)
+        } else {
+            load4(b.add(k * g.ldb + n), b_vec_ok, |j| k < g.k && n + j < g.n)
+        }
+    };
+    let acc = simt_mainloop::<BM, BN, TA, TB>(g.k, (m0, n0), load_a, load_b);
+    let (tr, tc) = (thread_x() / (BN / TM), thread_x() % (BN / TM));
 
     // Epilogue: rows tr·4 + i (+ BM/2), columns tc·4 + j (+ BN/2).
     let out = g.out.add(batch * g.m * g.n);

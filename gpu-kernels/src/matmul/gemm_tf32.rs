@@ -28,19 +28,19 @@ const _: () = assert!(WM / 16 == 4 && WN / 8 == 4 && BK / 8 == 4 && CHUNKS == 4)
 /// One operand's tile in shared memory: `k_contiguous` (A not transposed, B transposed) keeps
 /// `[rows][BK + 4]`, else `[BK][rows + 8]`.
 #[derive(Clone, Copy)]
-struct Operand {
-    src: *const f32,
+pub(crate) struct Operand {
+    pub(crate) src: *const f32,
     /// Elements between consecutive rows of the source (`[rows][k]` or `[k][rows]`).
-    ld: usize,
-    rows: usize,
-    k: usize,
-    k_contiguous: bool,
-    vector_ok: bool,
+    pub(crate) ld: usize,
+    pub(crate) rows: usize,
+    pub(crate) k: usize,
+    pub(crate) k_contiguous: bool,
+    pub(crate) vector_ok: bool,
 }
 
 impl Operand {
     #[inline(always)]
-    fn offset(&self, row: usize, kk: usize) -> usize {
+    pub(crate) fn offset(&self, row: usize, kk: usize) -> usize {
         if self.k_contiguous {
             row * (BK + 4) + kk
         } else {
@@ -50,7 +50,7 @@ impl Operand {
 
     /// Issue this thread's copies of the tile `rows r0.., k k0..` into `tile` (a shared address).
     #[inline(always)]
-    unsafe fn load(&self, tile: u32, r0: usize, k0: usize, t: usize) {
+    pub(crate) unsafe fn load(&self, tile: u32, r0: usize, k0: usize, t: usize) {
         unroll!(i in [0, 1, 2, 3] => {
             let c = t + i * THREADS;
             // (row, k) of the chunk's first element, and how many of its 4 elements exist.
@@ -77,6 +77,47 @@ impl Operand {
             }
         });
     }
+}
+
+/// One k-step of a warp's MMAs: its 64×32 piece of the tile from the operand tiles `sa` and `sb`
+/// (shared memory, laid out as `op_a` and `op_b` say) into `acc`.
+///
+/// # Safety
+/// `sa` and `sb` point at one stage's full operand tiles.
+#[inline(always)]
+pub(crate) unsafe fn mma_k_step(
+    op_a: &Operand,
+    op_b: &Operand,
+    sa: *const f32,
+    sb: *const f32,
+    acc: &mut WarpAcc,
+) {
+    let (wm0, wn0) = warp_origin();
+    let (g, q) = (lane() / 4, lane() % 4);
+    unroll!(ks in [0, 1, 2, 3] => {
+        let kk = ks * 8 + q;
+        let mut fa = [[0u32; 4]; 4];
+        let mut fb = [[0u32; 2]; 4];
+        // The offsets stay inside the stage's tiles (rows < 128, k < 32).
+        unroll!(mi in [0, 1, 2, 3] => {
+            let r = wm0 + mi * 16 + g;
+            fa[mi] = [
+                to_tf32(*sa.add(op_a.offset(r, kk))),
+                to_tf32(*sa.add(op_a.offset(r + 8, kk))),
+                to_tf32(*sa.add(op_a.offset(r, kk + 4))),
+                to_tf32(*sa.add(op_a.offset(r + 8, kk + 4))),
+            ];
+        });
+        unroll!(ni in [0, 1, 2, 3] => {
+            let col = wn0 + ni * 8 + g;
+            fb[ni] = [to_tf32(*sb.add(op_b.offset(col, kk))), to_tf32(*sb.add(op_b.offset(col, kk + 4)))];
+        });
+        unroll!(mi in [0, 1, 2, 3] => {
+            unroll!(ni in [0, 1, 2, 3] => {
+                mma_tf32_16x8x8(&mut acc[mi][ni], fa[mi], fb[ni]);
+            });
+        });
+    });
 }
 
 #[inline(always)]
@@ -114,7 +155,6 @@ unsafe fn gemm<const TA: bool, const TB: bool>(
     let stage_b = |s: usize| smem.add((s * 2 + 1) * MMA_OPERAND_FLOATS);
 
     let (wm0, wn0) = warp_origin();
-    let (g, q) = (lane() / 4, lane() % 4);
     let load = |s: usize, step: usize| {
         // SAFETY: stage `s` of the dynamic shared memory holds both operand tiles.
         unsafe {
@@ -123,33 +163,8 @@ unsafe fn gemm<const TA: bool, const TB: bool>(
         }
     };
     let compute = |s: usize, acc: &mut WarpAcc| {
-        let (sa, sb) = (stage_a(s), stage_b(s));
-        unroll!(ks in [0, 1, 2, 3] => {
-            let kk = ks * 8 + q;
-            let mut fa = [[0u32; 4]; 4];
-            let mut fb = [[0u32; 2]; 4];
-            // SAFETY: the offsets stay inside the stage's tiles (rows < 128, k < 32).
-            unsafe {
-                unroll!(mi in [0, 1, 2, 3] => {
-                    let r = wm0 + mi * 16 + g;
-                    fa[mi] = [
-                        to_tf32(*sa.add(op_a.offset(r, kk))),
-                        to_tf32(*sa.add(op_a.offset(r + 8, kk))),
-                        to_tf32(*sa.add(op_a.offset(r, kk + 4))),
-                        to_tf32(*sa.add(op_a.offset(r + 8, kk + 4))),
-                    ];
-                });
-                unroll!(ni in [0, 1, 2, 3] => {
-                    let col = wn0 + ni * 8 + g;
-                    fb[ni] = [to_tf32(*sb.add(op_b.offset(col, kk))), to_tf32(*sb.add(op_b.offset(col, kk + 4)))];
-                });
-            }
-            unroll!(mi in [0, 1, 2, 3] => {
-                unroll!(ni in [0, 1, 2, 3] => {
-                    mma_tf32_16x8x8(&mut acc[mi][ni], fa[mi], fb[ni]);
-                });
-            });
-        });
+        // SAFETY: stage `s` of the dynamic shared memory holds both operand tiles.
+        unsafe { mma_k_step(&op_a, &op_b, stage_a(s), stage_b(s), acc) }
     };
     let acc = mma_mainloop(k.div_ceil(BK), load, compute);
 

@@ -1,6 +1,8 @@
 //! [`Conv2d`]: 2-D convolution of NCHW tensors (implicit GEMM forward and backward).
 use super::{layer_error, saved, uniform_init, InLayer, Layer, Param};
-use crate::ops::conv::{conv2d, conv2d_backward_bias, conv2d_backward_data, conv2d_backward_weight, Conv2dParams};
+use crate::ops::conv::{
+    conv2d, conv2d_backward_bias, conv2d_backward_data, conv2d_backward_weight, Conv2dParams,
+};
 use crate::runtime::error::Result;
 use crate::tensor::Tensor;
 use crate::Context;
@@ -16,7 +18,13 @@ pub struct Conv2d {
 
 impl Conv2d {
     /// A square `kernel`, stride 1, no padding; PyTorch's initialisation from `seed`.
-    pub fn new(ctx: &Context, in_channels: usize, out_channels: usize, kernel: usize, seed: u64) -> Result<Self> {
+    pub fn new(
+        ctx: &Context,
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        seed: u64,
+    ) -> Result<Self> {
         let fan_in = in_channels * kernel * kernel;
         let weight = uniform_init(ctx, &[out_channels, in_channels, kernel, kernel], fan_in, seed)?;
         let bias = uniform_init(ctx, &[out_channels], fan_in, seed ^ 0x9e37_79b9)?;
@@ -55,7 +63,8 @@ impl Layer for Conv2d {
         if x.rank() != 4 || x.shape()[1] != channels {
             return Err(layer_error(self, x.shape(), format!("expects [N, {channels}, H, W]")));
         }
-        let y = conv2d(x, self.weight.value(), self.bias.as_ref().map(Param::value), self.params).in_layer(self)?;
+        let y = conv2d(x, self.weight.value(), self.bias.as_ref().map(Param::value), self.params)
+            .in_layer(self)?;
         self.input = self.training.then(|| x.clone());
         Ok(y)
     }

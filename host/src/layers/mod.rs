@@ -7,6 +7,7 @@
 //! nothing is kept, batch norm uses its running statistics and dropout passes its input through.
 //! Every error a layer returns is an [`Error::Layer`] that names the layer and its sizes.
 mod activation;
+mod conv;
 mod dropout;
 mod linear;
 mod norm;
@@ -14,6 +15,7 @@ mod pool;
 mod sequential;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
+pub use conv::Conv2d;
 pub use dropout::Dropout;
 pub use linear::Linear;
 pub use norm::{BatchNorm2d, LayerNorm};

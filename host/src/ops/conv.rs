@@ -1,0 +1,570 @@
+//! 2-D convolution, NCHW, f32: [`conv2d`] (bias fused), [`conv2d_backward_data`],
+//! [`conv2d_backward_weight`], [`conv2d_backward_bias`]. Kernels: `gpu-kernels/src/conv/`.
+//!
+//! Forward and both backward products are implicit GEMMs (the im2col gather happens in the tile
+//! loaders). Precision as in matmul: exact f32 on the SIMT kernels by default, TF32 tensor cores
+//! when the context allows TF32 ([`Context::set_allow_tf32`](crate::Context::set_allow_tf32)).
+//! The SIMT tile is the largest whose grid still gives every SM a block; the weight gradient
+//! splits its N·P·Q reduction over enough blocks to fill the GPU and adds the splits in a fixed
+//! order, so every op here is deterministic.
+use crate::runtime::error::{Error, Result};
+use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::shapes::{
+    gemm_shared_bytes, gemm_threads, CONV_BIAS_BLOCK, CONV_SPLIT_ALIGN, ELEMENTWISE_BLOCK, GEMM_TILE_LARGE,
+    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+};
+use crate::tensor::{Storage, Tensor};
+use rayon::prelude::*;
+
+/// Stride, padding and dilation of a 2-D convolution, as `(height, width)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dParams {
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+}
+
+impl Default for Conv2dParams {
+    /// Stride 1, no padding, dilation 1.
+    fn default() -> Self {
+        Conv2dParams { stride: (1, 1), padding: (0, 0), dilation: (1, 1) }
+    }
+}
+
+impl Conv2dParams {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The same stride along both axes.
+    pub fn stride(self, s: usize) -> Self {
+        Conv2dParams { stride: (s, s), ..self }
+    }
+    /// The same zero padding on every side.
+    pub fn padding(self, p: usize) -> Self {
+        Conv2dParams { padding: (p, p), ..self }
+    }
+    /// The same dilation along both axes.
+    pub fn dilation(self, d: usize) -> Self {
+        Conv2dParams { dilation: (d, d), ..self }
+    }
+
+    /// The output's `(P, Q)` for an input of `(h, w)` and a kernel of `(r, s)`; `None` when the
+    /// (dilated) kernel does not fit the padded input or a stride or dilation is 0.
+    pub fn output_hw(&self, (h, w): (usize, usize), (r, s): (usize, usize)) -> Option<(usize, usize)> {
+        let axis = |len: usize, k: usize, stride: usize, pad: usize, dilation: usize| {
+            if stride == 0 || dilation == 0 || k == 0 {
+                return None;
+            }
+            let span = dilation.checked_mul(k - 1)?.checked_add(1)?;
+            let padded = len.checked_add(pad.checked_mul(2)?)?;
+            padded.checked_sub(span).map(|room| room / stride + 1)
+        };
+        Some((
+            axis(h, r, self.stride.0, self.padding.0, self.dilation.0)?,
+            axis(w, s, self.stride.1, self.padding.1, self.dilation.1)?,
+        ))
+    }
+}
+
+/// A validated convolution: x `[n, c, h, w]`, w `[k, c, r, s]`, y `[n, k, p, q]`.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+    r: usize,
+    s: usize,
+    p: usize,
+    q: usize,
+    params: Conv2dParams,
+}
+
+/// Elements a tensor of the convolution may have: the kernels index in 32 bits.
+const MAX_ELEMENTS: usize = (1 << 31) - 1;
+
+impl Geometry {
+    fn check(op: &'static str, x: &[usize], w: &[usize], params: Conv2dParams) -> Result<Geometry> {
+        let invalid =
+            |shape: &[usize], reason: String| Error::InvalidArgument { op, shape: shape.to_vec(), reason };
+        let &[n, c, h, wd] = x else {
+            return Err(invalid(x, "x must be [N, C, H, W]".into()));
+        };
+        let &[k, wc, r, s] = w else {
+            return Err(invalid(w, "w must be [K, C, R, S]".into()));
+        };
+        let Conv2dParams { stride, padding, dilation } = params;
+        if stride.0 == 0 || stride.1 == 0 || dilation.0 == 0 || dilation.1 == 0 {
+            return Err(invalid(
+                w,
+                format!("stride {stride:?} and dilation {dilation:?} must be at least 1"),
+            ));
+        }
+        if x.contains(&0) {
+            return Err(invalid(x, "x has a zero-size axis".into()));
+        }
+        if w.contains(&0) {
+            return Err(invalid(w, "w has a zero-size axis".into()));
+        }
+        if c != wc {
+            return Err(Error::ShapeMismatch { op, lhs: x.to_vec(), rhs: w.to_vec() });
+        }
+        let Some((p, q)) = params.output_hw((h, wd), (r, s)) else {
+            return Err(invalid(
+                w,
+                format!(
+                    "the kernel {r}×{s} at dilation {dilation:?} is larger than the padded input {}×{}",
+                    h + 2 * padding.0,
+                    wd + 2 * padding.1
+                ),
+            ));
+        };
+        let g = Geometry { n, c, h, w: wd, k, r, s, p, q, params };
+        let elements = |dims: [usize; 4]| dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let sizes = [elements(g.x_shape()), elements(g.w_shape()), elements(g.y_shape())];
+        // The padded extents bound every coordinate the kernels form (in 32 bits); `output_hw`
+        // computed them without overflow.
+        let padded = [h + 2 * padding.0, wd + 2 * padding.1];
+        if sizes.iter().any(|s| s.is_none_or(|s| s > MAX_ELEMENTS))
+            || padded.iter().any(|&v| v > MAX_ELEMENTS)
+        {
+            return Err(invalid(
+                x,
+                format!("a tensor of this convolution (w {w:?}) has 2^31 elements or more"),
+            ));
+        }
+        Ok(g)
+    }
+
+    fn x_shape(&self) -> [usize; 4] {
+        [self.n, self.c, self.h, self.w]
+    }
+    fn y_shape(&self) -> [usize; 4] {
+        [self.n, self.k, self.p, self.q]
+    }
+    fn w_shape(&self) -> [usize; 4] {
+        [self.k, self.c, self.r, self.s]
+    }
+
+    /// The input coordinate of output `o` at tap `t` along an axis, if inside `[0, len)`.
+    fn input(&self, o: usize, t: usize, axis: usize, len: usize) -> Option<usize> {
+        let (stride, pad, dilation) = if axis == 0 {
+            (self.params.stride.0, self.params.padding.0, self.params.dilation.0)
+        } else {
+            (self.params.stride.1, self.params.padding.1, self.params.dilation.1)
+        };
+        (o * stride + t * dilation).checked_sub(pad).filter(|&i| i < len)
+    }
+}
+
+fn check_shape(op: &'static str, t: &Tensor, expected: &[usize]) -> Result<()> {
+    if t.shape() != expected {
+        return Err(Error::ShapeMismatch { op, lhs: t.shape().to_vec(), rhs: expected.to_vec() });
+    }
+    Ok(())
+}
+
+/// One implicit-GEMM op's kernels: SIMT large, medium, small tiles, then TF32.
+type Kernels = [&'static str; 4];
+const FORWARD: Kernels =
+    ["conv2d_fwd_f32_large", "conv2d_fwd_f32_medium", "conv2d_fwd_f32_small", "conv2d_fwd_tf32"];
+const BACKWARD_DATA: Kernels = [
+    "conv2d_bwd_data_f32_large",
+    "conv2d_bwd_data_f32_medium",
+    "conv2d_bwd_data_f32_small",
+    "conv2d_bwd_data_tf32",
+];
+const BACKWARD_WEIGHT: Kernels = [
+    "conv2d_bwd_weight_f32_large",
+    "conv2d_bwd_weight_f32_medium",
+    "conv2d_bwd_weight_f32_small",
+    "conv2d_bwd_weight_tf32",
+];
+
+/// One implicit-GEMM op, ready to launch.
+struct ImplicitGemm<'a> {
+    op: &'static str,
+    kernels: Kernels,
+    a: &'a Tensor,
+    b: &'a Tensor,
+    g: Geometry,
+    /// The GEMM's (M, N, K).
+    mnk: (usize, usize, usize),
+    /// The forward's bias (`[K]`, one value per output plane of P·Q).
+    bias: Option<&'a Tensor>,
+    /// The weight gradient always splits its long reduction; the others only when the grid is
+    /// too small to fill the GPU.
+    split_first: bool,
+}
+
+/// A kernel with its tile, threads and dynamic shared bytes.
+type Choice = (&'static str, (usize, usize), usize, usize);
+
+impl ImplicitGemm<'_> {
+    /// TF32 when allowed; else, of the SIMT tiles whose grid still gives every SM a block, the one
+    /// that pads the output least (the larger on a tie), the small tile when none does, the large
+    /// one for the weight gradient (which splits instead).
+    fn choose(&self, sms: usize) -> Choice {
+        if self.a.context().allow_tf32() {
+            return (self.kernels[3], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES);
+        }
+        let (m, n, _) = self.mnk;
+        let blocks = |t: (usize, usize)| m.div_ceil(t.0) * n.div_ceil(t.1);
+        let padded = |t: (usize, usize)| blocks(t) * t.0 * t.1;
+        let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1), (GEMM_TILE_SMALL, 2)]
+            .into_iter()
+            .filter(|&(t, size)| if self.split_first { size == 0 } else { blocks(t) >= sms })
+            .min_by_key(|&(t, _)| padded(t))
+            .unwrap_or((GEMM_TILE_SMALL, 2));
+        (self.kernels[size], tile, gemm_threads(tile), gemm_shared_bytes(tile))
+    }
+
+    /// Compute the op into `out`: one launch when the tile grid fills the GPU, else the reduction
+    /// split for about two blocks per SM (each split at least 4 tensor-core k-steps long), the
+    /// partial sums added in order by `conv2d_split_sum_f32` (which also adds the bias).
+    fn run(&self, out: &Tensor) -> Result<()> {
+        let ctx = self.a.context();
+        let stream = ctx.stream(self.op)?;
+        let sms = stream.device.info.sm_count as usize;
+        let choice = self.choose(sms);
+        let (m, n, k) = self.mnk;
+        let tile = choice.1;
+        let blocks = m.div_ceil(tile.0) * n.div_ceil(tile.1);
+        let most = k.div_ceil(4 * CONV_SPLIT_ALIGN).clamp(1, 65_535);
+        let wanted = if blocks >= sms { 1 } else { (2 * sms).div_ceil(blocks).clamp(1, most) };
+        let k_chunk = k.div_ceil(wanted).next_multiple_of(CONV_SPLIT_ALIGN);
+        let splits = k.div_ceil(k_chunk);
+        let bias = self.bias.map_or(0, Tensor::device_ptr);
+        if splits == 1 {
+            return self.launch(choice, (bias, out.device_ptr()), 1, k);
+        }
+        let len = out.len();
+        if splits.checked_mul(len).is_none_or(|total| total > MAX_ELEMENTS) {
+            return Err(Error::InvalidArgument {
+                op: self.op,
+                shape: out.shape().to_vec(),
+                reason: format!("{splits} partial results would have 2^31 elements or more"),
+            });
+        }
+        let partial = Tensor::uninit(ctx, &[splits, len], self.op)?;
+        self.launch(choice, (0, partial.device_ptr()), splits, k_chunk)?;
+        let (plane, channels) = (self.g.p * self.g.q, self.g.k);
+        let (pp, po) = (partial.device_ptr(), out.device_ptr());
+        // SAFETY: `conv2d_split_sum_f32(partial, bias, out, len, splits, plane, channels)`:
+        // `partial` holds splits·len floats written by the launch above on this stream, `out`
+        // len floats, `bias` is null or K = channels floats.
+        unsafe {
+            launch(
+                stream,
+                "conv2d_split_sum_f32",
+                LaunchConfig::covering(len, ELEMENTWISE_BLOCK),
+                &mut kernel_args![&pp, &bias, &po, &len, &splits, &plane, &channels],
+            )
+        }
+    }
+
+    /// Launch over `splits` pieces of the reduction, `k_chunk` long each.
+    fn launch(
+        &self,
+        (kernel, tile, threads, shared): Choice,
+        (bias, out): (u64, u64),
+        splits: usize,
+        k_chunk: usize,
+    ) -> Result<()> {
+        let (m, n, _) = self.mnk;
+        let grid = (m.div_ceil(tile.0), n.div_ceil(tile.1), splits);
+        if grid.0 > i32::MAX as usize || grid.1 > 65_535 || grid.2 > 65_535 {
+            return Err(Error::InvalidArgument {
+                op: self.op,
+                shape: self.g.x_shape().to_vec(),
+                reason: "too large for one launch".into(),
+            });
+        }
+        let cfg = LaunchConfig {
+            grid: (grid.0 as u32, grid.1 as u32, grid.2 as u32),
+            block: (threads as u32, 1, 1),
+            shared_bytes: shared as u32,
+        };
+        let stream = self.a.context().stream(self.op)?;
+        let g = &self.g;
+        let (pa, pb) = (self.a.device_ptr(), self.b.device_ptr());
+        let Conv2dParams { stride, padding, dilation } = g.params;
+        // SAFETY: `conv2d_<op>_<f32_tile|tf32>(a, b, bias, out, n, c, h, w, k, r, s, p, q,
+        // stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, k_chunk)`: `a` and `b` are live device
+        // tensors whose shapes `Geometry::check` and the caller matched to the geometry (every
+        // tensor < 2^31 elements), `bias` is null or K floats, `out` is a fresh buffer of the
+        // op's output times `splits`; grid, block and shared memory are the kernel's.
+        unsafe {
+            launch(
+                stream,
+                kernel,
+                cfg,
+                &mut kernel_args![
+                    &pa,
+                    &pb,
+                    &bias,
+                    &out,
+                    &g.n,
+                    &g.c,
+                    &g.h,
+                    &g.w,
+                    &g.k,
+                    &g.r,
+                    &g.s,
+                    &g.p,
+                    &g.q,
+                    &stride.0,
+                    &stride.1,
+                    &padding.0,
+                    &padding.1,
+                    &dilation.0,
+                    &dilation.1,
+                    &k_chunk
+                ],
+            )
+        }
+    }
+}
+
+/// `y = x ⊛ w + bias`: x `[N, C, H, W]`, w `[K, C, R, S]`, bias `[K]` → `[N, K, P, Q]`
+/// (cross-correlation, as in PyTorch).
+pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, p: Conv2dParams) -> Result<Tensor> {
+    const OP: &str = "conv2d";
+    x.check_peer(OP, w)?;
+    x.require_f32(OP)?;
+    let g = Geometry::check(OP, x.shape(), w.shape(), p)?;
+    if let Some(b) = bias {
+        x.check_peer(OP, b)?;
+        check_shape(OP, b, &[g.k])?;
+    }
+    match x.storage() {
+        Storage::Cpu(_) => {
+            let bias = bias.map(Tensor::to_vec).transpose()?;
+            let y = cpu_forward(&g, &x.to_vec()?, &w.to_vec()?, bias.as_deref());
+            Ok(Tensor::from_cpu(x.context(), &g.y_shape(), y))
+        }
+        Storage::Cuda(_) => {
+            let y = Tensor::uninit(x.context(), &g.y_shape(), OP)?;
+            ImplicitGemm {
+                op: OP,
+                kernels: FORWARD,
+                a: x,
+                b: w,
+                g,
+                mnk: (g.n * g.p * g.q, g.k, g.c * g.r * g.s),
+                bias,
+                split_first: false,
+            }
+            .run(&y)?;
+            Ok(y)
+        }
+    }
+}
+
+/// The gradient of [`conv2d`] with respect to x: dy `[N, K, P, Q]`, w `[K, C, R, S]` →
+/// `x_shape` `[N, C, H, W]`.
+pub fn conv2d_backward_data(dy: &Tensor, w: &Tensor, x_shape: &[usize], p: Conv2dParams) -> Result<Tensor> {
+    const OP: &str = "conv2d_backward_data";
+    dy.check_peer(OP, w)?;
+    dy.require_f32(OP)?;
+    let g = Geometry::check(OP, x_shape, w.shape(), p)?;
+    check_shape(OP, dy, &g.y_shape())?;
+    match dy.storage() {
+        Storage::Cpu(_) => Ok(Tensor::from_cpu(
+            dy.context(),
+            &g.x_shape(),
+            cpu_backward_data(&g, &dy.to_vec()?, &w.to_vec()?),
+        )),
+        Storage::Cuda(_) => {
+            let dx = Tensor::uninit(dy.context(), &g.x_shape(), OP)?;
+            ImplicitGemm {
+                op: OP,
+                kernels: BACKWARD_DATA,
+                a: dy,
+                b: w,
+                g,
+                mnk: (g.n * g.h * g.w, g.c, g.k * g.r * g.s),
+                bias: None,
+                split_first: false,
+            }
+            .run(&dx)?;
+            Ok(dx)
+        }
+    }
+}
+
+/// The gradient of [`conv2d`] with respect to w: x `[N, C, H, W]`, dy `[N, K, P, Q]` →
+/// `w_shape` `[K, C, R, S]`.
+pub fn conv2d_backward_weight(x: &Tensor, dy: &Tensor, w_shape: &[usize], p: Conv2dParams) -> Result<Tensor> {
+    const OP: &str = "conv2d_backward_weight";
+    x.check_peer(OP, dy)?;
+    x.require_f32(OP)?;
+    let g = Geometry::check(OP, x.shape(), w_shape, p)?;
+    check_shape(OP, dy, &g.y_shape())?;
+    match x.storage() {
+        Storage::Cpu(_) => Ok(Tensor::from_cpu(
+            x.context(),
+            &g.w_shape(),
+            cpu_backward_weight(&g, &x.to_vec()?, &dy.to_vec()?),
+        )),
+        Storage::Cuda(_) => {
+            let dw = Tensor::uninit(x.context(), &g.w_shape(), OP)?;
+            ImplicitGemm {
+                op: OP,
+                kernels: BACKWARD_WEIGHT,
+                a: x,
+                b: dy,
+                g,
+                mnk: (g.c * g.r * g.s, g.k, g.n * g.p * g.q),
+                bias: None,
+                split_first: true,
+            }
+            .run(&dw)?;
+            Ok(dw)
+        }
+    }
+}
+
+/// The gradient of [`conv2d`]'s bias: `[K]`, the sum of dy `[N, K, P, Q]` over N, P and Q.
+pub fn conv2d_backward_bias(dy: &Tensor) -> Result<Tensor> {
+    const OP: &str = "conv2d_backward_bias";
+    dy.require_f32(OP)?;
+    let &[n, k, p, q] = dy.shape() else {
+        return Err(Error::InvalidArgument {
+            op: OP,
+            shape: dy.shape().to_vec(),
+            reason: "dy must be [N, K, P, Q]".into(),
+        });
+    };
+    if dy.is_empty() {
+        return Err(Error::InvalidArgument {
+            op: OP,
+            shape: dy.shape().to_vec(),
+            reason: "dy has a zero-size axis".into(),
+        });
+    }
+    let pq = p * q;
+    match dy.storage() {
+        Storage::Cpu(v) => {
+            let sums = (0..k)
+                .into_par_iter()
+                .map(|ch| {
+                    (0..n)
+                        .map(|i| v[(i * k + ch) * pq..][..pq].iter().map(|&e| e as f64).sum::<f64>())
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            Ok(Tensor::from_cpu(dy.context(), &[k], sums))
+        }
+        Storage::Cuda(_) => {
+            let db = Tensor::uninit(dy.context(), &[k], OP)?;
+            if k > i32::MAX as usize {
+                return Err(Error::InvalidArgument {
+                    op: OP,
+                    shape: dy.shape().to_vec(),
+                    reason: "more than 2^31-1 channels".into(),
+                });
+            }
+            let stream = dy.context().stream(OP)?;
+            let cfg = LaunchConfig {
+                grid: (k as u32, 1, 1),
+                block: (CONV_BIAS_BLOCK as u32, 1, 1),
+                shared_bytes: 0,
+            };
+            let (pdy, pdb) = (dy.device_ptr(), db.device_ptr());
+            // SAFETY: `conv2d_bwd_bias_f32(dy, db, n, k, pq)`: dy holds n·k·pq floats, db k; one
+            // block per channel.
+            unsafe {
+                launch(stream, "conv2d_bwd_bias_f32", cfg, &mut kernel_args![&pdy, &pdb, &n, &k, &pq])?
+            };
+            Ok(db)
+        }
+    }
+}
+
+/// The CPU twin of the forward: f64 accumulation, one output plane per task.
+fn cpu_forward(g: &Geometry, x: &[f32], w: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let (pq, hw, crs) = (g.p * g.q, g.h * g.w, g.c * g.r * g.s);
+    let mut y = vec![0.0f32; g.n * g.k * pq];
+    y.par_chunks_mut(pq).enumerate().for_each(|(plane, out)| {
+        let (img, k) = (plane / g.k, plane % g.k);
+        let wk = &w[k * crs..][..crs];
+        for (o, v) in out.iter_mut().enumerate() {
+            let (op, oq) = (o / g.q, o % g.q);
+            let mut acc = bias.map_or(0.0, |b| b[k] as f64);
+            for c in 0..g.c {
+                let xc = &x[(img * g.c + c) * hw..][..hw];
+                for r in 0..g.r {
+                    let Some(h) = g.input(op, r, 0, g.h) else { continue };
+                    for s in 0..g.s {
+                        if let Some(wi) = g.input(oq, s, 1, g.w) {
+                            acc += xc[h * g.w + wi] as f64 * wk[(c * g.r + r) * g.s + s] as f64;
+                        }
+                    }
+                }
+            }
+            *v = acc as f32;
+        }
+    });
+    y
+}
+
+/// The CPU twin of the data gradient: each output scatters `dy · w` back onto the inputs it
+/// read (f64 accumulation, one input plane per task).
+fn cpu_backward_data(g: &Geometry, dy: &[f32], w: &[f32]) -> Vec<f32> {
+    let (pq, hw, rs) = (g.p * g.q, g.h * g.w, g.r * g.s);
+    let mut dx = vec![0.0f32; g.n * g.c * hw];
+    dx.par_chunks_mut(hw).enumerate().for_each(|(plane, out)| {
+        let (img, c) = (plane / g.c, plane % g.c);
+        let mut acc = vec![0.0f64; hw];
+        for k in 0..g.k {
+            let dyk = &dy[(img * g.k + k) * pq..][..pq];
+            let wkc = &w[(k * g.c + c) * rs..][..rs];
+            for op in 0..g.p {
+                for r in 0..g.r {
+                    let Some(h) = g.input(op, r, 0, g.h) else { continue };
+                    for oq in 0..g.q {
+                        for s in 0..g.s {
+                            if let Some(wi) = g.input(oq, s, 1, g.w) {
+                                acc[h * g.w + wi] += dyk[op * g.q + oq] as f64 * wkc[r * g.s + s] as f64;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = a as f32;
+        }
+    });
+    dx
+}
+
+/// The CPU twin of the weight gradient: f64 accumulation over N·P·Q, one `(k, c)` filter per task.
+fn cpu_backward_weight(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
+    let (pq, hw, rs) = (g.p * g.q, g.h * g.w, g.r * g.s);
+    let mut dw = vec![0.0f32; g.k * g.c * rs];
+    dw.par_chunks_mut(rs).enumerate().for_each(|(filter, out)| {
+        let (k, c) = (filter / g.c, filter % g.c);
+        for r in 0..g.r {
+            for s in 0..g.s {
+                let mut acc = 0.0f64;
+                for img in 0..g.n {
+                    let xc = &x[(img * g.c + c) * hw..][..hw];
+                    let dyk = &dy[(img * g.k + k) * pq..][..pq];
+                    for op in 0..g.p {
+                        let Some(h) = g.input(op, r, 0, g.h) else { continue };
+                        for oq in 0..g.q {
+                            if let Some(wi) = g.input(oq, s, 1, g.w) {
+                                acc += xc[h * g.w + wi] as f64 * dyk[op * g.q + oq] as f64;
+                            }
+                        }
+                    }
+                }
+                out[r * g.s + s] = acc as f32;
+            }
+        }
+    });
+    dw
+}
