@@ -1,7 +1,8 @@
 //! Matrix multiply table: ferrocuda's GEMM against cuBLAS in the same process, and the fused
 //! linear+GELU against the unfused path (and against PyTorch's `gelu(linear(x, w, b))`, i.e.
 //! cuBLAS + a separate GELU kernel, when given torch_ref.py's JSON). The CPU backend's GFLOP/s
-//! for the small sizes, like the seeds' "Matrix Operations" table.
+//! for the small sizes, like the seeds' "Matrix Operations" table. Last, the conv2d forward in f32
+//! and TF32 against PyTorch's (cuDNN) from the same JSON.
 //!
 //!     matmul_bench [torch.json]
 use ferrocuda::timing::median_ms;
@@ -112,5 +113,37 @@ fn main() -> Result<()> {
             torch.map_or("-".into(), |t| format!("{:.2}x", t / fused)),
         );
     }
+
+    println!(
+        "\n{:<40} {:>9} {:>9} {:>10} {:>9} {:>7}",
+        "conv2d forward, padding 1 (implicit GEMM)", "ms", "TFLOP/s", "cuDNN ms", "TFLOP/s", "ratio"
+    );
+    for (input, weight) in [([32, 64, 128, 128], [128, 64, 3, 3]), ([1, 32, 64, 64], [64, 32, 3, 3])] {
+        let (x, w) = (ctx.randn(&input, 8)?, ctx.randn(&weight, 9)?);
+        let params = ferrocuda::Conv2dParams::new().padding(1);
+        // As torch_ref counts it: 2·N·K·H·W·C·R·S.
+        let flops = 2 * input[0] * weight[0] * input[2] * input[3] * weight[1] * 9;
+        for (precision, workload) in [(false, "conv2d_fp32"), (true, "conv2d_tf32")] {
+            ctx.set_allow_tf32(precision);
+            let ms = median_ms(&ctx, 3, 20, || ferrocuda::conv2d(&x, &w, None, params).map(drop))?;
+            let shape = format!("({}, {})", py_tuple(&input), py_tuple(&weight));
+            let torch = torch_ms(torch_json.as_ref(), workload, &shape);
+            let rate = |ms: f64| flops as f64 / (ms * 1e9);
+            println!(
+                "{:<40} {ms:>9.4} {:>9.2} {:>10} {:>9} {:>7}",
+                format!("{} {input:?}⊛{weight:?}", if precision { "tf32" } else { "f32" }),
+                rate(ms),
+                torch.map_or("-".into(), |t| format!("{t:.4}")),
+                torch.map_or("-".into(), |t| format!("{:.2}", rate(t))),
+                torch.map_or("-".into(), |t| format!("{:.2}x", t / ms)),
+            );
+        }
+        ctx.set_allow_tf32(false);
+    }
     Ok(())
+}
+
+/// Python's `str()` of a tuple of ints.
+fn py_tuple(dims: &[usize]) -> String {
+    format!("({})", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
 }
