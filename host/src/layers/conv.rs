@@ -1,5 +1,5 @@
 //! [`Conv2d`]: 2-D convolution of NCHW tensors (implicit GEMM forward and backward).
-use super::{layer_error, saved, uniform_init, InLayer, Layer, Param};
+use super::{layer_error, saved, uniform_init, InLayer, Layer, Param, WeightBias};
 use crate::ops::conv::{
     conv2d, conv2d_backward_bias, conv2d_backward_data, conv2d_backward_weight, Conv2dParams,
 };
@@ -9,8 +9,7 @@ use crate::Context;
 
 /// Convolution with weight `[out, in, kh, kw]` and bias `[out]`.
 pub struct Conv2d {
-    weight: Param,
-    bias: Option<Param>,
+    weights: WeightBias,
     params: Conv2dParams,
     input: Option<Tensor>,
     training: bool,
@@ -29,72 +28,56 @@ impl Conv2d {
         let weight = uniform_init(ctx, &[out_channels, in_channels, kernel, kernel], fan_in, seed)?;
         let bias = uniform_init(ctx, &[out_channels], fan_in, seed ^ 0x9e37_79b9)?;
         Ok(Conv2d {
-            weight: Param::new(weight),
-            bias: Some(Param::new(bias)),
+            weights: WeightBias::new(weight, Some(bias)),
             params: Conv2dParams::default(),
             input: None,
             training: true,
         })
     }
-    pub fn stride(mut self, stride: usize) -> Self {
-        self.params = self.params.stride(stride);
-        self
-    }
-    pub fn padding(mut self, padding: usize) -> Self {
-        self.params = self.params.padding(padding);
-        self
-    }
-    pub fn dilation(mut self, dilation: usize) -> Self {
-        self.params = self.params.dilation(dilation);
-        self
-    }
     pub fn without_bias(mut self) -> Self {
-        self.bias = None;
+        self.weights.bias = None;
         self
     }
     pub fn weight(&self) -> &Param {
-        &self.weight
+        &self.weights.weight
     }
 }
 
+params_builders!(Conv2d: stride, padding, dilation);
+
 impl Layer for Conv2d {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
-        let channels = self.weight.value().shape()[1];
+        let channels = self.weights.weight.value().shape()[1];
         if x.rank() != 4 || x.shape()[1] != channels {
             return Err(layer_error(self, x.shape(), format!("expects [N, {channels}, H, W]")));
         }
-        let y = conv2d(x, self.weight.value(), self.bias.as_ref().map(Param::value), self.params)
-            .in_layer(self)?;
+        let y =
+            conv2d(x, self.weights.weight.value(), self.weights.bias_value(), self.params).in_layer(self)?;
         self.input = self.training.then(|| x.clone());
         Ok(y)
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
         let x = saved(self.input.take(), self, dy)?;
-        let w = self.weight.value();
+        let w = self.weights.weight.value();
         let grads = (|| {
             let dx = conv2d_backward_data(dy, w, x.shape(), self.params)?;
             let dw = conv2d_backward_weight(&x, dy, w.shape(), self.params)?;
-            let db = self.bias.as_ref().map(|_| conv2d_backward_bias(dy)).transpose()?;
+            let db = self.weights.bias.as_ref().map(|_| conv2d_backward_bias(dy)).transpose()?;
             Ok((dx, dw, db))
         })();
         let (dx, dw, db) = grads.in_layer(self)?;
-        self.weight.set_grad(dw);
-        if let (Some(b), Some(db)) = (self.bias.as_mut(), db) {
-            b.set_grad(db);
-        }
+        self.weights.set_grads(dw, db)?;
         Ok(dx)
     }
     fn params_mut(&mut self) -> Vec<&mut Param> {
-        let mut p = vec![&mut self.weight];
-        p.extend(self.bias.as_mut());
-        p
+        self.weights.params_mut()
     }
     fn set_training(&mut self, training: bool) {
         self.training = training;
         self.input = None;
     }
     fn describe(&self) -> String {
-        let s = self.weight.value().shape();
+        let s = self.weights.weight.value().shape();
         let p = self.params;
         format!(
             "Conv2d({} → {}, {}×{}, stride {:?}, padding {:?}, dilation {:?})",

@@ -6,6 +6,19 @@
 //! `zero_grad` + `backward` in PyTorch) and returns the gradient w.r.t. the input. In eval mode
 //! nothing is kept, batch norm uses its running statistics and dropout passes its input through.
 //! Every error a layer returns is an [`Error::Layer`] that names the layer and its sizes.
+/// Builder methods (`stride`, `padding`, ...) of a layer that forward to its `params` field's.
+macro_rules! params_builders {
+    ($layer:ty: $($name:ident),*) => {
+        impl $layer {$(
+            #[doc = concat!("Set the ", stringify!($name), " (both spatial axes).")]
+            pub fn $name(mut self, $name: usize) -> Self {
+                self.params = self.params.$name($name);
+                self
+            }
+        )*}
+    };
+}
+
 mod activation;
 mod conv;
 mod dropout;
@@ -111,6 +124,44 @@ pub(crate) fn saved<T>(kept: Option<T>, layer: &dyn Layer, dy: &Tensor) -> Resul
             reason: "no saved forward pass (call forward in training mode before each backward)".into(),
         }),
     })
+}
+
+/// A layer's weight (or scale) and optional bias (or shift), with their gradients.
+pub(crate) struct WeightBias {
+    pub weight: Param,
+    pub bias: Option<Param>,
+}
+
+impl WeightBias {
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        WeightBias { weight: Param::new(weight), bias: bias.map(Param::new) }
+    }
+    /// A normalisation's affine transform over `features`: scale 1, shift 0.
+    pub fn affine(ctx: &Context, features: usize) -> Result<Self> {
+        Ok(Self::new(ctx.full(&[features], 1.0)?, Some(ctx.zeros(&[features])?)))
+    }
+    /// Scale and shift of an [`affine`](Self::affine) transform.
+    pub fn scale_shift(&self) -> (&Tensor, &Tensor) {
+        (self.weight.value(), self.bias_value().expect("an affine transform always has a shift"))
+    }
+    /// The bias's value, if there is one (for the forward op).
+    pub fn bias_value(&self) -> Option<&Tensor> {
+        self.bias.as_ref().map(Param::value)
+    }
+    /// Store the gradients of a backward pass; `db` is reshaped to the bias's shape.
+    pub fn set_grads(&mut self, dw: Tensor, db: Option<Tensor>) -> Result<()> {
+        self.weight.set_grad(dw);
+        if let (Some(b), Some(db)) = (self.bias.as_mut(), db) {
+            let shape = b.value().shape().to_vec();
+            b.set_grad(db.reshape(&shape)?);
+        }
+        Ok(())
+    }
+    pub fn params_mut(&mut self) -> Vec<&mut Param> {
+        let mut p = vec![&mut self.weight];
+        p.extend(self.bias.as_mut());
+        p
+    }
 }
 
 /// PyTorch's default initialisation of weights and biases: uniform in ±1/√fan_in.

@@ -1,6 +1,6 @@
 //! Normalisation layers: [`LayerNorm`] (over the last axis) and [`BatchNorm2d`] (per channel of
 //! NCHW, with running statistics).
-use super::{layer_error, saved, InLayer, Layer, Param};
+use super::{layer_error, saved, InLayer, Layer, Param, WeightBias};
 use crate::ops::nn::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, layer_norm, layer_norm_backward,
     BatchNormSaved, LayerNormSaved,
@@ -11,8 +11,7 @@ use crate::Context;
 
 /// Layer normalisation over the last axis of size `features`, with learnt scale and shift.
 pub struct LayerNorm {
-    gamma: Param,
-    beta: Param,
+    affine: WeightBias,
     eps: f32,
     kept: Option<(Tensor, LayerNormSaved)>,
     training: bool,
@@ -20,13 +19,7 @@ pub struct LayerNorm {
 
 impl LayerNorm {
     pub fn new(ctx: &Context, features: usize) -> Result<Self> {
-        Ok(LayerNorm {
-            gamma: Param::new(ctx.full(&[features], 1.0)?),
-            beta: Param::new(ctx.zeros(&[features])?),
-            eps: 1e-5,
-            kept: None,
-            training: true,
-        })
+        Ok(LayerNorm { affine: WeightBias::affine(ctx, features)?, eps: 1e-5, kept: None, training: true })
     }
     pub fn eps(mut self, eps: f32) -> Self {
         self.eps = eps;
@@ -36,36 +29,34 @@ impl LayerNorm {
 
 impl Layer for LayerNorm {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
-        let (y, stats) =
-            layer_norm(x, Some(self.gamma.value()), Some(self.beta.value()), self.eps).in_layer(self)?;
+        let (gamma, beta) = self.affine.scale_shift();
+        let (y, stats) = layer_norm(x, Some(gamma), Some(beta), self.eps).in_layer(self)?;
         self.kept = self.training.then(|| (x.clone(), stats));
         Ok(y)
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
         let (x, stats) = saved(self.kept.take(), self, dy)?;
         let (dx, dgamma, dbeta) =
-            layer_norm_backward(&x, Some(self.gamma.value()), dy, &stats).in_layer(self)?;
-        self.gamma.set_grad(dgamma);
-        self.beta.set_grad(dbeta);
+            layer_norm_backward(&x, Some(self.affine.weight.value()), dy, &stats).in_layer(self)?;
+        self.affine.set_grads(dgamma, Some(dbeta))?;
         Ok(dx)
     }
     fn params_mut(&mut self) -> Vec<&mut Param> {
-        vec![&mut self.gamma, &mut self.beta]
+        self.affine.params_mut()
     }
     fn set_training(&mut self, training: bool) {
         self.training = training;
         self.kept = None;
     }
     fn describe(&self) -> String {
-        format!("LayerNorm({})", self.gamma.value().len())
+        format!("LayerNorm({})", self.affine.weight.value().len())
     }
 }
 
 /// Batch normalisation of `[N, C, H, W]` per channel: batch statistics in training (and a
 /// momentum update of the running ones), running statistics in evaluation.
 pub struct BatchNorm2d {
-    gamma: Param,
-    beta: Param,
+    affine: WeightBias,
     running_mean: Tensor,
     running_var: Tensor,
     momentum: f32,
@@ -78,8 +69,7 @@ impl BatchNorm2d {
     /// PyTorch's defaults: γ = 1, β = 0, running mean 0 and variance 1, momentum 0.1, eps 1e-5.
     pub fn new(ctx: &Context, channels: usize) -> Result<Self> {
         Ok(BatchNorm2d {
-            gamma: Param::new(ctx.full(&[channels], 1.0)?),
-            beta: Param::new(ctx.zeros(&[channels])?),
+            affine: WeightBias::affine(ctx, channels)?,
             running_mean: ctx.zeros(&[channels])?,
             running_var: ctx.full(&[channels], 1.0)?,
             momentum: 0.1,
@@ -102,19 +92,20 @@ impl BatchNorm2d {
 
 impl Layer for BatchNorm2d {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
-        let channels = self.gamma.value().len();
+        let channels = self.affine.weight.value().len();
         if x.rank() != 4 || x.shape()[1] != channels {
             return Err(layer_error(self, x.shape(), format!("expects [N, {channels}, H, W]")));
         }
         if !self.training {
-            let (g, b) = (self.gamma.value(), self.beta.value());
+            let (g, b) = self.affine.scale_shift();
             return batch_norm2d_eval(x, g, b, &self.running_mean, &self.running_var, self.eps)
                 .in_layer(self);
         }
+        let (gamma, beta) = self.affine.scale_shift();
         let (y, stats) = batch_norm2d_train(
             x,
-            self.gamma.value(),
-            self.beta.value(),
+            gamma,
+            beta,
             &mut self.running_mean,
             &mut self.running_var,
             self.momentum,
@@ -126,19 +117,19 @@ impl Layer for BatchNorm2d {
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
         let (x, stats) = saved(self.kept.take(), self, dy)?;
-        let (dx, dgamma, dbeta) = batch_norm2d_backward(dy, &x, self.gamma.value(), &stats).in_layer(self)?;
-        self.gamma.set_grad(dgamma);
-        self.beta.set_grad(dbeta);
+        let (dx, dgamma, dbeta) =
+            batch_norm2d_backward(dy, &x, self.affine.weight.value(), &stats).in_layer(self)?;
+        self.affine.set_grads(dgamma, Some(dbeta))?;
         Ok(dx)
     }
     fn params_mut(&mut self) -> Vec<&mut Param> {
-        vec![&mut self.gamma, &mut self.beta]
+        self.affine.params_mut()
     }
     fn set_training(&mut self, training: bool) {
         self.training = training;
         self.kept = None;
     }
     fn describe(&self) -> String {
-        format!("BatchNorm2d({})", self.gamma.value().len())
+        format!("BatchNorm2d({})", self.affine.weight.value().len())
     }
 }

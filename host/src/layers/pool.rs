@@ -19,15 +19,9 @@ impl MaxPool2d {
     pub fn new(kernel: usize) -> Self {
         MaxPool2d { params: Pool2dParams::new(kernel), kept: None, training: true }
     }
-    pub fn stride(mut self, stride: usize) -> Self {
-        self.params = self.params.stride(stride);
-        self
-    }
-    pub fn padding(mut self, padding: usize) -> Self {
-        self.params = self.params.padding(padding);
-        self
-    }
 }
+
+params_builders!(MaxPool2d: stride, padding);
 
 impl Layer for MaxPool2d {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
@@ -61,15 +55,9 @@ impl AvgPool2d {
     pub fn new(kernel: usize) -> Self {
         AvgPool2d { params: Pool2dParams::new(kernel), input_shape: None, training: true }
     }
-    pub fn stride(mut self, stride: usize) -> Self {
-        self.params = self.params.stride(stride);
-        self
-    }
-    pub fn padding(mut self, padding: usize) -> Self {
-        self.params = self.params.padding(padding);
-        self
-    }
 }
+
+params_builders!(AvgPool2d: stride, padding);
 
 impl Layer for AvgPool2d {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
