@@ -144,3 +144,13 @@ pub unsafe fn load_nc_u16(p: *const u16) -> u16 {
 pub unsafe fn store_u16(p: *mut u16, v: u16) {
     asm!("st.global.u16 [{p}], {v};", p = in(reg64) p, v = in(reg16) v, options(nostack));
 }
+
+/// `st.global.u32` of two 16-bit values, `lo` at the lower address.
+///
+/// # Safety
+/// `p` is 4-byte aligned writable global memory.
+#[inline(always)]
+pub unsafe fn store_u16x2(p: *mut u16, lo: u16, hi: u16) {
+    let w = lo as u32 | (hi as u32) << 16;
+    asm!("st.global.u32 [{p}], {w};", p = in(reg64) p, w = in(reg32) w, options(nostack));
+}
