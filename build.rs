@@ -177,7 +177,14 @@ impl KernelToolchain {
     /// `cargo build` of the kernel crate for nvptx64 with core built from source; returns the PTX.
     /// With `sm90a`, the crate's `sm90a` feature is on and the link step targets that CPU instead
     /// (rustc's flags, and so the `core` build, stay those of `sm`).
-    fn build(&self, kernels: &Path, target_dir: &Path, sm: &str, sm90a: Option<&str>, smem: &Path) -> PathBuf {
+    fn build(
+        &self,
+        kernels: &Path,
+        target_dir: &Path,
+        sm: &str,
+        sm90a: Option<&str>,
+        smem: &Path,
+    ) -> PathBuf {
         let ptx = target_dir.join(format!("gpu_kernels.{}.ptx", sm90a.unwrap_or(sm)));
         for attempt in 0..2 {
             self.cargo_build(kernels, target_dir, sm, sm90a, smem, &ptx);
@@ -198,7 +205,15 @@ impl KernelToolchain {
         fail(&format!("the kernel build left no {}", ptx.display()))
     }
 
-    fn cargo_build(&self, kernels: &Path, target_dir: &Path, sm: &str, sm90a: Option<&str>, smem: &Path, ptx: &Path) {
+    fn cargo_build(
+        &self,
+        kernels: &Path,
+        target_dir: &Path,
+        sm: &str,
+        sm90a: Option<&str>,
+        smem: &Path,
+        ptx: &Path,
+    ) {
         let linker = kernels.join("link.sh");
         let rustflags = format!(
             "[\"-Ctarget-cpu={sm}\",\"-Clink-arg={}\",\"-Zunstable-options\",\"-Cpanic=immediate-abort\"]",

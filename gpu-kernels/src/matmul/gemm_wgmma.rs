@@ -1,15 +1,16 @@
-//! Hopper tensor-core GEMM on f16 and bf16 (`wgmma.m64n256k16`, f32 accumulate, one rounding to
-//! the output dtype), fed by TMA: the 16-bit mma.sync kernel's contract (`c` and `bias` in the
-//! input dtype, alpha/beta/bias/activation fused), in the sm_90a module only.
+//! Hopper tensor-core GEMM on f16, bf16 (`wgmma.m64n256k16`) and TF32 (`wgmma.m64n256k8`), f32
+//! accumulate, one rounding to the output dtype, fed by TMA: the mma.sync kernels' contract (`c`
+//! and `bias` in the input dtype, alpha/beta/bias/activation fused), in the sm_90a module only.
+//! TF32 takes K-major operands only (`_nt`); the host transposes others first.
 //!
-//! Floor: 2·M·N·K flops at the H100's ~990 TFLOP/s dense 16-bit rate (8192³: ≥ 1.11 ms); cuBLAS
-//! reaches ~780 TFLOP/s.
+//! Floor: 2·M·N·K flops at the H100's ~990 TFLOP/s dense 16-bit rate (8192³: ≥ 1.11 ms; cuBLAS
+//! reaches ~780 TFLOP/s) or ~495 TF32 (≥ 2.2 ms; cuBLAS ~390).
 //!
 //! A block computes a 128×256 tile of C with three warpgroups. Warpgroup 0 gives most of its
-//! registers away (`setmaxnreg`) and one of its threads issues the TMA copies: per k-step of 64,
-//! A's 128×64 and B's 256×64 pieces into one of `WGMMA_STAGES` shared stages, 128-byte swizzled,
+//! registers away (`setmaxnreg`) and one of its threads issues the TMA copies: per k-step of 128
+//! bytes (64 16-bit or 32 f32 elements), A's 128-row and B's 256-row pieces into one of `WGMMA_STAGES` shared stages, 128-byte swizzled,
 //! zero-filled outside the matrices (so any M, N, K works), completion counted on the stage's
-//! `full` mbarrier. Warpgroups 1 and 2 wait on it, run four `wgmma` (k = 16 each) on their 64
+//! `full` mbarrier. Warpgroups 1 and 2 wait on it, run four `wgmma` (32 bytes of k each) on their 64
 //! rows, keep one k-step of `wgmma` in flight and release the stage before it on its `empty`
 //! mbarrier. K-major operands arrive as one box of 64 k × rows (128-byte rows, 8-row swizzle
 //! atoms 1024 bytes apart); M/N-major ones as boxes of 64 rows × 64 k (atoms of 8 k-rows
@@ -23,18 +24,18 @@
 use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{
-    WGMMA_BK as BK, WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX, WGMMA_STAGES as STAGES,
+    WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES,
     WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_THREADS, WGMMA_TILE,
 };
 
 const BM: usize = WGMMA_TILE.0;
 const BN: usize = WGMMA_TILE.1;
+/// One row of a k-step: the 128-byte swizzle width.
+const ROW_BYTES: u32 = WGMMA_ROW_BYTES as u32;
 /// Bytes of the A tile at the start of a stage (the B tile follows).
-const A_BYTES: u32 = (BM * BK * 2) as u32;
-/// Bytes of one M/N-major TMA box (64 rows × 64 k).
-const MN_BOX_BYTES: u32 = (MN_BOX * BK * 2) as u32;
-/// One row of a k-step: 64 elements, the 128-byte swizzle width.
-const ROW_BYTES: u32 = (BK * 2) as u32;
+const A_BYTES: u32 = BM as u32 * ROW_BYTES;
+/// Bytes of one M/N-major TMA box (64 rows × 128 bytes of k).
+const MN_BOX_BYTES: u32 = MN_BOX as u32 * ROW_BYTES;
 /// A 128-byte swizzle atom: 8 rows of 128 bytes.
 const ATOM_BYTES: u32 = 8 * ROW_BYTES;
 /// Threads of the two computing warpgroups, which all arrive on a stage's `empty` barrier.
@@ -42,8 +43,8 @@ const CONSUMERS: usize = WGMMA_THREADS - 128;
 const PRODUCER_REGS: u32 = 40;
 const CONSUMER_REGS: u32 = 232;
 
-const _: () = assert!(BK * 2 == 128 && BM == 2 * 64 && BN == 256 && BM % MN_BOX == 0 && BN % MN_BOX == 0);
-const _: () = assert!(STAGE_BYTES == (BM + BN) * BK * 2 && CONSUMERS == 256);
+const _: () = assert!(ROW_BYTES == 128 && BM == 2 * 64 && BN == 256 && BM % MN_BOX == 0 && BN % MN_BOX == 0);
+const _: () = assert!(STAGE_BYTES == (BM + BN) * WGMMA_ROW_BYTES && CONSUMERS == 256);
 
 /// The block's output tile `(m0, n0)`: tiles numbered down groups of `GROUP_M` tile rows, then
 /// across, so that the blocks resident together share A and B panels.
@@ -59,9 +60,9 @@ fn tile_origin(m: usize, n: usize) -> (usize, usize) {
 }
 
 #[inline(always)]
-unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
+unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
     maps: *const u8,
-    (c, bias, out): (*const u16, *const u16, *mut u16),
+    (c, bias, out): (*const E::Elem, *const E::Elem, *mut E::Elem),
     (m, n, k): (usize, usize, usize),
     stride_c: usize,
     (alpha, beta, activation): (f32, f32, u32),
@@ -83,7 +84,9 @@ unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
         fence_mbarrier_init();
     }
     sync_threads();
-    let steps = k.div_ceil(BK);
+    // Elements of k per stage (one 128-byte row).
+    let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
+    let steps = k.div_ceil(bk);
 
     if t < 128 {
         setmaxnreg_dec::<PRODUCER_REGS>();
@@ -97,7 +100,7 @@ unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
                     mbarrier_wait(empty(s), ((step / STAGES - 1) & 1) as u32);
                 }
                 mbarrier_arrive_expect_tx(full(s), STAGE_BYTES as u32);
-                let (a_dst, b_dst, k0) = (stage(s), stage(s) + A_BYTES, (step * BK) as i32);
+                let (a_dst, b_dst, k0) = (stage(s), stage(s) + A_BYTES, (step * bk) as i32);
                 if TA {
                     for j in 0..BM / MN_BOX {
                         let at = ((m0 + j * MN_BOX) as i32, k0, za);
@@ -129,7 +132,7 @@ unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
         wgmma_fence(&mut acc);
         unroll!(kk in [0, 1, 2, 3] => {
             let kk = kk as u32;
-            // k-steps of 16 elements: 32 bytes along a K-major row (the descriptor's swizzle
+            // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle
             // follows the absolute address), 16 rows = 2 atoms down an M/N-major box.
             let a = if TA {
                 sw128_descriptor(a_s + wg * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
@@ -141,7 +144,7 @@ unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
             } else {
                 sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
             };
-            H::wgmma_64x256x16(&mut acc, a, b, TA, !TB);
+            E::wgmma_k32_bytes(&mut acc, a, b, TA, !TB);
         });
         wgmma_commit();
         // The previous k-step's wgmma have finished: its stage may be refilled.
@@ -161,8 +164,8 @@ unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
     let value = |row: usize, col: usize, a: f32| {
         let idx = row * n + col;
         // SAFETY: row < m and col < n, checked by the callers; `c` and `bias` hold m·n and n.
-        let beta_c = if has_c { beta * H::to_f32(unsafe { load_nc_u16(c.add(idx)) }) } else { 0.0 };
-        let b = if bias.is_null() { 0.0 } else { H::to_f32(unsafe { load_nc_u16(bias.add(col)) }) };
+        let beta_c = if has_c { beta * E::widen(unsafe { E::load_elem(c.add(idx)) }) } else { 0.0 };
+        let b = if bias.is_null() { 0.0 } else { E::widen(unsafe { E::load_elem(bias.add(col)) }) };
         epilogue(a, alpha, beta_c, b, activation)
     };
     unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
@@ -173,14 +176,14 @@ unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
             let (a0, a1) = (acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);
             if row < m && col < n {
                 let idx = row * n + col;
-                let v0 = H::from_f32(value(row, col, a0));
+                let v0 = E::narrow(value(row, col, a0));
                 if pairs && col + 1 < n {
-                    let v1 = H::from_f32(value(row, col + 1, a1));
-                    store_u16x2(out.add(idx), v0, v1);
+                    let v1 = E::narrow(value(row, col + 1, a1));
+                    E::store_elem_pair(out.add(idx), v0, v1);
                 } else {
-                    store_u16(out.add(idx), v0);
+                    E::store_elem(out.add(idx), v0);
                     if col + 1 < n {
-                        store_u16(out.add(idx + 1), H::from_f32(value(row, col + 1, a1)));
+                        E::store_elem(out.add(idx + 1), E::narrow(value(row, col + 1, a1)));
                     }
                 }
             }
@@ -189,28 +192,29 @@ unsafe fn gemm<H: WgmmaInput, const TA: bool, const TB: bool>(
 }
 
 macro_rules! wgmma_kernels {
-    ($($name:ident: $h:ty, $ta:literal, $tb:literal;)*) => {$(
-        /// 16-bit Hopper GEMM; `maps` holds A's and B's tensor maps, the other arguments are the
-        /// mma.sync `gemm_<dtype>_*` kernels' (no A/B pointers or strides: the maps carry them);
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal;)*) => {$(
+        /// Hopper GEMM; `maps` holds A's and B's tensor maps, the other arguments are the
+        /// mma.sync kernels' (no A/B pointers or strides: the maps carry them);
         /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            maps: *const u8, c: *const u16, bias: *const u16, out: *mut u16,
+            maps: *const u8, c: *const $elem, bias: *const $elem, out: *mut $elem,
             m: usize, n: usize, k: usize, stride_c: usize,
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32,
         ) {
-            gemm::<$h, $ta, $tb>(maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b))
+            gemm::<$e, $ta, $tb>(maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b))
         }
     )*};
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, false, false;
-    gemm_wgmma_f16_nt: F16, false, true;
-    gemm_wgmma_f16_tn: F16, true, false;
-    gemm_wgmma_f16_tt: F16, true, true;
-    gemm_wgmma_bf16_nn: BF16, false, false;
-    gemm_wgmma_bf16_nt: BF16, false, true;
-    gemm_wgmma_bf16_tn: BF16, true, false;
-    gemm_wgmma_bf16_tt: BF16, true, true;
+    gemm_wgmma_f16_nn: F16, u16, false, false;
+    gemm_wgmma_f16_nt: F16, u16, false, true;
+    gemm_wgmma_f16_tn: F16, u16, true, false;
+    gemm_wgmma_f16_tt: F16, u16, true, true;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true;
 }

@@ -154,3 +154,12 @@ pub unsafe fn store_u16x2(p: *mut u16, lo: u16, hi: u16) {
     let w = lo as u32 | (hi as u32) << 16;
     asm!("st.global.u32 [{p}], {w};", p = in(reg64) p, w = in(reg32) w, options(nostack));
 }
+
+/// `st.global.v2.f32`.
+///
+/// # Safety
+/// `p` is 8-byte aligned writable global memory.
+#[inline(always)]
+pub unsafe fn store_f32x2(p: *mut f32, v0: f32, v1: f32) {
+    asm!("st.global.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg64) p, a = in(reg32) v0, b = in(reg32) v1, options(nostack));
+}

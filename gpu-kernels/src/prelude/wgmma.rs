@@ -33,7 +33,9 @@ pub unsafe fn mbarrier_init(bar: u32, count: u32) {
 #[inline(always)]
 pub fn fence_mbarrier_init() {
     // SAFETY: fences only.
-    unsafe { asm!("fence.mbarrier_init.release.cluster;", "fence.proxy.async.shared::cta;", options(nostack)) }
+    unsafe {
+        asm!("fence.mbarrier_init.release.cluster;", "fence.proxy.async.shared::cta;", options(nostack))
+    }
 }
 
 /// Arrive on `bar` and add `bytes` to the transaction count its current phase waits for.
@@ -385,14 +387,15 @@ pub fn wgmma_wait<const PENDING: u32>(acc: &mut WgmmaAcc) {
     }
 }
 
-/// `acc += A · B` for one warpgroup: A 64×16 and B 16×256 from shared memory through the
-/// descriptors `a` and `b` (K-major when the transpose flag is "0", M/N-major when "1").
-macro_rules! wgmma_m64n256k16 {
-    ($name:ident, $dtype:literal, $trans_a:literal, $trans_b:literal) => {
+/// `acc += A · B` for one warpgroup: A 64×k and B k×256 (32 bytes of k) from shared memory
+/// through the descriptors `a` and `b`; `$shape` names the shape and types, `$flags` the
+/// immediate scale (and, for 16-bit types, transpose: 0 K-major, 1 M/N-major) operands.
+macro_rules! wgmma_m64n256 {
+    ($name:ident, $shape:literal, $flags:literal) => {
         #[inline(always)]
         unsafe fn $name(acc: &mut WgmmaAcc, a: u64, b: u64) {
-            asm!(concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $dtype, ".", $dtype, " {{", "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}, {d64}, {d65}, {d66}, {d67}, {d68}, {d69}, {d70}, {d71}, {d72}, {d73}, {d74}, {d75}, {d76}, {d77}, {d78}, {d79}, {d80}, {d81}, {d82}, {d83}, {d84}, {d85}, {d86}, {d87}, {d88}, {d89}, {d90}, {d91}, {d92}, {d93}, {d94}, {d95}, {d96}, {d97}, {d98}, {d99}, {d100}, {d101}, {d102}, {d103}, {d104}, {d105}, {d106}, {d107}, {d108}, {d109}, {d110}, {d111}, {d112}, {d113}, {d114}, {d115}, {d116}, {d117}, {d118}, {d119}, {d120}, {d121}, {d122}, {d123}, {d124}, {d125}, {d126}, {d127}",
-                         "}}, {a}, {b}, 1, 1, 1, ", $trans_a, ", ", $trans_b, ";"),
+            asm!(concat!("wgmma.mma_async.sync.aligned.", $shape, " {{", "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}, {d64}, {d65}, {d66}, {d67}, {d68}, {d69}, {d70}, {d71}, {d72}, {d73}, {d74}, {d75}, {d76}, {d77}, {d78}, {d79}, {d80}, {d81}, {d82}, {d83}, {d84}, {d85}, {d86}, {d87}, {d88}, {d89}, {d90}, {d91}, {d92}, {d93}, {d94}, {d95}, {d96}, {d97}, {d98}, {d99}, {d100}, {d101}, {d102}, {d103}, {d104}, {d105}, {d106}, {d107}, {d108}, {d109}, {d110}, {d111}, {d112}, {d113}, {d114}, {d115}, {d116}, {d117}, {d118}, {d119}, {d120}, {d121}, {d122}, {d123}, {d124}, {d125}, {d126}, {d127}",
+                         "}}, {a}, {b}, 1, ", $flags, ";"),
                  a = in(reg64) a, b = in(reg64) b,
                  d0 = inout(reg32) acc[0],
                  d1 = inout(reg32) acc[1],
@@ -527,48 +530,121 @@ macro_rules! wgmma_m64n256k16 {
     };
 }
 
-wgmma_m64n256k16!(wgmma_f16_kk, "f16", "0", "0");
-wgmma_m64n256k16!(wgmma_f16_km, "f16", "0", "1");
-wgmma_m64n256k16!(wgmma_f16_mk, "f16", "1", "0");
-wgmma_m64n256k16!(wgmma_f16_mm, "f16", "1", "1");
-wgmma_m64n256k16!(wgmma_bf16_kk, "bf16", "0", "0");
-wgmma_m64n256k16!(wgmma_bf16_km, "bf16", "0", "1");
-wgmma_m64n256k16!(wgmma_bf16_mk, "bf16", "1", "0");
-wgmma_m64n256k16!(wgmma_bf16_mm, "bf16", "1", "1");
+wgmma_m64n256!(wgmma_f16_kk, "m64n256k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_m64n256!(wgmma_f16_km, "m64n256k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_m64n256!(wgmma_f16_mk, "m64n256k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_m64n256!(wgmma_f16_mm, "m64n256k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_m64n256!(wgmma_bf16_kk, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_m64n256!(wgmma_bf16_km, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_m64n256!(wgmma_bf16_mk, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_m64n256!(wgmma_bf16_mm, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_m64n256!(wgmma_tf32_kk, "m64n256k8.f32.tf32.tf32", "1, 1");
 
-/// 16-bit inputs of `wgmma.m64n256k16` with f32 accumulation.
-pub trait WgmmaInput: super::HalfFloat {
-    /// `acc += A · B` for one warpgroup (see [`WgmmaAcc`] for the accumulator layout);
-    /// `a_mn_major` / `b_mn_major` say which operand is stored M- / N-major (constants at every
-    /// call site, so the match folds to one instruction).
+/// TF32 inputs: f32 in memory, read by `wgmma` with their low 13 mantissa bits ignored.
+pub struct Tf32;
+
+/// Element types of the Hopper GEMM (f32 accumulation): storage, conversions, global loads and
+/// stores for the epilogue, and one `wgmma` over 32 bytes of k.
+pub trait WgmmaInput {
+    /// How an element is stored.
+    type Elem: Copy;
+    /// The element as f32 (exact).
+    fn widen(x: Self::Elem) -> f32;
+    /// f32 rounded to the element type.
+    fn narrow(x: f32) -> Self::Elem;
+    /// # Safety
+    /// `p` is aligned global memory that nothing writes during the kernel.
+    unsafe fn load_elem(p: *const Self::Elem) -> Self::Elem;
+    /// # Safety
+    /// `p` is aligned writable global memory.
+    unsafe fn store_elem(p: *mut Self::Elem, v: Self::Elem);
+    /// Two consecutive elements in one store.
+    ///
+    /// # Safety
+    /// `p` is writable global memory aligned to two elements.
+    unsafe fn store_elem_pair(p: *mut Self::Elem, v0: Self::Elem, v1: Self::Elem);
+    /// `acc += A · B` for one warpgroup (see [`WgmmaAcc`] for the accumulator layout) over 32
+    /// bytes of k; `a_mn_major` / `b_mn_major` say which operand is stored M- / N-major
+    /// (constants at every call site, so the match folds to one instruction; TF32 supports only
+    /// K-major operands and ignores them).
     ///
     /// # Safety
     /// The descriptors describe shared memory that holds the operands (written and made visible
     /// to the async proxy before the call); every thread of the warpgroup calls it, after
     /// [`wgmma_fence`].
-    unsafe fn wgmma_64x256x16(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
+    unsafe fn wgmma_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
 }
 
-impl WgmmaInput for super::F16 {
-    #[inline(always)]
-    unsafe fn wgmma_64x256x16(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool) {
-        match (a_mn_major, b_mn_major) {
-            (false, false) => wgmma_f16_kk(acc, a, b),
-            (false, true) => wgmma_f16_km(acc, a, b),
-            (true, false) => wgmma_f16_mk(acc, a, b),
-            (true, true) => wgmma_f16_mm(acc, a, b),
+macro_rules! wgmma_16bit {
+    ($ty:ty, $kk:ident, $km:ident, $mk:ident, $mm:ident) => {
+        impl WgmmaInput for $ty {
+            type Elem = u16;
+            #[inline(always)]
+            fn widen(x: u16) -> f32 {
+                <$ty as super::HalfFloat>::to_f32(x)
+            }
+            #[inline(always)]
+            fn narrow(x: f32) -> u16 {
+                <$ty as super::HalfFloat>::from_f32(x)
+            }
+            #[inline(always)]
+            unsafe fn load_elem(p: *const u16) -> u16 {
+                super::load_nc_u16(p)
+            }
+            #[inline(always)]
+            unsafe fn store_elem(p: *mut u16, v: u16) {
+                super::store_u16(p, v)
+            }
+            #[inline(always)]
+            unsafe fn store_elem_pair(p: *mut u16, v0: u16, v1: u16) {
+                super::store_u16x2(p, v0, v1)
+            }
+            #[inline(always)]
+            unsafe fn wgmma_k32_bytes(
+                acc: &mut WgmmaAcc,
+                a: u64,
+                b: u64,
+                a_mn_major: bool,
+                b_mn_major: bool,
+            ) {
+                match (a_mn_major, b_mn_major) {
+                    (false, false) => $kk(acc, a, b),
+                    (false, true) => $km(acc, a, b),
+                    (true, false) => $mk(acc, a, b),
+                    (true, true) => $mm(acc, a, b),
+                }
+            }
         }
+    };
+}
+
+wgmma_16bit!(super::F16, wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm);
+wgmma_16bit!(super::BF16, wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm);
+
+impl WgmmaInput for Tf32 {
+    type Elem = f32;
+    #[inline(always)]
+    fn widen(x: f32) -> f32 {
+        x
     }
-}
-
-impl WgmmaInput for super::BF16 {
     #[inline(always)]
-    unsafe fn wgmma_64x256x16(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool) {
-        match (a_mn_major, b_mn_major) {
-            (false, false) => wgmma_bf16_kk(acc, a, b),
-            (false, true) => wgmma_bf16_km(acc, a, b),
-            (true, false) => wgmma_bf16_mk(acc, a, b),
-            (true, true) => wgmma_bf16_mm(acc, a, b),
-        }
+    fn narrow(x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    unsafe fn load_elem(p: *const f32) -> f32 {
+        super::load_nc_f32(p)
+    }
+    #[inline(always)]
+    unsafe fn store_elem(p: *mut f32, v: f32) {
+        super::store_f32(p, v)
+    }
+    #[inline(always)]
+    unsafe fn store_elem_pair(p: *mut f32, v0: f32, v1: f32) {
+        super::store_f32x2(p, v0, v1)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
+        wgmma_tf32_kk(acc, a, b)
     }
 }
