@@ -38,13 +38,14 @@ const A_BYTES: u32 = BM as u32 * ROW_BYTES;
 const MN_BOX_BYTES: u32 = MN_BOX as u32 * ROW_BYTES;
 /// A 128-byte swizzle atom: 8 rows of 128 bytes.
 const ATOM_BYTES: u32 = 8 * ROW_BYTES;
-/// Threads of the two computing warpgroups, which all arrive on a stage's `empty` barrier.
-const CONSUMERS: usize = WGMMA_THREADS - 128;
+/// The computing warpgroups; one thread of each arrives on a stage's `empty` barrier (a
+/// warpgroup's `wgmma` complete together, and 256 arrivals per stage cost shared-memory atomics).
+const CONSUMERS: usize = (WGMMA_THREADS - 128) / 128;
 const PRODUCER_REGS: u32 = 40;
 const CONSUMER_REGS: u32 = 232;
 
 const _: () = assert!(ROW_BYTES == 128 && BM == 2 * 64 && BN == 256 && BM % MN_BOX == 0 && BN % MN_BOX == 0);
-const _: () = assert!(STAGE_BYTES == (BM + BN) * WGMMA_ROW_BYTES && CONSUMERS == 256);
+const _: () = assert!(STAGE_BYTES == (BM + BN) * WGMMA_ROW_BYTES && CONSUMERS == 2);
 
 /// The block's output tile `(m0, n0)`: tiles numbered down groups of `GROUP_M` tile rows, then
 /// across, so that the blocks resident together share A and B panels.
@@ -149,7 +150,7 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
         wgmma_commit();
         // The previous k-step's wgmma have finished: its stage may be refilled.
         wgmma_wait::<1>(&mut acc);
-        if step > 0 {
+        if step > 0 && t % 128 == 0 {
             mbarrier_arrive(empty((step - 1) % STAGES));
         }
     }
