@@ -63,9 +63,15 @@ fn main() -> Result<()> {
     let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(m, n, k, false, 10).ok());
     print_row((format!("{m}x{n}x{k}"), (m, n, k)), ms, base, "");
 
+    let tensor_core_path = if ctx.uses_sm90a_kernels() { "wgmma" } else { "mma.sync" };
     println!(
         "\n{:<22} {:>10} {:>9} {:>10} {:>9} {:>7}",
-        "tf32 (mma.sync)", "ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio"
+        format!("tf32 ({tensor_core_path})"),
+        "ms",
+        "TFLOP/s",
+        "cuBLAS ms",
+        "TFLOP/s",
+        "ratio"
     );
     for n in [1024, 2048, 4096, 8192] {
         let (a, b) = (ctx.randn(&[n, n], 1)?, ctx.randn(&[n, n], 2)?);
@@ -74,9 +80,8 @@ fn main() -> Result<()> {
         print_row((format!("{n}x{n}x{n}"), (n, n, n)), ms, base, "");
     }
 
-    let half_path = if ctx.uses_sm90a_kernels() { "wgmma" } else { "mma.sync" };
     for dtype in [ferrocuda::DType::BF16, ferrocuda::DType::F16] {
-        let title = format!("{dtype:?} ({half_path})").to_lowercase();
+        let title = format!("{dtype:?} ({tensor_core_path})").to_lowercase();
         println!(
             "\n{title:<22} {:>10} {:>9} {:>10} {:>9} {:>7}",
             "ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio"
