@@ -359,8 +359,8 @@ impl<'a> Gemm<'a> {
         unsafe { result::memcpy_htod_async(maps_dev.ptr(), &maps, stream.raw()) }
             .call("cuMemcpyHtoDAsync")?;
 
-        let works = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1) * d.batch;
-        if works > i32::MAX as usize {
+        let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1);
+        if tiles > i32::MAX as usize {
             return Err(Error::InvalidArgument {
                 op,
                 shape: vec![d.m, d.n],
@@ -368,8 +368,7 @@ impl<'a> Gemm<'a> {
             });
         }
         let cfg = LaunchConfig {
-            // Persistent blocks, one per SM (the shared memory allows no more).
-            grid: (works.min(stream.device.info.sm_count as usize) as u32, 1, 1),
+            grid: (tiles as u32, 1, d.batch as u32),
             block: (WGMMA_THREADS as u32, 1, 1),
             shared_bytes: WGMMA_SHARED_BYTES as u32,
         };
@@ -384,7 +383,7 @@ impl<'a> Gemm<'a> {
         let (alpha, beta, act) = (self.alpha, self.beta, self.activation.code());
         let (batched_a, batched_b) = (u32::from(d.stride_a != 0), u32::from(d.stride_b != 0));
         // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>(maps, c, bias, out, m, n, k, stride_c, alpha, beta,
-        // activation, batched_a, batched_b, batch)`: `maps` holds A's and B's tensor maps, made above
+        // activation, batched_a, batched_b)`: `maps` holds A's and B's tensor maps, made above
         // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
@@ -407,8 +406,7 @@ impl<'a> Gemm<'a> {
                     &beta,
                     &act,
                     &batched_a,
-                    &batched_b,
-                    &d.batch
+                    &batched_b
                 ],
             )
         }
