@@ -1,4 +1,8 @@
-//! Builds `gpu-kernels/` (no_std Rust) into one PTX module and embeds it as `$OUT_DIR/kernels.ptx`.
+//! Builds `gpu-kernels/` (no_std Rust) into two PTX modules: `$OUT_DIR/kernels.ptx` for every GPU
+//! (`FERROCUDA_SM`, default sm_90) and `$OUT_DIR/kernels_sm90a.ptx`, the same kernels plus the
+//! Hopper-only ones (cargo feature `sm90a`: wgmma, TMA), which the host loads on compute
+//! capability 9.0. Both builds share one target directory and so one build of `core`; the second
+//! only relinks for sm_90a.
 //!
 //! The kernel toolchain is Debian's `rustc-web` (rustc 1.96, LLVM 22) with its own library source,
 //! `-Zbuild-std=core` for `nvptx64-nvidia-cuda`, and an llvm-link → opt → llc link step
@@ -8,7 +12,8 @@
 //!   `llvm-tools`);
 //! - `FERROCUDA_KERNEL_RUSTC`, `FERROCUDA_KERNEL_CARGO`, `FERROCUDA_LLVM_BIN`: name each tool;
 //! - `FERROCUDA_PTXAS`: a `ptxas` to assemble the PTX with (else `ptxas` on PATH, if any);
-//! - `FERROCUDA_PTX`: a prebuilt PTX file to embed instead of building one.
+//! - `FERROCUDA_PTX`: a prebuilt PTX file to embed instead of building one (and
+//!   `FERROCUDA_PTX_SM90A` the sm_90a one; without it the host uses the first module everywhere).
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
@@ -17,7 +22,17 @@ use std::process::{exit, Command};
 
 const INSTALL: &str =
     "apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src rust-web-llvm";
-const ENV_VARS: [&str; 7] = [
+#[path = "gpu-kernels/src/shapes.rs"]
+#[allow(dead_code)]
+mod shapes;
+
+/// The target of the Hopper module.
+const SM90A: &str = "sm_90a";
+/// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
+/// `setmaxnreg` may move them): name prefix, threads per block.
+const MAX_THREADS: [(&str, usize); 1] = [("gemm_wgmma_", shapes::WGMMA_THREADS)];
+
+const ENV_VARS: [&str; 8] = [
     "FERROCUDA_SM",
     "FERROCUDA_RUSTUP_TOOLCHAIN",
     "FERROCUDA_KERNEL_RUSTC",
@@ -25,6 +40,7 @@ const ENV_VARS: [&str; 7] = [
     "FERROCUDA_LLVM_BIN",
     "FERROCUDA_PTXAS",
     "FERROCUDA_PTX",
+    "FERROCUDA_PTX_SM90A",
 ];
 
 fn main() {
@@ -39,10 +55,19 @@ fn main() {
     }
     let sm = env::var("FERROCUDA_SM").unwrap_or_else(|_| "sm_90".into());
     let ptx = out.join("kernels.ptx");
+    let ptx_sm90a = out.join("kernels_sm90a.ptx");
 
     if let Ok(prebuilt) = env::var("FERROCUDA_PTX") {
         println!("cargo:rerun-if-changed={prebuilt}");
         fs::copy(&prebuilt, &ptx).unwrap_or_else(|e| fail(&format!("FERROCUDA_PTX={prebuilt}: {e}")));
+        match env::var("FERROCUDA_PTX_SM90A") {
+            Ok(prebuilt) => {
+                println!("cargo:rerun-if-changed={prebuilt}");
+                fs::copy(&prebuilt, &ptx_sm90a)
+                    .unwrap_or_else(|e| fail(&format!("FERROCUDA_PTX_SM90A={prebuilt}: {e}")));
+            }
+            Err(_) => fs::write(&ptx_sm90a, "").unwrap_or_else(|e| fail(&format!("writing PTX: {e}"))),
+        }
     } else {
         let tools = KernelToolchain::find().unwrap_or_else(|missing| {
             fail(&format!(
@@ -53,12 +78,40 @@ fn main() {
         let smem = out.join("shared_memory.ll");
         fs::write(&smem, shared_memory_module(&kernels.join("src")))
             .unwrap_or_else(|e| fail(&format!("writing {}: {e}", smem.display())));
-        let built = tools.build(&kernels, &kernel_target_dir(&out), &sm, &smem);
+        let target_dir = kernel_target_dir(&out);
+        let built = tools.build(&kernels, &target_dir, &sm, None, &smem);
         fs::copy(&built, &ptx).unwrap_or_else(|e| fail(&format!("copying {}: {e}", built.display())));
+        let built = tools.build(&kernels, &target_dir, &sm, Some(SM90A), &smem);
+        let text = fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("reading PTX: {e}")));
+        fs::write(&ptx_sm90a, with_max_threads(&text))
+            .unwrap_or_else(|e| fail(&format!("writing {}: {e}", ptx_sm90a.display())));
     }
-    let text = fs::read_to_string(&ptx).unwrap_or_else(|e| fail(&format!("reading PTX: {e}")));
-    refuse_unresolved_externs(&text);
-    assemble_with_ptxas(&ptx, &sm, &out);
+    for (file, arch) in [(&ptx, sm.as_str()), (&ptx_sm90a, SM90A)] {
+        let text = fs::read_to_string(file).unwrap_or_else(|e| fail(&format!("reading PTX: {e}")));
+        if !text.is_empty() {
+            refuse_unresolved_externs(&text);
+            assemble_with_ptxas(file, arch, &out);
+        }
+    }
+}
+
+/// Add `.maxntid` to the kernels named in `MAX_THREADS` (rustc has no launch-bounds attribute).
+fn with_max_threads(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len() + 1024);
+    let mut pending = None;
+    for line in ptx.lines() {
+        if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
+            pending = MAX_THREADS.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|&(_, n)| n);
+        }
+        if line == "{" {
+            if let Some(threads) = pending.take() {
+                writeln!(out, ".maxntid {threads}, 1, 1").expect("write to String");
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 fn fail(msg: &str) -> ! {
@@ -122,7 +175,45 @@ impl KernelToolchain {
     }
 
     /// `cargo build` of the kernel crate for nvptx64 with core built from source; returns the PTX.
-    fn build(&self, kernels: &Path, target_dir: &Path, sm: &str, smem: &Path) -> PathBuf {
+    /// With `sm90a`, the crate's `sm90a` feature is on and the link step targets that CPU instead
+    /// (rustc's flags, and so the `core` build, stay those of `sm`).
+    fn build(
+        &self,
+        kernels: &Path,
+        target_dir: &Path,
+        sm: &str,
+        sm90a: Option<&str>,
+        smem: &Path,
+    ) -> PathBuf {
+        let ptx = target_dir.join(format!("gpu_kernels.{}.ptx", sm90a.unwrap_or(sm)));
+        for attempt in 0..2 {
+            self.cargo_build(kernels, target_dir, sm, sm90a, smem, &ptx);
+            if ptx.is_file() {
+                return ptx;
+            }
+            // Cargo found the crate fresh, but this module's copy is missing: forget the crate's
+            // fingerprints so that it links again.
+            if attempt == 0 {
+                let fingerprints = target_dir.join("nvptx64-nvidia-cuda/release/.fingerprint");
+                for entry in fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
+                    if entry.file_name().to_string_lossy().starts_with("gpu-kernels-") {
+                        let _ = fs::remove_dir_all(entry.path());
+                    }
+                }
+            }
+        }
+        fail(&format!("the kernel build left no {}", ptx.display()))
+    }
+
+    fn cargo_build(
+        &self,
+        kernels: &Path,
+        target_dir: &Path,
+        sm: &str,
+        sm90a: Option<&str>,
+        smem: &Path,
+        ptx: &Path,
+    ) {
         let linker = kernels.join("link.sh");
         let rustflags = format!(
             "[\"-Ctarget-cpu={sm}\",\"-Clink-arg={}\",\"-Zunstable-options\",\"-Cpanic=immediate-abort\"]",
@@ -146,6 +237,7 @@ impl KernelToolchain {
         cmd.env("RUSTC", &self.rustc)
             .env("RUSTC_BOOTSTRAP", "1")
             .env("NVPTX_LLVM_BIN", &self.llvm_bin)
+            .env("NVPTX_PTX_COPY", ptx)
             .arg("build")
             .arg("--manifest-path")
             .arg(kernels.join("Cargo.toml"))
@@ -156,11 +248,14 @@ impl KernelToolchain {
             .arg(format!("target.nvptx64-nvidia-cuda.linker=\"{}\"", linker.display()))
             .arg("--config")
             .arg(format!("target.nvptx64-nvidia-cuda.rustflags={rustflags}"));
+        match sm90a {
+            Some(cpu) => cmd.env("NVPTX_TARGET_CPU", cpu).args(["--features", "sm90a"]),
+            None => cmd.env_remove("NVPTX_TARGET_CPU"),
+        };
         let status = cmd.status().unwrap_or_else(|e| fail(&format!("running {}: {e}", self.cargo.display())));
         if !status.success() {
             fail("the kernel crate gpu-kernels failed to build (its errors are above)");
         }
-        target_dir.join("nvptx64-nvidia-cuda/release/gpu_kernels.ptx")
     }
 }
 
@@ -273,13 +368,13 @@ fn assemble_with_ptxas(ptx: &Path, sm: &str, out: &Path) {
         .arg("-v")
         .arg(ptx)
         .arg("-o")
-        .arg(out.join("kernels.cubin"))
+        .arg(out.join(format!("kernels.{sm}.cubin")))
         .output();
     match run {
         Ok(o) if o.status.success() => {
             let report = String::from_utf8_lossy(&o.stderr);
             warn_about_local_memory(&report);
-            fs::write(out.join("ptxas.log"), report.as_bytes())
+            fs::write(out.join(format!("ptxas.{sm}.log")), report.as_bytes())
                 .unwrap_or_else(|e| fail(&format!("writing ptxas.log: {e}")));
         }
         Ok(o) => fail(&format!(

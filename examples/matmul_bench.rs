@@ -64,9 +64,15 @@ fn main() -> Result<()> {
     let base = blas.as_ref().ok().and_then(|c| c.sgemm_ms(m, n, k, false, 10).ok());
     print_row((format!("{m}x{n}x{k}"), (m, n, k)), ms, base, "");
 
+    let tensor_core_path = if ctx.uses_sm90a_kernels() { "wgmma" } else { "mma.sync" };
     println!(
         "\n{:<22} {:>10} {:>9} {:>10} {:>9} {:>7}",
-        "tf32 (mma.sync)", "ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio"
+        format!("tf32 ({tensor_core_path})"),
+        "ms",
+        "TFLOP/s",
+        "cuBLAS ms",
+        "TFLOP/s",
+        "ratio"
     );
     for n in [1024, 2048, 4096, 8192] {
         let (a, b) = (ctx.randn(&[n, n], 1)?, ctx.randn(&[n, n], 2)?);
@@ -76,21 +82,33 @@ fn main() -> Result<()> {
     }
 
     for dtype in [ferrocuda::DType::BF16, ferrocuda::DType::F16] {
-        let title = format!("{dtype:?} (mma.sync)").to_lowercase();
+        let title = format!("{dtype:?} ({tensor_core_path})").to_lowercase();
         println!(
             "\n{title:<22} {:>10} {:>9} {:>10} {:>9} {:>7}",
             "ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "ratio"
         );
-        for n in [1024, 2048, 4096, 8192] {
-            let a = ctx.randn(&[n, n], 1)?.to_dtype(dtype)?;
-            let b = ctx.randn(&[n, n], 2)?.to_dtype(dtype)?;
+        for (m, n, k) in [
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (4096, 4096, 4096),
+            (8192, 8192, 8192),
+            (8192, 4096, 4096),
+        ] {
+            let a = ctx.randn(&[m, k], 1)?.to_dtype(dtype)?;
+            let b = ctx.randn(&[k, n], 2)?.to_dtype(dtype)?;
             let ms = median_ms(&ctx, 3, 20, || a.matmul(&b).map(drop))?;
             let base = blas.as_ref().ok().and_then(|c| match dtype {
-                ferrocuda::DType::BF16 => c.gemm_ms::<ferrocuda::bf16>(n, n, n, false, 20).ok(),
-                _ => c.gemm_ms::<ferrocuda::f16>(n, n, n, false, 20).ok(),
+                ferrocuda::DType::BF16 => c.gemm_ms::<ferrocuda::bf16>(m, n, k, false, 20).ok(),
+                _ => c.gemm_ms::<ferrocuda::f16>(m, n, k, false, 20).ok(),
             });
-            print_row((format!("{n}x{n}x{n}"), (n, n, n)), ms, base, "");
+            print_row((format!("{m}x{n}x{k}"), (m, n, k)), ms, base, "");
         }
+        // The layout of a linear layer (B stored [N, K]): both operands K-major.
+        let (m, n, k) = (8192, 8192, 8192);
+        let a = ctx.randn(&[m, k], 1)?.to_dtype(dtype)?;
+        let b = ctx.randn(&[n, k], 2)?.to_dtype(dtype)?;
+        let ms = median_ms(&ctx, 3, 20, || a.matmul_t(&b).map(drop))?;
+        print_row((format!("{m}x{n}x{k} A·Bᵀ"), (m, n, k)), ms, None, "");
     }
 
     println!(

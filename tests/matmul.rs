@@ -2,7 +2,7 @@
 //! fused epilogues, batches; typed errors for bad shapes.
 mod common;
 use common::*;
-use ferrocuda::{linear, Activation, Context, DType, Error, Gemm, Tensor};
+use ferrocuda::{linear, Activation, Context, DType, Device, Error, Gemm, Tensor, DISABLE_SM90A_VAR};
 
 /// f32 GEMM: 1e-5 relative (norm-wise).
 const TOL: f64 = 1e-5;
@@ -123,6 +123,117 @@ fn half_precision_matches_cpu(gpu: &Context) {
         let want = run(xc, wc, cc, bias_c).to_vec().unwrap();
         assert_close(&format!("{dtype:?} batched linear+gelu"), &got, &want, HALF_TOL);
     }
+}
+
+/// The module choice: an H100 (compute capability 9.0) runs the sm_90a kernels unless
+/// `FERROCUDA_DISABLE_SM90A=1` (run this binary both ways to cover both 16-bit GEMM paths).
+fn sm90a_module_choice(gpu: &Context) {
+    let Device::Cuda(info) = gpu.device() else { panic!("GPU case on the CPU backend") };
+    let disabled = std::env::var(DISABLE_SM90A_VAR).is_ok_and(|v| v == "1");
+    let expected = info.compute_capability == (9, 0) && !disabled;
+    println!("    sm_90a kernels: {} ({info})", gpu.uses_sm90a_kernels());
+    assert_eq!(gpu.uses_sm90a_kernels(), expected);
+}
+
+/// Shapes the TMA-fed `wgmma` kernel takes (rows of A and B 16-byte multiples) on an H100 with the
+/// sm_90a module, and the mma.sync kernel elsewhere: partial tiles in M, N and K (K a multiple of
+/// 8 but not of 64), several pipeline rounds, batches with batched and shared operands, every
+/// transpose, the whole epilogue.
+fn half_precision_tma_shapes(gpu: &Context) {
+    let small = shapes().len() != SHAPES.len();
+    let sizes: &[(usize, usize, usize)] =
+        if small { &[(136, 264, 200), (8, 8, 8)] } else { &[(136, 264, 200), (8, 8, 8), (520, 776, 1096)] };
+    for dtype in [DType::F16, DType::BF16] {
+        let h = |(g, c): (Tensor, Tensor)| (g.to_dtype(dtype).unwrap(), c.to_dtype(dtype).unwrap());
+        for (s, &(m, n, k)) in sizes.iter().enumerate() {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let seed = 140 + 4 * s as u64;
+                let (ag, ac) = h(if ta { operand(gpu, k, m, seed) } else { operand(gpu, m, k, seed) });
+                let (bg, bc) =
+                    h(if tb { operand(gpu, n, k, seed + 1) } else { operand(gpu, k, n, seed + 1) });
+                let (cg, cc) = h(operand(gpu, m, n, seed + 2));
+                let (biasg, biasc) = h(operand(gpu, 1, n, seed + 3));
+                let (biasg, biasc) = (biasg.reshape(&[n]).unwrap(), biasc.reshape(&[n]).unwrap());
+                let run = |a: &Tensor, b: &Tensor, c: &Tensor, bias: &Tensor, act: Activation| {
+                    let gemm = Gemm::new(a, b).transpose_a(ta).transpose_b(tb);
+                    let gemm = if act == Activation::None {
+                        gemm
+                    } else {
+                        gemm.alpha(0.75).beta(-0.5, c).bias(bias)
+                    };
+                    gemm.activation(act).run().unwrap().to_vec().unwrap()
+                };
+                for act in [Activation::None, Activation::Relu, Activation::Gelu] {
+                    poison_pool(gpu, &[m, n]);
+                    let got = run(&ag, &bg, &cg, &biasg, act);
+                    let want = run(&ac, &bc, &cc, &biasc, act);
+                    assert_close(
+                        &format!("{dtype:?} {m}x{n}x{k} ta={ta} tb={tb} {act:?}"),
+                        &got,
+                        &want,
+                        HALF_TOL,
+                    );
+                }
+            }
+        }
+        // Batches: both operands batched, then a shared B; a batched C.
+        let (batch, m, n, k) = (3, 72, 136, 264);
+        let (ag, ac) = h(pair(gpu, &randn_host(batch * m * k, 150), &[batch, m, k]));
+        let (bg, bc) = h(pair(gpu, &randn_host(batch * k * n, 151), &[batch, k, n]));
+        let (b2g, b2c) = h(pair(gpu, &randn_host(k * n, 152), &[k, n]));
+        let (cg, cc) = h(pair(gpu, &randn_host(batch * m * n, 153), &[batch, m, n]));
+        let got = Gemm::new(&ag, &bg).beta(1.0, &cg).run().unwrap().to_vec().unwrap();
+        let want = Gemm::new(&ac, &bc).beta(1.0, &cc).run().unwrap().to_vec().unwrap();
+        assert_close(&format!("{dtype:?} batched {batch}x{m}x{n}x{k}"), &got, &want, HALF_TOL);
+        let got = ag.matmul(&b2g).unwrap().to_vec().unwrap();
+        let want = ac.matmul(&b2c).unwrap().to_vec().unwrap();
+        assert_close(&format!("{dtype:?} batched A, shared B"), &got, &want, HALF_TOL);
+    }
+}
+
+/// TF32 shapes the `wgmma` kernel takes on an H100 (K a multiple of 4; A `[K, M]` or B `[K, N]`
+/// transposed first): partial tiles, every transpose, the epilogue, a batch with a shared B
+/// stored `[N, K]`.
+fn tf32_tma_shapes(gpu: &Context) {
+    for (s, &(m, n, k)) in [(136usize, 264usize, 200usize), (8, 8, 4)].iter().enumerate() {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let seed = 160 + 4 * s as u64;
+            let (ag, ac) = if ta { operand(gpu, k, m, seed) } else { operand(gpu, m, k, seed) };
+            let (bg, bc) = if tb { operand(gpu, n, k, seed + 1) } else { operand(gpu, k, n, seed + 1) };
+            let (cg, cc) = operand(gpu, m, n, seed + 2);
+            let (biasg, biasc) = pair(gpu, &randn_host(n, seed + 3), &[n]);
+            poison_pool(gpu, &[m, n]);
+            let got = Gemm::new(&ag, &bg)
+                .transpose_a(ta)
+                .transpose_b(tb)
+                .alpha(1.5)
+                .beta(0.25, &cg)
+                .bias(&biasg)
+                .activation(Activation::Gelu)
+                .allow_tf32(true)
+                .run()
+                .unwrap();
+            let want = Gemm::new(&ac, &bc)
+                .transpose_a(ta)
+                .transpose_b(tb)
+                .alpha(1.5)
+                .beta(0.25, &cc)
+                .bias(&biasc)
+                .activation(Activation::Gelu)
+                .run()
+                .unwrap();
+            let e = rel_err(&got.to_vec().unwrap(), &want.to_vec().unwrap());
+            assert!(e <= TF32_TOL, "tf32 {m}x{n}x{k} ta={ta} tb={tb}: relative error {e:.3e}");
+        }
+    }
+    let (x, xc) = pair(gpu, &randn_host(3 * 72 * 264, 170), &[3, 72, 264]);
+    let (w, wc) = pair(gpu, &randn_host(136 * 264, 171), &[136, 264]);
+    let got = x.matmul_t(&w).unwrap();
+    let got_tf32 = Gemm::new(&x, &w).transpose_b(true).allow_tf32(true).run().unwrap();
+    let want = xc.matmul_t(&wc).unwrap().to_vec().unwrap();
+    assert_close("f32 batched x·wᵀ", &got.to_vec().unwrap(), &want, TOL);
+    let e = rel_err(&got_tf32.to_vec().unwrap(), &want);
+    assert!(e <= TF32_TOL && e > 1e-6, "tf32 batched x·wᵀ: relative error {e:.3e}");
 }
 
 fn epilogues_match_cpu(gpu: &Context) {
@@ -257,6 +368,9 @@ fn main() {
         ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
         ("gpu_tf32_matches_cpu", Case::Gpu(tf32_matches_cpu)),
         ("gpu_half_precision_matches_cpu", Case::Gpu(half_precision_matches_cpu)),
+        ("gpu_sm90a_module_choice", Case::Gpu(sm90a_module_choice)),
+        ("gpu_half_precision_tma_shapes", Case::Gpu(half_precision_tma_shapes)),
+        ("gpu_tf32_tma_shapes", Case::Gpu(tf32_tma_shapes)),
         ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
         ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),
         ("gpu_batched_matches_cpu", Case::Gpu(batched_matches_cpu)),

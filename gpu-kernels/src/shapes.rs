@@ -99,3 +99,22 @@ pub const CONV_BIAS_BLOCK: usize = 256;
 /// Splits of the weight gradient's reduction start at multiples of this (a whole number of the
 /// SIMT and tensor-core k-steps).
 pub const CONV_SPLIT_ALIGN: usize = 32;
+
+/// The Hopper GEMM (`wgmma`, sm_90a module only): a 128×256 tile of C per block of three
+/// warpgroups (one issues the TMA copies, two compute 64×256 each), k-steps of one 128-byte
+/// swizzle row (64 16-bit or 32 f32 elements), `WGMMA_STAGES` shared-memory stages.
+pub const WGMMA_TILE: (usize, usize) = (128, 256);
+pub const WGMMA_ROW_BYTES: usize = 128;
+pub const WGMMA_STAGES: usize = 4;
+pub const WGMMA_THREADS: usize = 384;
+/// Rows (or columns) of one TMA box along M or N when a 16-bit operand is M/N-major: 64
+/// elements, one 128-byte swizzle row.
+pub const WGMMA_MN_BOX: usize = 64;
+/// Bytes of one pipeline stage: the A tile (128 rows) and the B tile (256 rows) of one k-step.
+pub const WGMMA_STAGE_BYTES: usize = (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_BYTES;
+/// Dynamic shared memory of a `wgmma` GEMM block: 1 KiB to align the stages to the 128-byte
+/// swizzle's 1024-byte atoms, the stages, then a full and an empty `mbarrier` per stage.
+pub const WGMMA_SHARED_BYTES: usize = 1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + 2 * WGMMA_STAGES * 8;
+/// Output tiles along M that consecutive blocks walk before moving along N, so that the blocks
+/// resident at once share A and B panels in L2.
+pub const WGMMA_GROUP_M: usize = 8;

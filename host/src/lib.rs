@@ -44,7 +44,7 @@ pub use ops::pool::{
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};
-pub use runtime::module::KERNELS_PTX;
+pub use runtime::module::{DISABLE_SM90A_VAR, KERNELS_PTX, KERNELS_PTX_SM90A};
 pub use runtime::pool::PoolStats;
 pub use runtime::stream::{Event, PinnedBuffer};
 pub use tensor::{DType, Element, Tensor};

@@ -2,6 +2,8 @@
 pub mod gemm_f32;
 pub mod gemm_half;
 pub mod gemm_tf32;
+#[cfg(feature = "sm90a")]
+pub mod gemm_wgmma;
 
 use crate::prelude::*;
 use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES};

@@ -170,6 +170,16 @@ pub unsafe fn load_nc_f32x2(p: *const f32) -> [f32; 2] {
     [a, b]
 }
 
+/// `st.global.u32` of two 16-bit values, `lo` at the lower address.
+///
+/// # Safety
+/// `p` is 4-byte aligned writable global memory.
+#[inline(always)]
+pub unsafe fn store_u16x2(p: *mut u16, lo: u16, hi: u16) {
+    let w = lo as u32 | (hi as u32) << 16;
+    asm!("st.global.u32 [{p}], {w};", p = in(reg64) p, w = in(reg32) w, options(nostack));
+}
+
 /// `st.global.v2.f32`.
 ///
 /// # Safety

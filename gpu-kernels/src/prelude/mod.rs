@@ -16,6 +16,8 @@ pub mod memory;
 pub mod sync;
 pub mod tensor_core;
 pub mod warp;
+#[cfg(feature = "sm90a")]
+pub mod wgmma;
 
 pub use block::{block_reduce, block_welford, welford_combine, Max, Min, ReduceOp, Sum};
 pub use half::{HalfFloat, BF16, F16};
@@ -26,3 +28,5 @@ pub use shared::{dynamic_shared, shared_ptr};
 pub use sync::*;
 pub use tensor_core::*;
 pub use warp::*;
+#[cfg(feature = "sm90a")]
+pub use wgmma::*;

@@ -3,18 +3,26 @@
 //! Kernels: `gpu-kernels/src/matmul/`.
 //!
 //! Kernel choice: f16 and bf16 tensors (A, B, C and bias of one dtype) take the 16-bit
-//! tensor-core kernel (f32 accumulation, output in the input dtype). For f32: with TF32 allowed on the context (or by [`Gemm::allow_tf32`]), the tensor-core
+//! tensor-core kernel (f32 accumulation, output in the input dtype): on devices running the
+//! sm_90a module (H100), the `wgmma` + TMA kernel whenever the operands' rows are 16-byte
+//! multiples (a TMA requirement), else the `mma.sync` one. TF32 on sm_90a devices also takes a
+//! `wgmma` kernel, which reads both operands K-major: a 2-D A stored `[K, M]` or B stored
+//! `[K, N]` is transposed first (batched ones of those layouts stay on `mma.sync`). For f32: with TF32 allowed on the context (or by [`Gemm::allow_tf32`]), the tensor-core
 //! TF32 kernel (128×128 tiles). Otherwise the exact SIMT f32 kernel with the largest tile
 //! (128×128, then 128×64, then 64×64) whose grid still gives every SM at least one block; small
 //! or skinny products get smaller tiles and so more blocks.
-use crate::runtime::error::{Error, Result};
+use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_TILE_LARGE,
     GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA16_SHARED_BYTES, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
 };
 use crate::tensor::{DType, Storage, Tensor};
+use cudarc::driver::{result, sys};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// The activation a GEMM applies in its epilogue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -213,9 +221,20 @@ impl<'a> Gemm<'a> {
         let blocks = |tile: (usize, usize)| d.n.div_ceil(tile.1) * d.m.div_ceil(tile.0) * d.batch;
         let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
         let dtype = self.a.dtype();
+        let tf32 = self.allow_tf32.unwrap_or(self.a.context().allow_tf32());
+        if stream.device.module.sm90a {
+            let (a, b, ta, tb) = (self.a, self.b, self.transpose_a, self.transpose_b);
+            if dtype != DType::F32 && self.wgmma_fits(&d, a, b, ta, tb) {
+                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb))?;
+                return Ok(out);
+            }
+            if dtype == DType::F32 && tf32 && self.launch_tf32_wgmma(d, &out, stream)? {
+                return Ok(out);
+            }
+        }
         let (kernel, tile, threads, shared_bytes) = if dtype != DType::F32 {
             (HALF_KERNELS[dtype.index() - 1][ta][tb], MMA_TILE, MMA_THREADS, MMA16_SHARED_BYTES)
-        } else if self.allow_tf32.unwrap_or(self.a.context().allow_tf32()) {
+        } else if tf32 {
             (TF32_KERNELS[ta][tb], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
         } else {
             let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
@@ -271,6 +290,128 @@ impl<'a> Gemm<'a> {
         Ok(out)
     }
 
+    /// Whether the TMA-fed kernel can take `a` and `b` (transposed as `ta`, `tb`): every row
+    /// (and each batch) starts on a 16-byte boundary, as tensor maps require.
+    fn wgmma_fits(&self, d: &Dims, a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> bool {
+        let (lda, ldb) = (if ta { d.m } else { d.k }, if tb { d.k } else { d.n });
+        let per_16_bytes = 16 / a.dtype().size_bytes();
+        let aligned = |ptr: u64| ptr % 16 == 0;
+        d.k > 0
+            && lda % per_16_bytes == 0
+            && ldb % per_16_bytes == 0
+            && aligned(a.device_ptr())
+            && aligned(b.device_ptr())
+            && d.m.max(d.n).max(d.k) < 1 << 31
+    }
+
+    /// TF32 through `wgmma` where it fits: both operands K-major (a 2-D operand in the other
+    /// layout is transposed first). Returns whether it launched.
+    fn launch_tf32_wgmma(&self, d: Dims, out: &Tensor, stream: &Arc<Stream>) -> Result<bool> {
+        let batched = |t: &Tensor| t.rank() == 3;
+        if (self.transpose_a && batched(self.a)) || (!self.transpose_b && batched(self.b)) || d.k % 4 != 0 {
+            return Ok(false);
+        }
+        let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
+        let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
+        let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
+        if !self.wgmma_fits(&d, a, b, false, true) {
+            return Ok(false);
+        }
+        self.launch_wgmma(d, out, stream, (a, false), (b, true))?;
+        Ok(true)
+    }
+
+    /// The `wgmma` kernel on `a` and `b` (transposed as flagged): A's and B's tensor maps go to
+    /// the device, then the launch.
+    fn launch_wgmma(
+        &self,
+        d: Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        (a, ta): (&Tensor, bool),
+        (b, tb): (&Tensor, bool),
+    ) -> Result<()> {
+        let op = self.op;
+        let dtype = a.dtype();
+        // A is [M, K] (K-major) or, transposed, [K, M]; B is [K, N] or, transposed, [N, K]. A
+        // K-major operand moves as one box of 128 bytes of k × its tile rows; an M/N-major one
+        // as boxes of 64 rows × 128 bytes of k.
+        let row = WGMMA_ROW_BYTES / dtype.size_bytes();
+        let map =
+            |t: &Tensor, rows_tile: usize, k_major: bool, (outer, inner): (usize, usize), stride: usize| {
+                let boxed = if k_major { (row, rows_tile) } else { (WGMMA_MN_BOX, row) };
+                tensor_map(dtype, t.device_ptr(), (inner, outer, d.batch), stride, boxed)
+            };
+        let map_a = if ta {
+            map(a, WGMMA_TILE.0, false, (d.k, d.m), d.stride_a)?
+        } else {
+            map(a, WGMMA_TILE.0, true, (d.m, d.k), d.stride_a)?
+        };
+        let map_b = if tb {
+            map(b, WGMMA_TILE.1, true, (d.n, d.k), d.stride_b)?
+        } else {
+            map(b, WGMMA_TILE.1, false, (d.k, d.n), d.stride_b)?
+        };
+        let maps: Vec<u64> = map_a.opaque.iter().chain(map_b.opaque.iter()).copied().collect();
+        let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
+        // SAFETY: the buffer holds exactly the copied words; a pageable source is staged before
+        // the call returns; the launch below is ordered after the copy on this stream.
+        unsafe { result::memcpy_htod_async(maps_dev.ptr(), &maps, stream.raw()) }
+            .call("cuMemcpyHtoDAsync")?;
+
+        let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1);
+        if tiles > i32::MAX as usize {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: vec![d.m, d.n],
+                reason: "too many output tiles for one launch".into(),
+            });
+        }
+        let cfg = LaunchConfig {
+            grid: (tiles as u32, 1, d.batch as u32),
+            block: (WGMMA_THREADS as u32, 1, 1),
+            shared_bytes: WGMMA_SHARED_BYTES as u32,
+        };
+        let kernel = if dtype == DType::F32 {
+            WGMMA_TF32_KERNEL
+        } else {
+            WGMMA_KERNELS[dtype.index() - 1][usize::from(ta)][usize::from(tb)]
+        };
+        let (maps_ptr, po) = (maps_dev.ptr(), out.device_ptr());
+        let pc = self.c.map_or(0, Tensor::device_ptr);
+        let pbias = self.bias.map_or(0, Tensor::device_ptr);
+        let (alpha, beta, act) = (self.alpha, self.beta, self.activation.code());
+        let (batched_a, batched_b) = (u32::from(d.stride_a != 0), u32::from(d.stride_b != 0));
+        // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>(maps, c, bias, out, m, n, k, stride_c, alpha, beta,
+        // activation, batched_a, batched_b)`: `maps` holds A's and B's tensor maps, made above
+        // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
+        // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
+        // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
+        // stream-ordered pool after this call, so no later work reuses it before the kernel ends.
+        unsafe {
+            launch(
+                stream,
+                kernel,
+                cfg,
+                &mut kernel_args![
+                    &maps_ptr,
+                    &pc,
+                    &pbias,
+                    &po,
+                    &d.m,
+                    &d.n,
+                    &d.k,
+                    &d.stride_c,
+                    &alpha,
+                    &beta,
+                    &act,
+                    &batched_a,
+                    &batched_b
+                ],
+            )
+        }
+    }
+
     /// The CPU twin: f64 accumulation, the same epilogue.
     fn cpu(&self, d: Dims) -> Result<Vec<f32>> {
         let host = |t: &Tensor| t.to_vec();
@@ -320,6 +461,59 @@ const HALF_KERNELS: [[[&str; 2]; 2]; 2] = [
     [["gemm_f16_nn", "gemm_f16_nt"], ["gemm_f16_tn", "gemm_f16_tt"]],
     [["gemm_bf16_nn", "gemm_bf16_nt"], ["gemm_bf16_tn", "gemm_bf16_tt"]],
 ];
+
+/// `[f16, bf16][A transposed][B transposed]`.
+const WGMMA_KERNELS: [[[&str; 2]; 2]; 2] = [
+    [["gemm_wgmma_f16_nn", "gemm_wgmma_f16_nt"], ["gemm_wgmma_f16_tn", "gemm_wgmma_f16_tt"]],
+    [["gemm_wgmma_bf16_nn", "gemm_wgmma_bf16_nt"], ["gemm_wgmma_bf16_tn", "gemm_wgmma_bf16_tt"]],
+];
+
+/// The TF32 `wgmma` kernel (A `[M, K]`, B `[N, K]`).
+const WGMMA_TF32_KERNEL: &str = "gemm_wgmma_tf32_nt";
+
+/// A 3-D TMA tensor map of a row-major operand: `dims` = (elements per row, rows, batch),
+/// `batch_stride` elements between batches (0: one matrix shared by every batch), boxes of
+/// `boxed` = (elements, rows), 128-byte swizzle, zero fill outside.
+fn tensor_map(
+    dtype: DType,
+    ptr: u64,
+    (inner, rows, batch): (usize, usize, usize),
+    batch_stride: usize,
+    boxed: (usize, usize),
+) -> Result<sys::CUtensorMap> {
+    let data_type = match dtype {
+        DType::F32 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        _ => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    };
+    let (batch, batch_stride) = if batch_stride == 0 { (1, rows * inner) } else { (batch, batch_stride) };
+    let dims = [inner as u64, rows as u64, batch as u64];
+    let size = dtype.size_bytes() as u64;
+    let strides = [inner as u64 * size, batch_stride as u64 * size];
+    let box_dims = [boxed.0 as u32, boxed.1 as u32, 1];
+    let element_strides = [1u32; 3];
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every array has the rank's length (strides one less); `map` is written by the call.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            data_type,
+            3,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            box_dims.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .call("cuTensorMapEncodeTiled")?;
+    Ok(map)
+}
 
 /// `[A transposed][B transposed]`.
 const TF32_KERNELS: [[&str; 2]; 2] = [["gemm_tf32_nn", "gemm_tf32_nt"], ["gemm_tf32_tn", "gemm_tf32_tt"]];

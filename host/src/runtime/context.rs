@@ -184,6 +184,15 @@ impl Context {
         }
     }
 
+    /// Whether this context's device runs the Hopper (sm_90a: `wgmma`, TMA) kernels: compute
+    /// capability 9.0 and `FERROCUDA_DISABLE_SM90A` not set to 1 when the device was opened.
+    pub fn uses_sm90a_kernels(&self) -> bool {
+        match &self.backend {
+            Backend::Cuda(s) => s.device.module.sm90a,
+            Backend::Cpu => false,
+        }
+    }
+
     /// Page-locked host memory of `len` floats for asynchronous copies (CUDA only).
     pub fn pinned(&self, len: usize) -> Result<PinnedBuffer> {
         PinnedBuffer::new(self.stream("pinned")?.device.clone(), len)

@@ -123,7 +123,7 @@ impl CudaDevice {
         let raw =
             RawContext(unsafe { result::primary_ctx::retain(handle) }.call("cuDevicePrimaryCtxRetain")?);
         bind(raw)?;
-        let module = KernelModule::load()?;
+        let module = KernelModule::load(info.compute_capability)?;
         let dev = Arc::new(CudaDevice { info, raw, module, pool: MemoryPool::new() });
         open[ordinal] = Some(dev.clone());
         Ok(dev)

@@ -1,4 +1,8 @@
-//! The embedded PTX module: loaded once per device, kernel handles cached by name.
+//! The embedded PTX modules: one loaded per device, kernel handles cached by name.
+//!
+//! Devices of compute capability exactly 9.0 (H100/H200) load the sm_90a module, which holds
+//! every kernel plus the Hopper-only ones (`wgmma`, TMA); other devices, or any device when
+//! `FERROCUDA_DISABLE_SM90A=1`, load the portable one.
 use super::error::{DriverResultExt, Result};
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
@@ -8,6 +12,12 @@ use std::time::{Duration, Instant};
 
 /// The PTX that `build.rs` built from `gpu-kernels/`.
 pub const KERNELS_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
+/// The same kernels plus the Hopper-only ones, for `.target sm_90a` (empty when the build was
+/// given a prebuilt PTX without one).
+pub const KERNELS_PTX_SM90A: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_sm90a.ptx"));
+
+/// Set to `1` to keep H100s on the portable module (and so the mma.sync GEMMs).
+pub const DISABLE_SM90A_VAR: &str = "FERROCUDA_DISABLE_SM90A";
 
 #[derive(Clone, Copy)]
 struct RawModule(sys::CUmodule);
@@ -26,19 +36,26 @@ pub(crate) struct KernelModule {
     module: RawModule,
     functions: Mutex<HashMap<&'static str, RawFunction>>,
     pub(crate) load_time: Duration,
+    /// Whether this is the sm_90a module (the `wgmma` kernels exist).
+    pub(crate) sm90a: bool,
 }
 
 impl KernelModule {
-    /// JIT-load the PTX into the current context.
-    pub(crate) fn load() -> Result<Self> {
+    /// JIT-load the PTX for a device of `compute_capability` into the current context.
+    pub(crate) fn load(compute_capability: (u32, u32)) -> Result<Self> {
         let started = Instant::now();
-        let image = CString::new(KERNELS_PTX).expect("PTX text has no NUL byte");
+        let sm90a = compute_capability == (9, 0)
+            && !KERNELS_PTX_SM90A.is_empty()
+            && std::env::var(DISABLE_SM90A_VAR).map_or(true, |v| v != "1");
+        let ptx = if sm90a { KERNELS_PTX_SM90A } else { KERNELS_PTX };
+        let image = CString::new(ptx).expect("PTX text has no NUL byte");
         // SAFETY: `image` is a NUL-terminated PTX string that outlives the call.
         let module = unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?;
         Ok(Self {
             module: RawModule(module),
             functions: Mutex::new(HashMap::new()),
             load_time: started.elapsed(),
+            sm90a,
         })
     }
 
