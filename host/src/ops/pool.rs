@@ -251,6 +251,18 @@ fn cpu_planes<T: Send>(out: &mut [T], per_plane: usize, f: impl Fn(usize, &mut [
     }
 }
 
+/// Sum of `src[i·stride + j]` over rows `i` in `rows` and columns `j` in `cols`, in f64 (the CPU
+/// twin of the average-pooling kernels' `rect_sum`).
+fn rect_sum(src: &[f32], stride: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>) -> f64 {
+    let mut sum = 0.0f64;
+    for i in rows {
+        for j in cols.clone() {
+            sum += src[i * stride + j] as f64;
+        }
+    }
+    sum
+}
+
 /// Max pooling of an NCHW tensor; padding counts as −∞, NaN propagates. Returns the output
 /// `[N, C, OH, OW]` and what [`max_pool2d_backward`] needs. Windows hold at most 256 elements.
 pub fn max_pool2d(x: &Tensor, p: Pool2dParams) -> Result<(Tensor, MaxPoolSaved)> {
@@ -381,11 +393,7 @@ pub fn avg_pool2d(x: &Tensor, p: Pool2dParams) -> Result<Tensor> {
                 for r in 0..g.oh {
                     for c in 0..g.ow {
                         let ((rows, _), (cols, _)) = g.window(r, c);
-                        let sum: f64 = rows
-                            .flat_map(|i| cols.clone().map(move |j| (i, j)))
-                            .map(|(i, j)| src[i * g.w + j] as f64)
-                            .sum();
-                        out[r * g.ow + c] = (sum / divisor) as f32;
+                        out[r * g.ow + c] = (rect_sum(src, g.w, rows, cols) / divisor) as f32;
                     }
                 }
             });
@@ -423,13 +431,9 @@ pub fn avg_pool2d_backward(dy: &Tensor, x_shape: &[usize], p: Pool2dParams) -> R
                 let src = &d[plane * g.oh * g.ow..(plane + 1) * g.oh * g.ow];
                 for i in 0..g.h {
                     for j in 0..g.w {
-                        let mut sum = 0.0f64;
-                        for r in Geometry::covering(i, ph, kh, sh, g.oh) {
-                            for c in Geometry::covering(j, pw, kw, sw, g.ow) {
-                                sum += src[r * g.ow + c] as f64;
-                            }
-                        }
-                        out[i * g.w + j] = (sum / divisor) as f32;
+                        let rows = Geometry::covering(i, ph, kh, sh, g.oh);
+                        let cols = Geometry::covering(j, pw, kw, sw, g.ow);
+                        out[i * g.w + j] = (rect_sum(src, g.ow, rows, cols) / divisor) as f32;
                     }
                 }
             });
