@@ -104,6 +104,31 @@ unsafe fn channel_totals(partials: *const f32, c: usize, slices: usize) -> (f32,
     (a, b)
 }
 
+/// Block-reduce this thread's sums `a`, `b` and store them as this slice's partial pair of
+/// channel `c` (the layout [`channel_totals`] reads).
+#[inline(always)]
+unsafe fn store_partials(partials: *mut f32, c: usize, a: f32, b: f32) {
+    let a = block_reduce::<Sum>(a);
+    let b = block_reduce::<Sum>(b);
+    if thread_x() == 0 {
+        let at = 2 * (c * grid_dim_y() + block_y());
+        *partials.add(at) = a;
+        *partials.add(at + 1) = b;
+    }
+}
+
+/// `f::<true>(args)` (16-byte units) when the planes hold a multiple of 4 floats, else
+/// `f::<false>(args)` (single floats).
+macro_rules! by_plane_width {
+    ($hw:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        if $hw % 4 == 0 {
+            $f::<true>($($arg),*)
+        } else {
+            $f::<false>($($arg),*)
+        }
+    };
+}
+
 #[inline(always)]
 unsafe fn stats<const VEC: bool>(x: *const f32, partials: *mut f32, n: usize, channels: usize, hw: usize) {
     let slice = Slice::of_block::<VEC>(n, channels, hw);
@@ -124,13 +149,7 @@ unsafe fn stats<const VEC: bool>(x: *const f32, partials: *mut f32, n: usize, ch
             }
         });
     });
-    let sum = block_reduce::<Sum>(sum);
-    let sum_sq = block_reduce::<Sum>(sum_sq);
-    if thread_x() == 0 {
-        let at = 2 * (slice.channel * grid_dim_y() + block_y());
-        *partials.add(at) = sum;
-        *partials.add(at + 1) = sum_sq;
-    }
+    store_partials(partials, slice.channel, sum, sum_sq);
 }
 
 /// Partial shifted sums of one slice of one channel: grid (channels, slices).
@@ -142,11 +161,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_stats_f32(
     channels: usize,
     hw: usize,
 ) {
-    if hw % 4 == 0 {
-        stats::<true>(x, partials, n, channels, hw)
-    } else {
-        stats::<false>(x, partials, n, channels, hw)
-    }
+    by_plane_width!(hw, stats(x, partials, n, channels, hw))
 }
 
 /// `y = x · scale + shift` over this block's slice.
@@ -221,11 +236,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_fwd_f32(
     eps: f32,
 ) {
     let stats_out = (mean_out, rstd_out, running_mean, running_var);
-    if hw % 4 == 0 {
-        forward::<true>(x, gamma, beta, partials, y, stats_out, n, channels, hw, momentum, eps)
-    } else {
-        forward::<false>(x, gamma, beta, partials, y, stats_out, n, channels, hw, momentum, eps)
-    }
+    by_plane_width!(hw, forward(x, gamma, beta, partials, y, stats_out, n, channels, hw, momentum, eps))
 }
 
 #[inline(always)]
@@ -262,11 +273,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_eval_f32(
     hw: usize,
     eps: f32,
 ) {
-    if hw % 4 == 0 {
-        eval::<true>(x, gamma, beta, running_mean, running_var, y, n, channels, hw, eps)
-    } else {
-        eval::<false>(x, gamma, beta, running_mean, running_var, y, n, channels, hw, eps)
-    }
+    by_plane_width!(hw, eval(x, gamma, beta, running_mean, running_var, y, n, channels, hw, eps))
 }
 
 #[inline(always)]
@@ -301,13 +308,7 @@ unsafe fn bwd_reduce<const VEC: bool>(
             }
         });
     });
-    let sum_dy = block_reduce::<Sum>(sum_dy);
-    let sum_dy_xhat = block_reduce::<Sum>(sum_dy_xhat);
-    if thread_x() == 0 {
-        let at = 2 * (c * grid_dim_y() + block_y());
-        *partials.add(at) = sum_dy;
-        *partials.add(at + 1) = sum_dy_xhat;
-    }
+    store_partials(partials, c, sum_dy, sum_dy_xhat);
 }
 
 /// Partial `Σdy` and `Σdy·x̂` of one slice of one channel: grid (channels, slices).
@@ -322,11 +323,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_bwd_reduce_f32(
     channels: usize,
     hw: usize,
 ) {
-    if hw % 4 == 0 {
-        bwd_reduce::<true>(dy, x, mean, rstd, partials, n, channels, hw)
-    } else {
-        bwd_reduce::<false>(dy, x, mean, rstd, partials, n, channels, hw)
-    }
+    by_plane_width!(hw, bwd_reduce(dy, x, mean, rstd, partials, n, channels, hw))
 }
 
 #[inline(always)]
@@ -391,9 +388,5 @@ pub unsafe extern "ptx-kernel" fn batchnorm_bwd_dx_f32(
     channels: usize,
     hw: usize,
 ) {
-    if hw % 4 == 0 {
-        bwd_dx::<true>(dy, x, gamma, mean, rstd, partials, dx, dgamma, dbeta, n, channels, hw)
-    } else {
-        bwd_dx::<false>(dy, x, gamma, mean, rstd, partials, dx, dgamma, dbeta, n, channels, hw)
-    }
+    by_plane_width!(hw, bwd_dx(dy, x, gamma, mean, rstd, partials, dx, dgamma, dbeta, n, channels, hw))
 }

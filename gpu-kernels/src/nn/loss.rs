@@ -113,41 +113,30 @@ unsafe fn point_loss<L: PointLoss>(
     }
 }
 
-/// Mean squared error: gradient and per-block partial sums.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn mse_loss_f32(
-    pred: *const f32,
-    target: *const f32,
-    grad: *mut f32,
-    partials: *mut f32,
-    n: usize,
-    scale: f32,
-) {
-    point_loss::<Mse>(pred, target, grad, partials, n, scale)
+/// One kernel per elementwise loss over `pred` (probabilities for `bce`, logits for
+/// `bce_with_logits`): [`point_loss`] with that loss.
+macro_rules! point_loss_kernels {
+    ($($(#[doc = $doc:literal])* $name:ident: $loss:ty;)*) => {$(
+        $(#[doc = $doc])*
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            pred: *const f32,
+            target: *const f32,
+            grad: *mut f32,
+            partials: *mut f32,
+            n: usize,
+            scale: f32,
+        ) {
+            point_loss::<$loss>(pred, target, grad, partials, n, scale)
+        }
+    )*};
 }
 
-/// Binary cross-entropy on probabilities: gradient and per-block partial sums.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bce_loss_f32(
-    probs: *const f32,
-    target: *const f32,
-    grad: *mut f32,
-    partials: *mut f32,
-    n: usize,
-    scale: f32,
-) {
-    point_loss::<Bce>(probs, target, grad, partials, n, scale)
-}
-
-/// Binary cross-entropy on logits (stable form): gradient and per-block partial sums.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn bce_with_logits_loss_f32(
-    logits: *const f32,
-    target: *const f32,
-    grad: *mut f32,
-    partials: *mut f32,
-    n: usize,
-    scale: f32,
-) {
-    point_loss::<BceWithLogits>(logits, target, grad, partials, n, scale)
+point_loss_kernels! {
+    /// Mean squared error: gradient and per-block partial sums.
+    mse_loss_f32: Mse;
+    /// Binary cross-entropy on probabilities: gradient and per-block partial sums.
+    bce_loss_f32: Bce;
+    /// Binary cross-entropy on logits (stable form): gradient and per-block partial sums.
+    bce_with_logits_loss_f32: BceWithLogits;
 }

@@ -7,8 +7,25 @@
 //! Launch: `POOL_BLOCK` threads, one per output (forward) or input element (backward gather);
 //! the 2×2 kernels one thread per pair of outputs with 16-byte loads (forward) or stores
 //! (backward).
-use super::Window;
+use super::{Pair, Window};
 use crate::prelude::*;
+
+/// Sum of `src[i·stride + j]` over rows `i` in `r0..r1` and columns `j` in `c0..c1`.
+#[inline(always)]
+unsafe fn rect_sum(
+    src: *const f32,
+    stride: usize,
+    (r0, r1): (usize, usize),
+    (c0, c1): (usize, usize),
+) -> f32 {
+    let mut sum = 0.0f32;
+    for i in r0..r1 {
+        for j in c0..c1 {
+            sum += load_nc_f32(src.add(i * stride + j));
+        }
+    }
+    sum
+}
 
 /// Mean of one window; one thread per output.
 #[no_mangle]
@@ -30,16 +47,8 @@ pub unsafe extern "ptx-kernel" fn avg_pool2d_f32(
     let win = Window { h, w, oh, ow, kh, kw, sh, sw, ph, pw };
     let divisor = (kh * kw) as f32;
     for o in grid_stride(planes * oh * ow) {
-        let (plane, r, c) = win.output_coords(o);
-        let (r0, r1, _) = Window::valid(r, ph, kh, sh, h);
-        let (c0, c1, _) = Window::valid(c, pw, kw, sw, w);
-        let src = x.add(plane * h * w);
-        let mut sum = 0.0f32;
-        for i in r0..r1 {
-            for j in c0..c1 {
-                sum += load_nc_f32(src.add(i * w + j));
-            }
-        }
+        let (plane, rows, cols) = win.output_window(o);
+        let sum = rect_sum(x.add(plane * h * w), w, (rows.start, rows.end), (cols.start, cols.end));
         store_f32(y.add(o), sum / divisor);
     }
 }
@@ -53,15 +62,12 @@ pub unsafe extern "ptx-kernel" fn avg_pool2d_2x2_f32(
     h: usize,
     w: usize,
 ) {
-    let (oh, pairs) = (h / 2, w / 4);
-    for q in grid_stride(planes * oh * pairs) {
-        let (t, p) = (q / pairs, q % pairs);
-        let (plane, r) = (t / oh, t % oh);
-        let top = x.add((plane * h + 2 * r) * w + 4 * p);
-        let (a, b) = (load_nc_f32x4(top), load_nc_f32x4(top.add(w)));
+    for q in grid_stride(Pair::count(planes, h, w)) {
+        let pair = Pair::of(q, h, w);
+        let (a, b) = pair.load_rows(x, w);
         let lo = (a.0[0] + a.0[1] + b.0[0] + b.0[1]) * 0.25;
         let hi = (a.0[2] + a.0[3] + b.0[2] + b.0[3]) * 0.25;
-        store_f32x2(y.add(t * (w / 2) + 2 * p), [lo, hi]);
+        store_f32x2(y.add(pair.output), [lo, hi]);
     }
 }
 
@@ -83,19 +89,12 @@ pub unsafe extern "ptx-kernel" fn avg_pool2d_bwd_f32(
     ph: usize,
     pw: usize,
 ) {
+    let win = Window { h, w, oh, ow, kh, kw, sh, sw, ph, pw };
     let divisor = (kh * kw) as f32;
     for e in grid_stride(planes * h * w) {
-        let (t, j) = (e / w, e % w);
-        let (plane, i) = (t / h, t % h);
-        let (r0, r1) = Window::covering(i, ph, kh, sh, oh);
-        let (c0, c1) = Window::covering(j, pw, kw, sw, ow);
-        let src = dy.add(plane * oh * ow);
-        let mut sum = 0.0f32;
-        for r in r0..r1 {
-            for c in c0..c1 {
-                sum += load_nc_f32(src.add(r * ow + c));
-            }
-        }
+        let (plane, i, j) = win.input_coords(e);
+        let (rows, cols) = win.covering_outputs(i, j);
+        let sum = rect_sum(dy.add(plane * oh * ow), ow, rows, cols);
         store_f32(dx.add(e), sum / divisor);
     }
 }
@@ -110,17 +109,10 @@ pub unsafe extern "ptx-kernel" fn avg_pool2d_2x2_bwd_f32(
     h: usize,
     w: usize,
 ) {
-    let (oh, pairs) = (h / 2, w / 4);
-    for q in grid_stride(planes * oh * pairs) {
-        let (t, p) = (q / pairs, q % pairs);
-        let (plane, r) = (t / oh, t % oh);
-        let [g0, g1] = load_nc_f32x2(dy.add(t * (w / 2) + 2 * p));
+    for q in grid_stride(Pair::count(planes, h, w)) {
+        let pair = Pair::of(q, h, w);
+        let [g0, g1] = load_nc_f32x2(dy.add(pair.output));
         let v = F32x4([g0 * 0.25, g0 * 0.25, g1 * 0.25, g1 * 0.25]);
-        let top = dx.add((plane * h + 2 * r) * w + 4 * p);
-        store_f32x4(top, v);
-        store_f32x4(top.add(w), v);
-        if h % 2 == 1 && r + 1 == oh {
-            store_f32x4(top.add(2 * w), F32x4([0.0; 4]));
-        }
+        pair.store_rows(dx, w, v, v);
     }
 }

@@ -9,7 +9,7 @@
 //! Launch: `POOL_BLOCK` threads, one per output (forward) or per input element (backward gather,
 //! no atomics); the 2×2 kernels take one thread per pair of outputs: two 16-byte loads (one per
 //! input row), an 8-byte store of the pair and a 2-byte store of its argmax.
-use super::Window;
+use super::{Pair, Window};
 use crate::prelude::*;
 
 /// Running maximum with PyTorch's update rule.
@@ -40,16 +40,14 @@ pub unsafe extern "ptx-kernel" fn max_pool2d_f32(
 ) {
     let win = Window { h, w, oh, ow, kh, kw, sh, sw, ph, pw };
     for o in grid_stride(planes * oh * ow) {
-        let (plane, r, c) = win.output_coords(o);
-        let (r0, r1, dr) = Window::valid(r, ph, kh, sh, h);
-        let (c0, c1, dc) = Window::valid(c, pw, kw, sw, w);
+        let (plane, rows, cols) = win.output_window(o);
         let src = x.add(plane * h * w);
-        let mut best = (f32::NEG_INFINITY, (dr * kw + dc) as u8);
-        for i in r0..r1 {
+        let mut best = (f32::NEG_INFINITY, (rows.offset * kw + cols.offset) as u8);
+        for i in rows.start..rows.end {
             let row = src.add(i * w);
-            let pos_row = (i - r0 + dr) * kw + dc;
-            for j in c0..c1 {
-                take(&mut best, load_nc_f32(row.add(j)), (pos_row + j - c0) as u8);
+            let pos_row = (i - rows.start + rows.offset) * kw + cols.offset;
+            for j in cols.start..cols.end {
+                take(&mut best, load_nc_f32(row.add(j)), (pos_row + j - cols.start) as u8);
             }
         }
         store_f32(y.add(o), best.0);
@@ -68,12 +66,9 @@ pub unsafe extern "ptx-kernel" fn max_pool2d_2x2_f32(
     h: usize,
     w: usize,
 ) {
-    let (oh, pairs) = (h / 2, w / 4);
-    for q in grid_stride(planes * oh * pairs) {
-        let (t, p) = (q / pairs, q % pairs);
-        let (plane, r) = (t / oh, t % oh);
-        let top = x.add((plane * h + 2 * r) * w + 4 * p);
-        let (a, b) = (load_nc_f32x4(top), load_nc_f32x4(top.add(w)));
+    for q in grid_stride(Pair::count(planes, h, w)) {
+        let pair = Pair::of(q, h, w);
+        let (a, b) = pair.load_rows(x, w);
         let pool = |u: f32, v: f32, s: f32, t: f32| {
             let mut best = (u, 0u8);
             take(&mut best, v, 1);
@@ -83,9 +78,8 @@ pub unsafe extern "ptx-kernel" fn max_pool2d_2x2_f32(
         };
         let lo = pool(a.0[0], a.0[1], b.0[0], b.0[1]);
         let hi = pool(a.0[2], a.0[3], b.0[2], b.0[3]);
-        let out = t * (w / 2) + 2 * p;
-        store_f32x2(y.add(out), [lo.0, hi.0]);
-        store_u16(argmax.add(out).cast(), lo.1 as u16 | (hi.1 as u16) << 8);
+        store_f32x2(y.add(pair.output), [lo.0, hi.0]);
+        store_u16(argmax.add(pair.output).cast(), lo.1 as u16 | (hi.1 as u16) << 8);
     }
 }
 
@@ -108,11 +102,10 @@ pub unsafe extern "ptx-kernel" fn max_pool2d_bwd_f32(
     ph: usize,
     pw: usize,
 ) {
+    let win = Window { h, w, oh, ow, kh, kw, sh, sw, ph, pw };
     for e in grid_stride(planes * h * w) {
-        let (t, j) = (e / w, e % w);
-        let (plane, i) = (t / h, t % h);
-        let (r0, r1) = Window::covering(i, ph, kh, sh, oh);
-        let (c0, c1) = Window::covering(j, pw, kw, sw, ow);
+        let (plane, i, j) = win.input_coords(e);
+        let ((r0, r1), (c0, c1)) = win.covering_outputs(i, j);
         let base = plane * oh * ow;
         let mut acc = 0.0f32;
         for r in r0..r1 {
@@ -139,20 +132,14 @@ pub unsafe extern "ptx-kernel" fn max_pool2d_2x2_bwd_f32(
     h: usize,
     w: usize,
 ) {
-    let (oh, pairs) = (h / 2, w / 4);
-    for q in grid_stride(planes * oh * pairs) {
-        let (t, p) = (q / pairs, q % pairs);
-        let (plane, r) = (t / oh, t % oh);
-        let o = t * (w / 2) + 2 * p;
-        let [g0, g1] = load_nc_f32x2(dy.add(o));
-        let a = load_nc_u16(argmax.add(o).cast());
+    for q in grid_stride(Pair::count(planes, h, w)) {
+        let pair = Pair::of(q, h, w);
+        let [g0, g1] = load_nc_f32x2(dy.add(pair.output));
+        let a = load_nc_u16(argmax.add(pair.output).cast());
         let (a0, a1) = (a & 0xff, a >> 8);
         let pick = |g: f32, a: u16, pos: u16| if a == pos { g } else { 0.0 };
-        let top = dx.add((plane * h + 2 * r) * w + 4 * p);
-        store_f32x4(top, F32x4([pick(g0, a0, 0), pick(g0, a0, 1), pick(g1, a1, 0), pick(g1, a1, 1)]));
-        store_f32x4(top.add(w), F32x4([pick(g0, a0, 2), pick(g0, a0, 3), pick(g1, a1, 2), pick(g1, a1, 3)]));
-        if h % 2 == 1 && r + 1 == oh {
-            store_f32x4(top.add(2 * w), F32x4([0.0; 4]));
-        }
+        let top = F32x4([pick(g0, a0, 0), pick(g0, a0, 1), pick(g1, a1, 0), pick(g1, a1, 1)]);
+        let bottom = F32x4([pick(g0, a0, 2), pick(g0, a0, 3), pick(g1, a1, 2), pick(g1, a1, 3)]);
+        pair.store_rows(dx, w, top, bottom);
     }
 }

@@ -6,11 +6,13 @@
 //! input element.
 use crate::runtime::context::Context;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::launch::{launch, LaunchConfig};
 use crate::runtime::pool::DeviceBuffer;
+use crate::runtime::stream::Stream;
 use crate::shapes::POOL_BLOCK;
 use crate::tensor::{element_count, Storage, Tensor};
 use rayon::prelude::*;
+use std::ffi::c_void;
 use std::fmt;
 
 /// Window, stride and padding of a 2-D pooling, `(rows, columns)` each.
@@ -132,11 +134,63 @@ impl Geometry {
         Ok(LaunchConfig::covering(items, POOL_BLOCK))
     }
 
-    /// The general kernels' geometry arguments, in the order they take them.
+    /// The general kernels' geometry arguments, in the order they take them; the 2×2 kernels
+    /// take the first three.
     fn args(&self) -> [usize; 11] {
         let ((kh, kw), (sh, sw), (ph, pw)) = (self.p.kernel, self.p.stride, self.p.padding);
         [self.planes(), self.h, self.w, self.oh, self.ow, kh, kw, sh, sw, ph, pw]
     }
+
+    /// `dy` must have this pooling's output shape.
+    fn check_output(&self, op: &'static str, dy: &Tensor) -> Result<()> {
+        if dy.shape() != self.output_shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: dy.shape().to_vec(),
+                rhs: self.output_shape().to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Launches one pass of `kernels` on `stream`: the 2×2 kernel over pairs of outputs where
+    /// [`Geometry::is_2x2_vectorizable`], else the general kernel over `items` (outputs, or
+    /// inputs for a backward gather). Both take `ptrs` first, then [`Geometry::args`] (the 2×2
+    /// kernel its first three); both take any grid (grid-stride loops).
+    ///
+    /// # Safety
+    /// `ptrs` are the kernels' pointer arguments in their order, each to a live device buffer
+    /// of the size the kernels ask for under this geometry.
+    unsafe fn launch<const P: usize>(
+        &self,
+        stream: &Stream,
+        op: &'static str,
+        kernels: Kernels,
+        items: usize,
+        ptrs: [u64; P],
+    ) -> Result<()> {
+        let geometry = self.args();
+        let (name, cfg, sizes) = if self.is_2x2_vectorizable() {
+            let pairs = self.planes() * self.oh * (self.w / 4);
+            (kernels.vectorized_2x2, self.launch_config(op, pairs)?, &geometry[..3])
+        } else {
+            (kernels.general, self.launch_config(op, items)?, &geometry[..])
+        };
+        let mut args: Vec<*mut c_void> = ptrs
+            .iter()
+            .map(|p| p as *const u64 as *mut c_void)
+            .chain(sizes.iter().map(|s| s as *const usize as *mut c_void))
+            .collect();
+        // SAFETY: the caller's pointers, then the geometry both kernels take after them.
+        unsafe { launch(stream, name, cfg, &mut args) }
+    }
+}
+
+/// The kernels of one pooling pass: the general one, and the 2×2 stride-2 one for rows of a
+/// multiple of 4 floats (one thread per pair of outputs).
+struct Kernels {
+    general: &'static str,
+    vectorized_2x2: &'static str,
 }
 
 enum Argmax {
@@ -197,6 +251,18 @@ fn cpu_planes<T: Send>(out: &mut [T], per_plane: usize, f: impl Fn(usize, &mut [
     }
 }
 
+/// Sum of `src[i·stride + j]` over rows `i` in `rows` and columns `j` in `cols`, in f64 (the CPU
+/// twin of the average-pooling kernels' `rect_sum`).
+fn rect_sum(src: &[f32], stride: usize, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>) -> f64 {
+    let mut sum = 0.0f64;
+    for i in rows {
+        for j in cols.clone() {
+            sum += src[i * stride + j] as f64;
+        }
+    }
+    sum
+}
+
 /// Max pooling of an NCHW tensor; padding counts as −∞, NaN propagates. Returns the output
 /// `[N, C, OH, OW]` and what [`max_pool2d_backward`] needs. Windows hold at most 256 elements.
 pub fn max_pool2d(x: &Tensor, p: Pool2dParams) -> Result<(Tensor, MaxPoolSaved)> {
@@ -246,38 +312,14 @@ pub fn max_pool2d(x: &Tensor, p: Pool2dParams) -> Result<(Tensor, MaxPoolSaved)>
             let y = Tensor::uninit(ctx, &g.output_shape(), OP)?;
             let argmax = stream.device.pool.alloc(stream, outputs, OP)?;
             if outputs > 0 {
-                let (px, py, pa) = (x.device_ptr(), y.device_ptr(), argmax.ptr());
-                let [planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw] = g.args();
-                if g.is_2x2_vectorizable() {
-                    let cfg = g.launch_config(OP, planes * oh * (w / 4))?;
-                    // SAFETY: `max_pool2d_2x2_f32(x, y, argmax, planes, h, w)`: x holds
-                    // planes·h·w floats (16-byte aligned rows: w % 4 == 0), y and argmax
-                    // planes·(h/2)·(w/2) floats and bytes; any grid (grid-stride).
-                    unsafe {
-                        launch(
-                            stream,
-                            "max_pool2d_2x2_f32",
-                            cfg,
-                            &mut kernel_args![&px, &py, &pa, &planes, &h, &w],
-                        )?
-                    };
-                } else {
-                    let cfg = g.launch_config(OP, outputs)?;
-                    // SAFETY: `max_pool2d_f32(x, y, argmax, planes, h, w, oh, ow, kh, kw, sh, sw,
-                    // ph, pw)`: x holds planes·h·w floats, y and argmax planes·oh·ow floats and
-                    // bytes; the geometry was checked (windows of ≤ 256 elements, each with a
-                    // valid element); any grid.
-                    unsafe {
-                        launch(
-                            stream,
-                            "max_pool2d_f32",
-                            cfg,
-                            &mut kernel_args![
-                                &px, &py, &pa, &planes, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph, &pw
-                            ],
-                        )?
-                    };
-                }
+                let kernels = Kernels { general: "max_pool2d_f32", vectorized_2x2: "max_pool2d_2x2_f32" };
+                // SAFETY: `max_pool2d_f32` and `max_pool2d_2x2_f32` take (x, y, argmax): x holds
+                // planes·h·w floats (16-byte aligned rows for the 2×2 kernel: w % 4 == 0), y and
+                // argmax planes·oh·ow floats and bytes; the geometry was checked (windows of
+                // ≤ 256 elements, each with a valid element).
+                unsafe {
+                    g.launch(stream, OP, kernels, outputs, [x.device_ptr(), y.device_ptr(), argmax.ptr()])?
+                };
             }
             Ok((y, MaxPoolSaved { geometry: g, ctx: ctx.clone(), argmax: Argmax::Cuda(argmax) }))
         }
@@ -293,13 +335,7 @@ pub fn max_pool2d_backward(dy: &Tensor, saved: &MaxPoolSaved) -> Result<Tensor> 
         return Err(dy.context().mismatch(OP, &saved.ctx));
     }
     let g = saved.geometry;
-    if dy.shape() != g.output_shape() {
-        return Err(Error::ShapeMismatch {
-            op: OP,
-            lhs: dy.shape().to_vec(),
-            rhs: g.output_shape().to_vec(),
-        });
-    }
+    g.check_output(OP, dy)?;
     let ctx = dy.context();
     match (dy.storage(), &saved.argmax) {
         (Storage::Cpu(d), Argmax::Cpu(argmax)) => {
@@ -328,37 +364,13 @@ pub fn max_pool2d_backward(dy: &Tensor, saved: &MaxPoolSaved) -> Result<Tensor> 
             if dx.is_empty() {
                 return Ok(dx);
             }
-            let (pd, pa, px) = (dy.device_ptr(), argmax.ptr(), dx.device_ptr());
-            let [planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw] = g.args();
-            if g.is_2x2_vectorizable() {
-                let cfg = g.launch_config(OP, planes * oh * (w / 4))?;
-                // SAFETY: `max_pool2d_2x2_bwd_f32(dy, argmax, dx, planes, h, w)`: dy and argmax
-                // hold planes·(h/2)·(w/2) floats and bytes, dx planes·h·w floats (w % 4 == 0);
-                // every dx element is written once; any grid.
-                unsafe {
-                    launch(
-                        stream,
-                        "max_pool2d_2x2_bwd_f32",
-                        cfg,
-                        &mut kernel_args![&pd, &pa, &px, &planes, &h, &w],
-                    )?
-                };
-            } else {
-                let cfg = g.launch_config(OP, planes * h * w)?;
-                // SAFETY: `max_pool2d_bwd_f32(dy, argmax, dx, planes, h, w, oh, ow, kh, kw, sh,
-                // sw, ph, pw)`: dy and argmax hold planes·oh·ow floats and bytes (the forward
-                // pass's, same geometry), dx planes·h·w floats; any grid.
-                unsafe {
-                    launch(
-                        stream,
-                        "max_pool2d_bwd_f32",
-                        cfg,
-                        &mut kernel_args![
-                            &pd, &pa, &px, &planes, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph, &pw
-                        ],
-                    )?
-                };
-            }
+            let kernels = Kernels { general: "max_pool2d_bwd_f32", vectorized_2x2: "max_pool2d_2x2_bwd_f32" };
+            // SAFETY: `max_pool2d_bwd_f32` and `max_pool2d_2x2_bwd_f32` take (dy, argmax, dx): dy
+            // and argmax hold planes·oh·ow floats and bytes (the forward pass's, same geometry),
+            // dx planes·h·w floats (w % 4 == 0 for the 2×2 kernel, which writes each once).
+            unsafe {
+                g.launch(stream, OP, kernels, dx.len(), [dy.device_ptr(), argmax.ptr(), dx.device_ptr()])?
+            };
             Ok(dx)
         }
         _ => Err(dy.context().mismatch(OP, &saved.ctx)),
@@ -381,11 +393,7 @@ pub fn avg_pool2d(x: &Tensor, p: Pool2dParams) -> Result<Tensor> {
                 for r in 0..g.oh {
                     for c in 0..g.ow {
                         let ((rows, _), (cols, _)) = g.window(r, c);
-                        let sum: f64 = rows
-                            .flat_map(|i| cols.clone().map(move |j| (i, j)))
-                            .map(|(i, j)| src[i * g.w + j] as f64)
-                            .sum();
-                        out[r * g.ow + c] = (sum / divisor) as f32;
+                        out[r * g.ow + c] = (rect_sum(src, g.w, rows, cols) / divisor) as f32;
                     }
                 }
             });
@@ -397,28 +405,10 @@ pub fn avg_pool2d(x: &Tensor, p: Pool2dParams) -> Result<Tensor> {
             if y.is_empty() {
                 return Ok(y);
             }
-            let (px, py) = (x.device_ptr(), y.device_ptr());
-            let [planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw] = g.args();
-            if g.is_2x2_vectorizable() {
-                let cfg = g.launch_config(OP, planes * oh * (w / 4))?;
-                // SAFETY: `avg_pool2d_2x2_f32(x, y, planes, h, w)`: x holds planes·h·w floats
-                // (w % 4 == 0), y planes·(h/2)·(w/2); any grid.
-                unsafe {
-                    launch(stream, "avg_pool2d_2x2_f32", cfg, &mut kernel_args![&px, &py, &planes, &h, &w])?
-                };
-            } else {
-                let cfg = g.launch_config(OP, y.len())?;
-                // SAFETY: `avg_pool2d_f32(x, y, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw)`:
-                // x holds planes·h·w floats, y planes·oh·ow; geometry checked; any grid.
-                unsafe {
-                    launch(
-                        stream,
-                        "avg_pool2d_f32",
-                        cfg,
-                        &mut kernel_args![&px, &py, &planes, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph, &pw],
-                    )?
-                };
-            }
+            let kernels = Kernels { general: "avg_pool2d_f32", vectorized_2x2: "avg_pool2d_2x2_f32" };
+            // SAFETY: `avg_pool2d_f32` and `avg_pool2d_2x2_f32` take (x, y): x holds planes·h·w
+            // floats (w % 4 == 0 for the 2×2 kernel), y planes·oh·ow; geometry checked.
+            unsafe { g.launch(stream, OP, kernels, y.len(), [x.device_ptr(), y.device_ptr()])? };
             Ok(y)
         }
     }
@@ -430,13 +420,7 @@ pub fn avg_pool2d_backward(dy: &Tensor, x_shape: &[usize], p: Pool2dParams) -> R
     const OP: &str = "avg_pool2d_backward";
     dy.require_f32(OP)?;
     let g = Geometry::of(OP, x_shape, p)?;
-    if dy.shape() != g.output_shape() {
-        return Err(Error::ShapeMismatch {
-            op: OP,
-            lhs: dy.shape().to_vec(),
-            rhs: g.output_shape().to_vec(),
-        });
-    }
+    g.check_output(OP, dy)?;
     let ctx = dy.context();
     let divisor = (p.kernel.0 * p.kernel.1) as f64;
     match dy.storage() {
@@ -447,13 +431,9 @@ pub fn avg_pool2d_backward(dy: &Tensor, x_shape: &[usize], p: Pool2dParams) -> R
                 let src = &d[plane * g.oh * g.ow..(plane + 1) * g.oh * g.ow];
                 for i in 0..g.h {
                     for j in 0..g.w {
-                        let mut sum = 0.0f64;
-                        for r in Geometry::covering(i, ph, kh, sh, g.oh) {
-                            for c in Geometry::covering(j, pw, kw, sw, g.ow) {
-                                sum += src[r * g.ow + c] as f64;
-                            }
-                        }
-                        out[i * g.w + j] = (sum / divisor) as f32;
+                        let rows = Geometry::covering(i, ph, kh, sh, g.oh);
+                        let cols = Geometry::covering(j, pw, kw, sw, g.ow);
+                        out[i * g.w + j] = (rect_sum(src, g.ow, rows, cols) / divisor) as f32;
                     }
                 }
             });
@@ -465,33 +445,11 @@ pub fn avg_pool2d_backward(dy: &Tensor, x_shape: &[usize], p: Pool2dParams) -> R
             if dx.is_empty() {
                 return Ok(dx);
             }
-            let (pd, px) = (dy.device_ptr(), dx.device_ptr());
-            let [planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw] = g.args();
-            if g.is_2x2_vectorizable() {
-                let cfg = g.launch_config(OP, planes * oh * (w / 4))?;
-                // SAFETY: `avg_pool2d_2x2_bwd_f32(dy, dx, planes, h, w)`: dy holds
-                // planes·(h/2)·(w/2) floats, dx planes·h·w (w % 4 == 0), each written once.
-                unsafe {
-                    launch(
-                        stream,
-                        "avg_pool2d_2x2_bwd_f32",
-                        cfg,
-                        &mut kernel_args![&pd, &px, &planes, &h, &w],
-                    )?
-                };
-            } else {
-                let cfg = g.launch_config(OP, dx.len())?;
-                // SAFETY: `avg_pool2d_bwd_f32(dy, dx, planes, h, w, oh, ow, kh, kw, sh, sw, ph,
-                // pw)`: dy holds planes·oh·ow floats, dx planes·h·w; geometry checked; any grid.
-                unsafe {
-                    launch(
-                        stream,
-                        "avg_pool2d_bwd_f32",
-                        cfg,
-                        &mut kernel_args![&pd, &px, &planes, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph, &pw],
-                    )?
-                };
-            }
+            let kernels = Kernels { general: "avg_pool2d_bwd_f32", vectorized_2x2: "avg_pool2d_2x2_bwd_f32" };
+            // SAFETY: `avg_pool2d_bwd_f32` and `avg_pool2d_2x2_bwd_f32` take (dy, dx): dy holds
+            // planes·oh·ow floats, dx planes·h·w (w % 4 == 0 for the 2×2 kernel, which writes
+            // each once); geometry checked.
+            unsafe { g.launch(stream, OP, kernels, dx.len(), [dy.device_ptr(), dx.device_ptr()])? };
             Ok(dx)
         }
     }
