@@ -108,6 +108,9 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
                     load_a(k0 + v % (BK / 4) * 4, m0 + v / (BK / 4))
                 };
             }
+        });
+        unroll!(l in [0, 1, 2, 3] => {
+            let v = t + l * threads;
             if l < b_loads {
                 rb[l] = if TB {
                     load_b(k0 + v % (BK / 4) * 4, n0 + v / (BK / 4))
@@ -132,6 +135,11 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
                         *sa.add((v % (BK / 4) * 4 + j) * BM + v / (BK / 4)) = x;
                     }
                 }
+            });
+        });
+        unroll!(l in [0, 1, 2, 3] => {
+            let v = t + l * threads;
+            unroll!(j in [0, 1, 2, 3] => {
                 if l < b_loads {
                     let x = rb[l].0[j];
                     if TB {
