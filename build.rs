@@ -1,47 +1,88 @@
-//! Builds `gpu-kernels/` (no_std Rust) into two PTX modules: `$OUT_DIR/kernels.ptx` for every GPU
-//! (`FERROCUDA_SM`, default sm_90) and `$OUT_DIR/kernels_sm90a.ptx`, the same kernels plus the
-//! Hopper-only ones (cargo feature `sm90a`: wgmma, TMA), which the host loads on compute
-//! capability 9.0. Both builds share one target directory and so one build of `core`; the second
-//! only relinks for sm_90a.
+//! Builds `gpu-kernels/` (no_std Rust) into one PTX module per `module` of
+//! `gpu-kernels/src/kernels.rs` (the kernel crate's cargo feature of that name selects its
+//! kernels), assembles each with `ptxas` into a cubin where a ptxas is found, and writes
+//! `$OUT_DIR/modules.rs`, which embeds every cubin and, for the portable modules, the PTX
+//! (deflated) that the driver JIT-compiles on GPUs no cubin fits.
+//!
+//! Portable modules target `FERROCUDA_SM` (default sm_90); `sm_90a` modules hold the Hopper-only
+//! kernels (wgmma, TMA) and exist only as cubins for compute capability 9.0. All module builds share
+//! one target directory and so one build of `core`; a kernel edit rebuilds and reassembles only the
+//! modules whose sources it touches (cubins are cached by a hash of their PTX), and each module's
+//! ptxas runs while the next module builds.
 //!
 //! The kernel toolchain is Debian's `rustc-web` (rustc 1.96, LLVM 22) with its own library source,
 //! `-Zbuild-std=core` for `nvptx64-nvidia-cuda`, and an llvm-link → opt → llc link step
 //! (`gpu-kernels/link.sh`). Variables:
-//! - `FERROCUDA_SM`: the PTX target (default `sm_90`; newer GPUs JIT-compile it);
+//! - `FERROCUDA_SM`: the portable modules' target (default `sm_90`; newer GPUs JIT-compile it);
+//!   the sm_90a modules are built only when it is sm_90;
 //! - `FERROCUDA_RUSTUP_TOOLCHAIN`: use this rustup toolchain instead (it needs `rust-src` and
 //!   `llvm-tools`);
 //! - `FERROCUDA_KERNEL_RUSTC`, `FERROCUDA_KERNEL_CARGO`, `FERROCUDA_LLVM_BIN`: name each tool;
-//! - `FERROCUDA_PTXAS`: a `ptxas` to assemble the PTX with (else `ptxas` on PATH, if any);
-//! - `FERROCUDA_PTX`: a prebuilt PTX file to embed instead of building one (and
-//!   `FERROCUDA_PTX_SM90A` the sm_90a one; without it the host uses the first module everywhere).
+//! - `FERROCUDA_PTXAS`: the `ptxas` to assemble with (else `ptxas` on PATH, the CUDA toolkit's, or
+//!   the PyPI package `nvidia-cuda-nvcc` in `.cuda-venv/` or a Python site directory);
+//! - `FERROCUDA_PREBUILT_PTX`: a folder of `<module>.<arch>.ptx` files (as this script leaves in
+//!   `$OUT_DIR`) to embed instead of building the kernels.
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
+use std::thread;
 
-const INSTALL: &str =
-    "apt-get install -y --no-install-recommends rustc-web cargo-web rust-web-src rust-web-llvm";
+const INSTALL: &str = "bash scripts/setup-debian.sh";
+const INSTALL_PTXAS: &str =
+    "python3 -m venv .cuda-venv && .cuda-venv/bin/pip install --no-deps nvidia-cuda-nvcc==13.0.88";
 #[path = "gpu-kernels/src/shapes.rs"]
 #[allow(dead_code)]
 mod shapes;
 
-/// The target of the Hopper module.
-const SM90A: &str = "sm_90a";
+/// One `module` entry of `gpu-kernels/src/kernels.rs`.
+struct ModuleSpec {
+    name: &'static str,
+    feature: &'static str,
+    /// `portable` (built for `FERROCUDA_SM`) or `sm_90a`.
+    arch: &'static str,
+    kernels: &'static [&'static str],
+}
+
+/// Reads `kernels.rs` into `kernels::MODULES` (names only; the kernel crate checks the types).
+macro_rules! kernel_table {
+    ($(module $module:ident($feature:literal, $arch:ident) {
+        $($($path:ident)::+ {
+            $([$($name:ident),+ $(,)?]($($arg:ident: $ty:ty),* $(,)?);)*
+        })*
+    })*) => {
+        pub const MODULES: &[crate::ModuleSpec] = &[$(crate::ModuleSpec {
+            name: stringify!($module),
+            feature: $feature,
+            arch: stringify!($arch),
+            kernels: &[$($($(stringify!($name),)+)*)*],
+        }),*];
+    };
+}
+#[path = "gpu-kernels/src/kernels.rs"]
+mod kernels;
+
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
 const MAX_THREADS: [(&str, usize); 1] = [("gemm_wgmma_", shapes::WGMMA_THREADS)];
 
-const ENV_VARS: [&str; 8] = [
+const ENV_VARS: [&str; 7] = [
     "FERROCUDA_SM",
     "FERROCUDA_RUSTUP_TOOLCHAIN",
     "FERROCUDA_KERNEL_RUSTC",
     "FERROCUDA_KERNEL_CARGO",
     "FERROCUDA_LLVM_BIN",
     "FERROCUDA_PTXAS",
-    "FERROCUDA_PTX",
-    "FERROCUDA_PTX_SM90A",
+    "FERROCUDA_PREBUILT_PTX",
 ];
+
+/// A module as embedded: its PTX file, and the cubin and deflated PTX made from it.
+struct BuiltModule {
+    spec: &'static ModuleSpec,
+    arch: String,
+    ptx: PathBuf,
+}
 
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -54,45 +95,180 @@ fn main() {
         println!("cargo:rerun-if-env-changed={v}");
     }
     let sm = env::var("FERROCUDA_SM").unwrap_or_else(|_| "sm_90".into());
-    let ptx = out.join("kernels.ptx");
-    let ptx_sm90a = out.join("kernels_sm90a.ptx");
+    let ptxas = find_ptxas(&root);
+    let cache = kernel_target_dir(&out).join("cubin-cache");
+    fs::create_dir_all(&cache).unwrap_or_else(|e| fail(&format!("{}: {e}", cache.display())));
 
-    if let Ok(prebuilt) = env::var("FERROCUDA_PTX") {
-        println!("cargo:rerun-if-changed={prebuilt}");
-        fs::copy(&prebuilt, &ptx).unwrap_or_else(|e| fail(&format!("FERROCUDA_PTX={prebuilt}: {e}")));
-        match env::var("FERROCUDA_PTX_SM90A") {
-            Ok(prebuilt) => {
-                println!("cargo:rerun-if-changed={prebuilt}");
-                fs::copy(&prebuilt, &ptx_sm90a)
-                    .unwrap_or_else(|e| fail(&format!("FERROCUDA_PTX_SM90A={prebuilt}: {e}")));
-            }
-            Err(_) => fs::write(&ptx_sm90a, "").unwrap_or_else(|e| fail(&format!("writing PTX: {e}"))),
+    let modules: Vec<&'static ModuleSpec> =
+        kernels::MODULES.iter().filter(|m| m.arch == "portable" || sm == "sm_90").collect();
+    let prebuilt = env::var("FERROCUDA_PREBUILT_PTX").ok();
+    let tools = match &prebuilt {
+        Some(dir) => {
+            println!("cargo:rerun-if-changed={dir}");
+            None
         }
-    } else {
-        let tools = KernelToolchain::find().unwrap_or_else(|missing| {
+        None => Some(KernelToolchain::find().unwrap_or_else(|missing| {
             fail(&format!(
                 "no kernel toolchain: {missing}.\n  Install Debian's: {INSTALL}\n  \
                  or set FERROCUDA_RUSTUP_TOOLCHAIN to a rustup toolchain with rust-src and llvm-tools"
             ))
-        });
-        let smem = out.join("shared_memory.ll");
-        fs::write(&smem, shared_memory_module(&kernels.join("src")))
-            .unwrap_or_else(|e| fail(&format!("writing {}: {e}", smem.display())));
-        let target_dir = kernel_target_dir(&out);
-        let built = tools.build(&kernels, &target_dir, &sm, None, &smem);
-        fs::copy(&built, &ptx).unwrap_or_else(|e| fail(&format!("copying {}: {e}", built.display())));
-        let built = tools.build(&kernels, &target_dir, &sm, Some(SM90A), &smem);
-        let text = fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("reading PTX: {e}")));
-        fs::write(&ptx_sm90a, with_max_threads(&text))
-            .unwrap_or_else(|e| fail(&format!("writing {}: {e}", ptx_sm90a.display())));
-    }
-    for (file, arch) in [(&ptx, sm.as_str()), (&ptx_sm90a, SM90A)] {
-        let text = fs::read_to_string(file).unwrap_or_else(|e| fail(&format!("reading PTX: {e}")));
-        if !text.is_empty() {
+        })),
+    };
+    let smem = out.join("shared_memory.ll");
+    fs::write(&smem, shared_memory_module(&kernels.join("src")))
+        .unwrap_or_else(|e| fail(&format!("writing {}: {e}", smem.display())));
+    let target_dir = kernel_target_dir(&out);
+
+    // Each module's assembly runs on its own thread while the next module builds.
+    let assemblies: Vec<_> = modules
+        .iter()
+        .map(|&spec| {
+            let arch = if spec.arch == "portable" { sm.clone() } else { spec.arch.to_string() };
+            let ptx = out.join(format!("{}.{arch}.ptx", spec.name));
+            let text = match (&prebuilt, &tools) {
+                (Some(dir), _) => {
+                    let file = Path::new(dir).join(format!("{}.{arch}.ptx", spec.name));
+                    fs::read_to_string(&file).unwrap_or_else(|e| fail(&format!("{}: {e}", file.display())))
+                }
+                (None, Some(tools)) => {
+                    let built = tools.build(&kernels, &target_dir, &sm, spec, &smem);
+                    fs::read_to_string(&built).unwrap_or_else(|e| fail(&format!("reading PTX: {e}")))
+                }
+                (None, None) => unreachable!("a toolchain is found when nothing is prebuilt"),
+            };
+            check_entries(spec, &text);
             refuse_unresolved_externs(&text);
-            assemble_with_ptxas(file, arch, &out);
-        }
+            fs::write(&ptx, with_max_threads(&text))
+                .unwrap_or_else(|e| fail(&format!("writing {}: {e}", ptx.display())));
+            let module = BuiltModule { spec, arch, ptx };
+            let (ptxas, cache, out) = (ptxas.clone(), cache.clone(), out.clone());
+            thread::spawn(move || embed_files(&module, ptxas.as_deref(), &cache, &out))
+        })
+        .collect();
+    let mut embedded = Vec::new();
+    for a in assemblies {
+        embedded.push(a.join().unwrap_or_else(|_| fail("a module's assembly panicked")));
     }
+    if ptxas.is_none() {
+        println!(
+            "cargo:warning=ferrocuda kernels: no ptxas found, so no cubins are embedded: the driver \
+             JIT-compiles the PTX when a device is first opened (30-40 s on an H100; cached by the \
+             driver afterwards). Install ptxas with: {INSTALL_PTXAS} (or set FERROCUDA_PTXAS)"
+        );
+    }
+    let table = out.join("modules.rs");
+    let text =
+        format!("pub(crate) static EMBEDDED_MODULES: &[EmbeddedModule] = &[\n{}];\n", embedded.concat());
+    fs::write(&table, text).unwrap_or_else(|e| fail(&format!("writing {}: {e}", table.display())));
+}
+
+/// Assemble (or take from the cache) the module's cubin and deflate its PTX; returns its entry of
+/// `modules.rs`.
+fn embed_files(module: &BuiltModule, ptxas: Option<&Path>, cache: &Path, out: &Path) -> String {
+    let name = module.spec.name;
+    let text = fs::read(&module.ptx).unwrap_or_else(|e| fail(&format!("reading PTX: {e}")));
+    let cubin = match ptxas {
+        Some(ptxas) => {
+            let key = format!(
+                "{name}.{}.{:016x}.cubin",
+                module.arch,
+                fnv1a(&[&text, ptxas.as_os_str().as_encoded_bytes()])
+            );
+            let cached = cache.join(&key);
+            if !cached.is_file() {
+                assemble_with_ptxas(ptxas, &module.ptx, &module.arch, &cached);
+            }
+            let log = out.join(format!("ptxas.{name}.{}.log", module.arch));
+            fs::copy(cached.with_extension("log"), &log)
+                .unwrap_or_else(|e| fail(&format!("writing {}: {e}", log.display())));
+            Some(cached)
+        }
+        None => None,
+    };
+    // sm_90a PTX can only be JIT-compiled for compute capability 9.0, where its cubin runs: only
+    // the portable modules carry their PTX.
+    let deflated = out.join(format!("{name}.{}.ptx.deflate", module.arch));
+    let ptx_len = if module.spec.arch == "portable" {
+        fs::write(&deflated, miniz_oxide::deflate::compress_to_vec(&text, 6))
+            .unwrap_or_else(|e| fail(&format!("writing {}: {e}", deflated.display())));
+        text.len()
+    } else {
+        fs::write(&deflated, []).unwrap_or_else(|e| fail(&format!("writing {}: {e}", deflated.display())));
+        0
+    };
+    let bytes = |p: Option<&Path>| match p {
+        Some(p) => format!("include_bytes!({:?})", p.display().to_string()),
+        None => "&[]".into(),
+    };
+    format!(
+        "EmbeddedModule {{ name: {name:?}, arch: {:?}, cubin: {}, ptx_deflated: {}, ptx_len: {ptx_len} }},\n",
+        module.arch,
+        bytes(cubin.as_deref()),
+        bytes(Some(&deflated)),
+    )
+}
+
+/// FNV-1a over the parts: a stable key for the cubin cache (std's hasher may change between
+/// compiler releases).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for part in parts {
+        for &b in *part {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        h = (h ^ 0xff).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// The module's `.entry` list must be exactly its kernels in `kernels.rs`.
+fn check_entries(spec: &ModuleSpec, ptx: &str) {
+    let mut entries: Vec<&str> = ptx
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
+        .map(|l| l.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or(""))
+        .collect();
+    let mut declared = spec.kernels.to_vec();
+    entries.sort_unstable();
+    declared.sort_unstable();
+    if entries != declared {
+        let missing: Vec<_> = declared.iter().filter(|k| !entries.contains(k)).collect();
+        let extra: Vec<_> = entries.iter().filter(|k| !declared.contains(k)).collect();
+        fail(&format!(
+            "module {}: the kernels built differ from gpu-kernels/src/kernels.rs\n  declared but not \
+             built: {missing:?}\n  built but not declared: {extra:?}",
+            spec.name
+        ));
+    }
+}
+
+/// The first ptxas found: `FERROCUDA_PTXAS`, PATH, the CUDA toolkit, the PyPI package.
+fn find_ptxas(root: &Path) -> Option<PathBuf> {
+    if let Ok(p) = env::var("FERROCUDA_PTXAS") {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            fail(&format!("FERROCUDA_PTXAS={} is not a file", p.display()));
+        }
+        return Some(p);
+    }
+    let on_path = env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|d| d.join("ptxas"));
+    let home = env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let pip_dirs = [
+        root.join(".cuda-venv/lib"),
+        root.join("target/ci-cuda-venv/lib"),
+        home.join(".local/lib"),
+        PathBuf::from("/usr/local/lib"),
+    ];
+    let from_pip = pip_dirs.into_iter().flat_map(|lib| {
+        let pythons = fs::read_dir(&lib).into_iter().flatten().flatten().map(|e| e.path());
+        pythons.flat_map(|py| {
+            ["site-packages", "dist-packages"].map(|site| py.join(site).join("nvidia/cu13/bin/ptxas"))
+        })
+    });
+    on_path.chain([PathBuf::from("/usr/local/cuda/bin/ptxas")]).chain(from_pip).find(|p| p.is_file())
 }
 
 /// Add `.maxntid` to the kernels named in `MAX_THREADS` (rustc has no launch-bounds attribute).
@@ -174,20 +350,13 @@ impl KernelToolchain {
         Ok(Self { rustc, cargo, llvm_bin })
     }
 
-    /// `cargo build` of the kernel crate for nvptx64 with core built from source; returns the PTX.
-    /// With `sm90a`, the crate's `sm90a` feature is on and the link step targets that CPU instead
-    /// (rustc's flags, and so the `core` build, stay those of `sm`).
-    fn build(
-        &self,
-        kernels: &Path,
-        target_dir: &Path,
-        sm: &str,
-        sm90a: Option<&str>,
-        smem: &Path,
-    ) -> PathBuf {
-        let ptx = target_dir.join(format!("gpu_kernels.{}.ptx", sm90a.unwrap_or(sm)));
+    /// `cargo build` of the kernel crate's `spec` module for nvptx64 with core built from source;
+    /// returns its PTX. An sm_90a module's link step targets sm_90a (rustc's flags, and so the
+    /// `core` build, stay those of `sm`).
+    fn build(&self, kernels: &Path, target_dir: &Path, sm: &str, spec: &ModuleSpec, smem: &Path) -> PathBuf {
+        let ptx = target_dir.join(format!("{}.ptx", spec.name));
         for attempt in 0..2 {
-            self.cargo_build(kernels, target_dir, sm, sm90a, smem, &ptx);
+            self.cargo_build(kernels, target_dir, sm, spec, smem, &ptx);
             if ptx.is_file() {
                 return ptx;
             }
@@ -210,7 +379,7 @@ impl KernelToolchain {
         kernels: &Path,
         target_dir: &Path,
         sm: &str,
-        sm90a: Option<&str>,
+        spec: &ModuleSpec,
         smem: &Path,
         ptx: &Path,
     ) {
@@ -248,9 +417,10 @@ impl KernelToolchain {
             .arg(format!("target.nvptx64-nvidia-cuda.linker=\"{}\"", linker.display()))
             .arg("--config")
             .arg(format!("target.nvptx64-nvidia-cuda.rustflags={rustflags}"));
-        match sm90a {
-            Some(cpu) => cmd.env("NVPTX_TARGET_CPU", cpu).args(["--features", "sm90a"]),
-            None => cmd.env_remove("NVPTX_TARGET_CPU"),
+        cmd.args(["--features", spec.feature]);
+        match spec.arch {
+            "portable" => cmd.env_remove("NVPTX_TARGET_CPU"),
+            cpu => cmd.env("NVPTX_TARGET_CPU", cpu),
         };
         let status = cmd.status().unwrap_or_else(|e| fail(&format!("running {}: {e}", self.cargo.display())));
         if !status.success() {
@@ -360,33 +530,33 @@ fn refuse_unresolved_externs(ptx: &str) {
     }
 }
 
-/// Assemble with `ptxas` where one is found, so PTX the driver would reject fails the build.
-fn assemble_with_ptxas(ptx: &Path, sm: &str, out: &Path) {
-    let ptxas = env::var("FERROCUDA_PTXAS").unwrap_or_else(|_| "ptxas".into());
-    let run = Command::new(&ptxas)
-        .arg(format!("-arch={sm}"))
-        .arg("-v")
-        .arg(ptx)
-        .arg("-o")
-        .arg(out.join(format!("kernels.{sm}.cubin")))
-        .output();
+/// Assemble `ptx` into `cubin` (PTX the driver would reject fails the build here), keeping
+/// ptxas's resource report beside it (`.log`).
+fn assemble_with_ptxas(ptxas: &Path, ptx: &Path, arch: &str, cubin: &Path) {
+    // Written under a temporary name and renamed last, so an interrupted build leaves no cubin
+    // that a later build would take from the cache.
+    let partial = cubin.with_extension("partial");
+    let run =
+        Command::new(ptxas).arg(format!("-arch={arch}")).arg("-v").arg(ptx).arg("-o").arg(&partial).output();
     match run {
         Ok(o) if o.status.success() => {
             let report = String::from_utf8_lossy(&o.stderr);
             warn_about_local_memory(&report);
-            fs::write(out.join(format!("ptxas.{sm}.log")), report.as_bytes())
-                .unwrap_or_else(|e| fail(&format!("writing ptxas.log: {e}")));
+            let log = cubin.with_extension("log");
+            fs::write(&log, report.as_bytes())
+                .unwrap_or_else(|e| fail(&format!("writing {}: {e}", log.display())));
+            fs::rename(&partial, cubin)
+                .unwrap_or_else(|e| fail(&format!("writing {}: {e}", cubin.display())));
         }
-        Ok(o) => fail(&format!(
-            "ptxas -arch={sm} rejected the kernel PTX:\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(_) if env::var("FERROCUDA_PTXAS").is_ok() => {
-            fail(&format!("FERROCUDA_PTXAS={ptxas} cannot be run"))
+        Ok(o) => {
+            let _ = fs::remove_file(&partial);
+            fail(&format!(
+                "ptxas -arch={arch} rejected {}:\n{}",
+                ptx.display(),
+                String::from_utf8_lossy(&o.stderr)
+            ))
         }
-        Err(_) => println!(
-            "cargo:warning=ferrocuda kernels: no ptxas found; PTX not assembled (set FERROCUDA_PTXAS)"
-        ),
+        Err(e) => fail(&format!("running {}: {e}", ptxas.display())),
     }
 }
 

@@ -17,13 +17,25 @@ fn main() -> Result<()> {
     let started = Instant::now();
     let ctx = Context::new()?;
     println!("device: {}", ctx.device());
+    let ready = started.elapsed();
     println!(
         "context ready in {:.1} ms{}",
-        started.elapsed().as_secs_f64() * 1e3,
-        ctx.module_load_time()
-            .map(|t| format!(" (kernel module JIT load {:.1} ms)", t.as_secs_f64() * 1e3))
-            .unwrap_or_default()
+        ready.as_secs_f64() * 1e3,
+        match (ctx.module_load_time(), ctx.module_source()) {
+            (Some(t), Some(source)) => format!(
+                " (kernel modules loaded in {:.1} ms from {})",
+                t.as_secs_f64() * 1e3,
+                match source {
+                    ferrocuda::ModuleSource::Cubin => "prebuilt cubins",
+                    ferrocuda::ModuleSource::JitPtx => "PTX compiled by the driver",
+                }
+            ),
+            _ => String::new(),
+        }
     );
+    let first_op = Instant::now();
+    ctx.full(&[1], 0.0)?.to_vec()?;
+    println!("first launch and read-back {:.1} ms", first_op.elapsed().as_secs_f64() * 1e3);
     let cpu = Context::cpu();
     let a = ctx.randn(&shape, 7)?;
     let b = ctx.randn(&shape, 8)?.add_scalar(3.0)?;

@@ -4,7 +4,7 @@
 #   scripts/gpu-bundle.sh [OUT] [KINDS]   (default: bundle/, git-ignored; KINDS: a comma list of
 #                                          tests, benches, examples; default all three)
 # On the GPU machine: OUT/run.sh tests | sanitize | quickstart | bench | all
-# OUT holds the binaries as one .tar.gz that
+# OUT holds the binaries as one .tar.xz that
 # OUT/run.sh unpacks on first use.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,8 +22,7 @@ for line in sys.stdin:
         print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'
 }
 
-# Every binary embeds both PTX modules (~18 MB of text, ~4.5 MB gzipped), so a bundle of
-# everything outgrows what some GPU hosts accept in one upload: KINDS picks a part.
+# KINDS picks a part of the bundle.
 kinds=${2:-tests,benches,examples}
 {
   case ",$kinds," in *,tests,*) executables test --release --no-run ;; esac
@@ -47,14 +46,16 @@ if [ -f "$shared_baselines/torch_ref.py" ]; then cp "$shared_baselines/torch_ref
 cp scripts/torch_extra.py "$out/"
 chmod +x "$out/run.sh"
 ls "$out"/*/
-tar czf "$root/target/ferrocuda-gpu.tar.gz" -C "$out" .
+# Every binary embeds the same kernel modules: one xz stream whose window spans a whole binary
+# stores them once.
+tar cf - -C "$out" . | xz -T1 --lzma2=preset=1,dict=64MiB > "$root/target/ferrocuda-gpu.tar.xz"
 rm -rf "$out"
 mkdir -p "$out"
-mv "$root/target/ferrocuda-gpu.tar.gz" "$out/"
+mv "$root/target/ferrocuda-gpu.tar.xz" "$out/"
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 here=$(cd "$(dirname "$0")" && pwd)
-[ -x "$here/bin/run.sh" ] || { mkdir -p "$here/bin" && tar xzf "$here/ferrocuda-gpu.tar.gz" -C "$here/bin"; } || exit 1
+[ -x "$here/bin/run.sh" ] || { mkdir -p "$here/bin" && tar xJf "$here/ferrocuda-gpu.tar.xz" -C "$here/bin"; } || exit 1
 exec "$here/bin/run.sh" "$@"
 RUN
 chmod +x "$out/run.sh"

@@ -7,20 +7,61 @@
 #![no_std]
 #![feature(abi_ptx, stdarch_nvptx, link_llvm_intrinsics, asm_experimental_arch, stmt_expr_attributes)]
 #![allow(internal_features, clippy::missing_safety_doc)]
+// A module build compiles the helpers of the families it needs, not all their users.
+#![allow(dead_code, unused_imports, unused_macros)]
 
 #[macro_use]
 pub mod prelude;
 
+// Each module build (a cargo feature named after a `module` of `kernels.rs`) compiles only its
+// families; helpers that another module's kernels share are unused there.
+#[cfg(feature = "conv")]
 pub mod conv;
+#[cfg(any(feature = "elementwise", feature = "nn"))]
 pub mod elementwise;
+#[cfg(feature = "layout")]
 pub mod layout;
+#[cfg(any(feature = "matmul", feature = "conv", feature = "matmul_sm90a"))]
 pub mod matmul;
+#[cfg(feature = "nn")]
 pub mod nn;
+#[cfg(feature = "optim")]
 pub mod optim;
+#[cfg(feature = "pool")]
 pub mod pool;
+#[cfg(any(feature = "random", feature = "nn"))]
 pub mod random;
+#[cfg(feature = "reduce")]
 pub mod reduce;
 pub mod shapes;
+
+/// Checks every entry of `kernels.rs` whose module this build compiles: each kernel must coerce to
+/// the function-pointer type its entry declares.
+macro_rules! kernel_table {
+    ($(module $module:ident($feature:literal, $arch:ident) {
+        $($($path:ident)::+ {
+            $([$($name:ident),+ $(,)?]($($arg:ident: $ty:ty),* $(,)?);)*
+        })*
+    })*) => {$(
+        #[cfg(feature = $feature)]
+        const _: () = {$(
+            check_kernels!(($($path)::+) $([$($name)+] ($($ty),*))*);
+        )*};
+    )*};
+}
+/// One file's kernels, one at a time (macro_rules cannot repeat the path and the parameter list
+/// inside the repetition of names): `(path) [names] (parameter types) [names] (...) ...`.
+macro_rules! check_kernels {
+    (($($path:ident)::+) [$first:ident $($rest:ident)*] $params:tt $($more:tt)*) => {
+        let _: unsafe extern "ptx-kernel" fn $params = crate::$($path)::+::$first;
+        check_kernels!(($($path)::+) [$($rest)*] $params $($more)*);
+    };
+    ($path:tt [] $params:tt $($more:tt)*) => {
+        check_kernels!($path $($more)*);
+    };
+    ($path:tt) => {};
+}
+mod kernels;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -15,11 +15,18 @@
 //! Kernels live in `gpu-kernels/` (no_std Rust compiled to PTX by `build.rs`); each op's launcher
 //! and its CPU twin live in [`ops`].
 
+// First, so that its macros are in scope in the modules below.
+#[macro_use]
+mod runtime;
+
 pub mod layers;
 pub mod ops;
-mod runtime;
 mod tensor;
 pub mod timing;
+
+/// One typed launcher per kernel, from the table the kernel crate checks its kernels against.
+#[path = "../../gpu-kernels/src/kernels.rs"]
+pub(crate) mod kernels;
 
 // Some of these only the kernels use.
 #[allow(dead_code)]
@@ -44,7 +51,7 @@ pub use ops::pool::{
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};
-pub use runtime::module::{DISABLE_SM90A_VAR, KERNELS_PTX, KERNELS_PTX_SM90A};
+pub use runtime::module::{ModuleSource, DISABLE_SM90A_VAR};
 pub use runtime::pool::PoolStats;
 pub use runtime::stream::{Event, PinnedBuffer};
 pub use tensor::{DType, Element, Tensor};

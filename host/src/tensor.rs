@@ -1,6 +1,7 @@
 //! `Tensor`: a contiguous row-major buffer with a shape and a dtype, on a context.
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::kernel::{DevPtr, DevPtrMut, DeviceElement};
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::PinnedBuffer;
 use cudarc::driver::{result, sys};
@@ -253,6 +254,24 @@ impl Tensor {
             Storage::Cuda(b) => b.ptr(),
             Storage::Cpu(_) => 0,
         }
+    }
+
+    /// The buffer as a kernel's input. `T` is the kernel's element type: f32 for F32 tensors, u16
+    /// for F16 and BF16 ones (null for the CPU backend or an empty tensor).
+    pub(crate) fn ptr<T: DeviceElement>(&self) -> DevPtr<T> {
+        debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size_bytes(), "{self:?} as a kernel input");
+        DevPtr::new(self.device_ptr())
+    }
+
+    /// `t`'s buffer as a kernel's input, or null.
+    pub(crate) fn ptr_or_null<T: DeviceElement>(t: Option<&Tensor>) -> DevPtr<T> {
+        t.map_or(DevPtr::null(), Tensor::ptr)
+    }
+
+    /// The buffer as a kernel's output; see [`Tensor::ptr`].
+    pub(crate) fn ptr_mut<T: DeviceElement>(&self) -> DevPtrMut<T> {
+        debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size_bytes(), "{self:?} as a kernel output");
+        DevPtrMut::new(self.device_ptr())
     }
 
     fn raw_stream(&self) -> sys::CUstream {

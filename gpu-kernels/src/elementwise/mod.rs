@@ -14,9 +14,13 @@ use crate::shapes::ELEMENTWISE_UNROLL as UNROLL;
 // The `unroll!` lists below name the indices 0..UNROLL.
 const _: () = assert!(UNROLL == 4);
 
+#[cfg(feature = "elementwise")]
 pub mod binary;
+#[cfg(feature = "elementwise")]
 pub mod convert;
+#[cfg(feature = "elementwise")]
 pub mod fill;
+#[cfg(feature = "elementwise")]
 pub mod unary;
 
 /// Vector indices `< n4` this thread handles in one grid-stride step: `UNROLL` of them,

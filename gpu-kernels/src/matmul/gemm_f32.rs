@@ -270,6 +270,7 @@ macro_rules! gemm_kernels {
     )*};
 }
 
+#[cfg(feature = "matmul")]
 gemm_kernels! {
     gemm_f32_large_nn: GEMM_TILE_LARGE, false, false;
     gemm_f32_large_nt: GEMM_TILE_LARGE, false, true;

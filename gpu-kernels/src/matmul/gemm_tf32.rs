@@ -196,6 +196,7 @@ macro_rules! tf32_kernels {
     )*};
 }
 
+#[cfg(feature = "matmul")]
 tf32_kernels! {
     gemm_tf32_nn: false, false;
     gemm_tf32_nt: false, true;

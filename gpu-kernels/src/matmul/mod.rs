@@ -1,8 +1,9 @@
 //! Matrix multiply kernels.
 pub mod gemm_f32;
+#[cfg(feature = "matmul")]
 pub mod gemm_half;
 pub mod gemm_tf32;
-#[cfg(feature = "sm90a")]
+#[cfg(feature = "matmul_sm90a")]
 pub mod gemm_wgmma;
 
 use crate::prelude::*;

@@ -7,8 +7,10 @@
 //! The SIMT tile is the largest whose grid still gives every SM a block; the weight gradient
 //! splits its N·P·Q reduction over enough blocks to fill the GPU and adds the splits in a fixed
 //! order, so every op here is deterministic.
+use crate::kernels;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
+use crate::runtime::launch::LaunchConfig;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, CONV_BIAS_BLOCK, CONV_SPLIT_ALIGN, ELEMENTWISE_BLOCK, GEMM_TILE_LARGE,
     GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
@@ -165,21 +167,49 @@ fn check_shape(op: &'static str, t: &Tensor, expected: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// The arguments every implicit-GEMM kernel takes: `a`, `b`, `bias`, `out`, the geometry
+/// (n, c, h, w, k, r, s, p, q, stride, padding, dilation) and `k_chunk`.
+type ImplicitGemmArgs = (
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+);
 /// One implicit-GEMM op's kernels: SIMT large, medium, small tiles, then TF32.
-type Kernels = [&'static str; 4];
-const FORWARD: Kernels =
-    ["conv2d_fwd_f32_large", "conv2d_fwd_f32_medium", "conv2d_fwd_f32_small", "conv2d_fwd_tf32"];
+type Kernels = [Kernel<ImplicitGemmArgs>; 4];
+const FORWARD: Kernels = [
+    kernels::conv2d_fwd_f32_large,
+    kernels::conv2d_fwd_f32_medium,
+    kernels::conv2d_fwd_f32_small,
+    kernels::conv2d_fwd_tf32,
+];
 const BACKWARD_DATA: Kernels = [
-    "conv2d_bwd_data_f32_large",
-    "conv2d_bwd_data_f32_medium",
-    "conv2d_bwd_data_f32_small",
-    "conv2d_bwd_data_tf32",
+    kernels::conv2d_bwd_data_f32_large,
+    kernels::conv2d_bwd_data_f32_medium,
+    kernels::conv2d_bwd_data_f32_small,
+    kernels::conv2d_bwd_data_tf32,
 ];
 const BACKWARD_WEIGHT: Kernels = [
-    "conv2d_bwd_weight_f32_large",
-    "conv2d_bwd_weight_f32_medium",
-    "conv2d_bwd_weight_f32_small",
-    "conv2d_bwd_weight_tf32",
+    kernels::conv2d_bwd_weight_f32_large,
+    kernels::conv2d_bwd_weight_f32_medium,
+    kernels::conv2d_bwd_weight_f32_small,
+    kernels::conv2d_bwd_weight_tf32,
 ];
 
 /// One implicit-GEMM op, ready to launch.
@@ -199,7 +229,7 @@ struct ImplicitGemm<'a> {
 }
 
 /// A kernel with its tile, threads and dynamic shared bytes.
-type Choice = (&'static str, (usize, usize), usize, usize);
+type Choice = (Kernel<ImplicitGemmArgs>, (usize, usize), usize, usize);
 
 impl ImplicitGemm<'_> {
     /// TF32 when allowed; else, of the SIMT tiles whose grid still gives every SM a block, the one
@@ -235,9 +265,9 @@ impl ImplicitGemm<'_> {
         let wanted = if blocks >= sms { 1 } else { (2 * sms).div_ceil(blocks).clamp(1, most) };
         let k_chunk = k.div_ceil(wanted).next_multiple_of(CONV_SPLIT_ALIGN);
         let splits = k.div_ceil(k_chunk);
-        let bias = self.bias.map_or(0, Tensor::device_ptr);
+        let bias = Tensor::ptr_or_null(self.bias);
         if splits == 1 {
-            return self.launch(choice, (bias, out.device_ptr()), 1, k);
+            return self.launch(choice, (bias, out.ptr_mut()), 1, k);
         }
         let len = out.len();
         if splits.checked_mul(len).is_none_or(|total| total > MAX_ELEMENTS) {
@@ -248,27 +278,21 @@ impl ImplicitGemm<'_> {
             });
         }
         let partial = Tensor::uninit(ctx, &[splits, len], self.op)?;
-        self.launch(choice, (0, partial.device_ptr()), splits, k_chunk)?;
+        self.launch(choice, (DevPtr::null(), partial.ptr_mut()), splits, k_chunk)?;
         let (plane, channels) = (self.g.p * self.g.q, self.g.k);
-        let (pp, po) = (partial.device_ptr(), out.device_ptr());
+        let cfg = LaunchConfig::covering(len, ELEMENTWISE_BLOCK);
+        let args = (partial.ptr(), bias, out.ptr_mut(), len, splits, plane, channels);
         // SAFETY: `conv2d_split_sum_f32(partial, bias, out, len, splits, plane, channels)`:
         // `partial` holds splits·len floats written by the launch above on this stream, `out`
         // len floats, `bias` is null or K = channels floats.
-        unsafe {
-            launch(
-                stream,
-                "conv2d_split_sum_f32",
-                LaunchConfig::covering(len, ELEMENTWISE_BLOCK),
-                &mut kernel_args![&pp, &bias, &po, &len, &splits, &plane, &channels],
-            )
-        }
+        unsafe { kernels::conv2d_split_sum_f32.launch(stream, cfg, args) }
     }
 
     /// Launch over `splits` pieces of the reduction, `k_chunk` long each.
     fn launch(
         &self,
         (kernel, tile, threads, shared): Choice,
-        (bias, out): (u64, u64),
+        (bias, out): (DevPtr<f32>, DevPtrMut<f32>),
         splits: usize,
         k_chunk: usize,
     ) -> Result<()> {
@@ -288,42 +312,35 @@ impl ImplicitGemm<'_> {
         };
         let stream = self.a.context().stream(self.op)?;
         let g = &self.g;
-        let (pa, pb) = (self.a.device_ptr(), self.b.device_ptr());
         let Conv2dParams { stride, padding, dilation } = g.params;
         // SAFETY: `conv2d_<op>_<f32_tile|tf32>(a, b, bias, out, n, c, h, w, k, r, s, p, q,
         // stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, k_chunk)`: `a` and `b` are live device
         // tensors whose shapes `Geometry::check` and the caller matched to the geometry (every
         // tensor < 2^31 elements), `bias` is null or K floats, `out` is a fresh buffer of the
         // op's output times `splits`; grid, block and shared memory are the kernel's.
-        unsafe {
-            launch(
-                stream,
-                kernel,
-                cfg,
-                &mut kernel_args![
-                    &pa,
-                    &pb,
-                    &bias,
-                    &out,
-                    &g.n,
-                    &g.c,
-                    &g.h,
-                    &g.w,
-                    &g.k,
-                    &g.r,
-                    &g.s,
-                    &g.p,
-                    &g.q,
-                    &stride.0,
-                    &stride.1,
-                    &padding.0,
-                    &padding.1,
-                    &dilation.0,
-                    &dilation.1,
-                    &k_chunk
-                ],
-            )
-        }
+        let args = (
+            self.a.ptr(),
+            self.b.ptr(),
+            bias,
+            out,
+            g.n,
+            g.c,
+            g.h,
+            g.w,
+            g.k,
+            g.r,
+            g.s,
+            g.p,
+            g.q,
+            stride.0,
+            stride.1,
+            padding.0,
+            padding.1,
+            dilation.0,
+            dilation.1,
+            k_chunk,
+        );
+        unsafe { kernel.launch(stream, cfg, args) }
     }
 }
 
@@ -472,12 +489,9 @@ pub fn conv2d_backward_bias(dy: &Tensor) -> Result<Tensor> {
                 block: (CONV_BIAS_BLOCK as u32, 1, 1),
                 shared_bytes: 0,
             };
-            let (pdy, pdb) = (dy.device_ptr(), db.device_ptr());
             // SAFETY: `conv2d_bwd_bias_f32(dy, db, n, k, pq)`: dy holds n·k·pq floats, db k; one
             // block per channel.
-            unsafe {
-                launch(stream, "conv2d_bwd_bias_f32", cfg, &mut kernel_args![&pdy, &pdb, &n, &k, &pq])?
-            };
+            unsafe { kernels::conv2d_bwd_bias_f32.launch(stream, cfg, (dy.ptr(), db.ptr_mut(), n, k, pq))? };
             Ok(db)
         }
     }

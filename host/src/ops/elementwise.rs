@@ -4,9 +4,11 @@
 //!
 //! Shapes must match exactly (no broadcasting yet; the `_scalar` forms cover the common case).
 use super::CPU_CHUNK;
+use crate::kernels;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::Result;
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut};
+use crate::runtime::launch::LaunchConfig;
 use crate::shapes::{ELEMENTWISE_BLOCK, ELEMENTWISE_UNROLL};
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use rayon::prelude::*;
@@ -18,8 +20,11 @@ fn config(n: usize, dtype: DType) -> LaunchConfig {
     LaunchConfig::covering(n.div_ceil(per_vector * ELEMENTWISE_UNROLL), ELEMENTWISE_BLOCK)
 }
 
-/// Kernel names by dtype (f32, f16, bf16).
-type ByDType = [&'static str; 3];
+type Binary<E> = (DevPtr<E>, DevPtr<E>, DevPtrMut<E>, usize);
+type Scalar<E> = (DevPtr<E>, f32, DevPtrMut<E>, usize);
+type Unary<E> = (DevPtr<E>, DevPtrMut<E>, usize);
+type BinaryKernels = ByDType<Binary<f32>, Binary<u16>>;
+type ScalarKernels = ByDType<Scalar<f32>, Scalar<u16>>;
 
 #[derive(Clone, Copy, Debug)]
 enum BinaryOp {
@@ -34,49 +39,37 @@ enum BinaryOp {
     GeluGrad,
 }
 
+macro_rules! by_dtype {
+    ($f32:ident, $f16:ident, $bf16:ident) => {
+        ByDType { f32: kernels::$f32, f16: kernels::$f16, bf16: kernels::$bf16 }
+    };
+}
+
 impl BinaryOp {
-    /// (tensor op name, its kernels, scalar op name, its kernels)
-    fn names(self) -> (&'static str, ByDType, &'static str, ByDType) {
+    /// The tensor-tensor op's name and kernels.
+    fn tensor_kernels(self) -> (&'static str, BinaryKernels) {
         match self {
-            BinaryOp::Add => (
-                "add",
-                ["add_f32", "add_f16", "add_bf16"],
-                "add_scalar",
-                ["add_scalar_f32", "add_scalar_f16", "add_scalar_bf16"],
-            ),
-            BinaryOp::Sub => (
-                "sub",
-                ["sub_f32", "sub_f16", "sub_bf16"],
-                "sub_scalar",
-                ["sub_scalar_f32", "sub_scalar_f16", "sub_scalar_bf16"],
-            ),
-            BinaryOp::Mul => (
-                "mul",
-                ["mul_f32", "mul_f16", "mul_bf16"],
-                "mul_scalar",
-                ["mul_scalar_f32", "mul_scalar_f16", "mul_scalar_bf16"],
-            ),
-            BinaryOp::Div => (
-                "div",
-                ["div_f32", "div_f16", "div_bf16"],
-                "div_scalar",
-                ["div_scalar_f32", "div_scalar_f16", "div_scalar_bf16"],
-            ),
-            BinaryOp::ReluGrad => {
-                ("relu_backward", ["relu_bwd_f32", "relu_bwd_f16", "relu_bwd_bf16"], "", ["", "", ""])
+            BinaryOp::Add => ("add", by_dtype!(add_f32, add_f16, add_bf16)),
+            BinaryOp::Sub => ("sub", by_dtype!(sub_f32, sub_f16, sub_bf16)),
+            BinaryOp::Mul => ("mul", by_dtype!(mul_f32, mul_f16, mul_bf16)),
+            BinaryOp::Div => ("div", by_dtype!(div_f32, div_f16, div_bf16)),
+            BinaryOp::ReluGrad => ("relu_backward", by_dtype!(relu_bwd_f32, relu_bwd_f16, relu_bwd_bf16)),
+            BinaryOp::SigmoidGrad => {
+                ("sigmoid_backward", by_dtype!(sigmoid_bwd_f32, sigmoid_bwd_f16, sigmoid_bwd_bf16))
             }
-            BinaryOp::SigmoidGrad => (
-                "sigmoid_backward",
-                ["sigmoid_bwd_f32", "sigmoid_bwd_f16", "sigmoid_bwd_bf16"],
-                "",
-                ["", "", ""],
-            ),
-            BinaryOp::TanhGrad => {
-                ("tanh_backward", ["tanh_bwd_f32", "tanh_bwd_f16", "tanh_bwd_bf16"], "", ["", "", ""])
-            }
-            BinaryOp::GeluGrad => {
-                ("gelu_backward", ["gelu_bwd_f32", "gelu_bwd_f16", "gelu_bwd_bf16"], "", ["", "", ""])
-            }
+            BinaryOp::TanhGrad => ("tanh_backward", by_dtype!(tanh_bwd_f32, tanh_bwd_f16, tanh_bwd_bf16)),
+            BinaryOp::GeluGrad => ("gelu_backward", by_dtype!(gelu_bwd_f32, gelu_bwd_f16, gelu_bwd_bf16)),
+        }
+    }
+
+    /// The tensor-scalar op's name and kernels (the arithmetic ops only).
+    fn scalar_kernels(self) -> (&'static str, ScalarKernels) {
+        match self {
+            BinaryOp::Add => ("add_scalar", by_dtype!(add_scalar_f32, add_scalar_f16, add_scalar_bf16)),
+            BinaryOp::Sub => ("sub_scalar", by_dtype!(sub_scalar_f32, sub_scalar_f16, sub_scalar_bf16)),
+            BinaryOp::Mul => ("mul_scalar", by_dtype!(mul_scalar_f32, mul_scalar_f16, mul_scalar_bf16)),
+            BinaryOp::Div => ("div_scalar", by_dtype!(div_scalar_f32, div_scalar_f16, div_scalar_bf16)),
+            _ => unreachable!("{self:?} has no tensor-scalar form"),
         }
     }
 
@@ -113,12 +106,12 @@ enum UnaryOp {
 }
 
 impl UnaryOp {
-    fn names(self) -> (&'static str, ByDType) {
+    fn kernels(self) -> (&'static str, ByDType<Unary<f32>, Unary<u16>>) {
         match self {
-            UnaryOp::Relu => ("relu", ["relu_f32", "relu_f16", "relu_bf16"]),
-            UnaryOp::Sigmoid => ("sigmoid", ["sigmoid_f32", "sigmoid_f16", "sigmoid_bf16"]),
-            UnaryOp::Tanh => ("tanh", ["tanh_f32", "tanh_f16", "tanh_bf16"]),
-            UnaryOp::Gelu => ("gelu", ["gelu_f32", "gelu_f16", "gelu_bf16"]),
+            UnaryOp::Relu => ("relu", by_dtype!(relu_f32, relu_f16, relu_bf16)),
+            UnaryOp::Sigmoid => ("sigmoid", by_dtype!(sigmoid_f32, sigmoid_f16, sigmoid_bf16)),
+            UnaryOp::Tanh => ("tanh", by_dtype!(tanh_f32, tanh_f16, tanh_bf16)),
+            UnaryOp::Gelu => ("gelu", by_dtype!(gelu_f32, gelu_f16, gelu_bf16)),
         }
     }
 
@@ -148,7 +141,7 @@ fn cpu_map(x: &[f32], dtype: DType, f: impl Fn(f64) -> f64 + Sync) -> Vec<f32> {
 }
 
 fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
-    let (name, kernels, _, _) = op.names();
+    let (name, kernels) = op.tensor_kernels();
     a.check_pair(name, b)?;
     let dtype = a.dtype();
     match (a.storage(), b.storage()) {
@@ -165,18 +158,12 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
             let n = a.len();
             if n > 0 {
                 let stream = a.context().stream(name)?;
-                let (pa, pb, po) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
                 // SAFETY: `<op>_<dtype>(a, b, out, n)`: three live buffers of `n` elements of the
                 // kernel's dtype from the pool (16-byte aligned), `out` distinct from the inputs;
                 // any grid is valid.
-                unsafe {
-                    launch(
-                        stream,
-                        kernels[dtype.index()],
-                        config(n, dtype),
-                        &mut kernel_args![&pa, &pb, &po, &n],
-                    )?
-                };
+                launch_by_dtype!(kernels, dtype, |k| unsafe {
+                    k.launch(stream, config(n, dtype), (a.ptr(), b.ptr(), out.ptr_mut(), n))
+                })?;
             }
             Ok(out)
         }
@@ -184,7 +171,7 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
 }
 
 fn binary_scalar(a: &Tensor, s: f32, op: BinaryOp) -> Result<Tensor> {
-    let (_, _, name, kernels) = op.names();
+    let (name, kernels) = op.scalar_kernels();
     let dtype = a.dtype();
     match a.storage() {
         Storage::Cpu(x) => Ok(Tensor::from_cpu_as(
@@ -198,17 +185,11 @@ fn binary_scalar(a: &Tensor, s: f32, op: BinaryOp) -> Result<Tensor> {
             let n = a.len();
             if n > 0 {
                 let stream = a.context().stream(name)?;
-                let (pa, po) = (a.device_ptr(), out.device_ptr());
                 // SAFETY: `<op>_scalar_<dtype>(a, s, out, n)`: two live, distinct buffers of `n`
                 // elements of the kernel's dtype (16-byte aligned), `s` an f32; any grid is valid.
-                unsafe {
-                    launch(
-                        stream,
-                        kernels[dtype.index()],
-                        config(n, dtype),
-                        &mut kernel_args![&pa, &s, &po, &n],
-                    )?
-                };
+                launch_by_dtype!(kernels, dtype, |k| unsafe {
+                    k.launch(stream, config(n, dtype), (a.ptr(), s, out.ptr_mut(), n))
+                })?;
             }
             Ok(out)
         }
@@ -216,7 +197,7 @@ fn binary_scalar(a: &Tensor, s: f32, op: BinaryOp) -> Result<Tensor> {
 }
 
 fn unary(x: &Tensor, op: UnaryOp) -> Result<Tensor> {
-    let (name, kernels) = op.names();
+    let (name, kernels) = op.kernels();
     let dtype = x.dtype();
     match x.storage() {
         Storage::Cpu(v) => {
@@ -227,12 +208,11 @@ fn unary(x: &Tensor, op: UnaryOp) -> Result<Tensor> {
             let n = x.len();
             if n > 0 {
                 let stream = x.context().stream(name)?;
-                let (px, po) = (x.device_ptr(), out.device_ptr());
                 // SAFETY: `<op>_<dtype>(x, out, n)`: two live, distinct buffers of `n` elements of
                 // the kernel's dtype (16-byte aligned); any grid is valid.
-                unsafe {
-                    launch(stream, kernels[dtype.index()], config(n, dtype), &mut kernel_args![&px, &po, &n])?
-                };
+                launch_by_dtype!(kernels, dtype, |k| unsafe {
+                    k.launch(stream, config(n, dtype), (x.ptr(), out.ptr_mut(), n))
+                })?;
             }
             Ok(out)
         }
@@ -250,18 +230,18 @@ pub(crate) fn fill(ctx: &Context, shape: &[usize], value: f32, dtype: DType) -> 
         )),
         Backend::Cuda(stream) => {
             let out = Tensor::uninit_as(ctx, shape, dtype, "full")?;
-            let (n, po) = (out.len(), out.device_ptr());
+            let n = out.len();
             if n > 0 {
                 let cfg = config(n, dtype);
                 if dtype == DType::F32 {
                     // SAFETY: `fill_f32(out, value, n)`: a live buffer of `n` floats (16-byte
                     // aligned); any grid is valid.
-                    unsafe { launch(stream, "fill_f32", cfg, &mut kernel_args![&po, &value, &n])? };
+                    unsafe { kernels::fill_f32.launch(stream, cfg, (out.ptr_mut(), value, n))? };
                 } else {
                     let bits = dtype.bits16(value) as u32;
                     // SAFETY: `fill_u16(out, bits, n)`: a live buffer of `n` 16-bit elements
                     // (16-byte aligned); any grid is valid.
-                    unsafe { launch(stream, "fill_u16", cfg, &mut kernel_args![&po, &bits, &n])? };
+                    unsafe { kernels::fill_u16.launch(stream, cfg, (out.ptr_mut(), bits, n))? };
                 }
             }
             Ok(out)
@@ -286,23 +266,33 @@ impl Tensor {
                 let out = Tensor::uninit_as(self.context(), self.shape(), dtype, OP)?;
                 let n = self.len();
                 if n > 0 {
-                    const KERNELS: [ByDType; 3] = [
-                        ["", "convert_f32_f16", "convert_f32_bf16"],
-                        ["convert_f16_f32", "", "convert_f16_bf16"],
-                        ["convert_bf16_f32", "convert_bf16_f16", ""],
-                    ];
                     let stream = self.context().stream(OP)?;
                     let cfg = LaunchConfig::covering(n, ELEMENTWISE_BLOCK);
-                    let (px, po) = (self.device_ptr(), out.device_ptr());
+                    let (x, out_) = (self, &out);
                     // SAFETY: `convert_<from>_<to>(x, out, n)`: `x` holds `n` elements of `from`,
                     // `out` `n` of `to`, distinct; any grid is valid.
                     unsafe {
-                        launch(
-                            stream,
-                            KERNELS[from.index()][dtype.index()],
-                            cfg,
-                            &mut kernel_args![&px, &po, &n],
-                        )?
+                        match (from, dtype) {
+                            (DType::F32, DType::F16) => {
+                                kernels::convert_f32_f16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
+                            }
+                            (DType::F32, DType::BF16) => {
+                                kernels::convert_f32_bf16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
+                            }
+                            (DType::F16, DType::F32) => {
+                                kernels::convert_f16_f32.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
+                            }
+                            (DType::BF16, DType::F32) => {
+                                kernels::convert_bf16_f32.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
+                            }
+                            (DType::F16, DType::BF16) => {
+                                kernels::convert_f16_bf16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
+                            }
+                            (DType::BF16, DType::F16) => {
+                                kernels::convert_bf16_f16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
+                            }
+                            _ => unreachable!("same dtype returned a copy above"),
+                        }?
                     };
                 }
                 Ok(out)

@@ -1,7 +1,8 @@
 //! Layout ops: copy and transpose. Kernel: `gpu-kernels/src/layout/transpose.rs`.
 use super::CPU_CHUNK;
+use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::launch::LaunchConfig;
 use crate::shapes::{TRANSPOSE_BLOCK, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
 use crate::tensor::{Storage, Tensor};
 use cudarc::driver::result;
@@ -75,11 +76,12 @@ impl Tensor {
                     shared_bytes: (TRANSPOSE_TILE_WORDS * 4) as u32,
                 };
                 let stream = self.context().stream(OP)?;
-                let (px, po) = (self.device_ptr(), out.device_ptr());
                 // SAFETY: `transpose_f32(x, rows, cols, out)`: `x` and `out` hold rows·cols
                 // floats; TRANSPOSE_BLOCK threads, a grid of tiles covering the matrix, and
                 // TRANSPOSE_TILE_WORDS floats of dynamic shared memory, as the kernel asks.
-                unsafe { launch(stream, "transpose_f32", cfg, &mut kernel_args![&px, &rows, &cols, &po])? };
+                unsafe {
+                    kernels::transpose_f32.launch(stream, cfg, (self.ptr(), rows, cols, out.ptr_mut()))?
+                };
                 Ok(out)
             }
         }

@@ -11,8 +11,10 @@
 //! TF32 kernel (128×128 tiles). Otherwise the exact SIMT f32 kernel with the largest tile
 //! (128×128, then 128×64, then 64×64) whose grid still gives every SM at least one block; small
 //! or skinny products get smaller tiles and so more blocks.
+use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::kernel::{DevPtr, DevPtrMut, DeviceElement, Kernel};
+use crate::runtime::launch::LaunchConfig;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_TILE_LARGE,
@@ -222,7 +224,7 @@ impl<'a> Gemm<'a> {
         let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
         let dtype = self.a.dtype();
         let tf32 = self.allow_tf32.unwrap_or(self.a.context().allow_tf32());
-        if stream.device.module.sm90a {
+        if stream.device.modules.sm90a {
             let (a, b, ta, tb) = (self.a, self.b, self.transpose_a, self.transpose_b);
             if dtype != DType::F32 && self.wgmma_fits(&d, a, b, ta, tb) {
                 self.launch_wgmma(d, &out, stream, (a, ta), (b, tb))?;
@@ -233,15 +235,17 @@ impl<'a> Gemm<'a> {
             }
         }
         let (kernel, tile, threads, shared_bytes) = if dtype != DType::F32 {
-            (HALF_KERNELS[dtype.index() - 1][ta][tb], MMA_TILE, MMA_THREADS, MMA16_SHARED_BYTES)
+            let kernel = GemmKernel::Half(HALF_KERNELS[dtype.index() - 1][ta][tb]);
+            (kernel, MMA_TILE, MMA_THREADS, MMA16_SHARED_BYTES)
         } else if tf32 {
-            (TF32_KERNELS[ta][tb], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
+            (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
         } else {
             let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
                 .into_iter()
                 .find(|&(t, _)| blocks(t) >= sms)
                 .unwrap_or((GEMM_TILE_SMALL, 2));
-            (SIMT_F32_KERNELS[size][ta][tb], tile, gemm_threads(tile), gemm_shared_bytes(tile))
+            let kernel = GemmKernel::F32(SIMT_F32_KERNELS[size][ta][tb]);
+            (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
         };
         let (grid_x, grid_y) = (d.n.div_ceil(tile.1), d.m.div_ceil(tile.0));
         if grid_y > 65_535 || d.batch > 65_535 {
@@ -256,38 +260,38 @@ impl<'a> Gemm<'a> {
             block: (threads as u32, 1, 1),
             shared_bytes: shared_bytes as u32,
         };
-        let (pa, pb, po) = (self.a.device_ptr(), self.b.device_ptr(), out.device_ptr());
-        let pc = self.c.map_or(0, Tensor::device_ptr);
-        let pbias = self.bias.map_or(0, Tensor::device_ptr);
-        let (alpha, beta, act) = (self.alpha, self.beta, self.activation.code());
-        // SAFETY: `gemm_{f32_<tile>,tf32}_<ta><tb>(a, b, c, bias, out, m, n, k, stride_a,
-        // stride_b, stride_c, alpha, beta, activation)`: every pointer is a live buffer of this
-        // stream whose shape `dims()` checked against m, n, k and the batch strides (c and bias
-        // may be null); `out` is fresh; block, grid and dynamic shared memory are the kernel's.
+        // SAFETY: `gemm_{f32_<tile>,tf32,f16,bf16}_<ta><tb>(a, b, c, bias, out, m, n, k,
+        // stride_a, stride_b, stride_c, alpha, beta, activation)`: every pointer is a live buffer
+        // of this stream whose shape `dims()` checked against m, n, k and the batch strides (c
+        // and bias may be null); `out` is fresh; block, grid and dynamic shared memory are the
+        // kernel's.
         unsafe {
-            launch(
-                stream,
-                kernel,
-                cfg,
-                &mut kernel_args![
-                    &pa,
-                    &pb,
-                    &pc,
-                    &pbias,
-                    &po,
-                    &d.m,
-                    &d.n,
-                    &d.k,
-                    &d.stride_a,
-                    &d.stride_b,
-                    &d.stride_c,
-                    &alpha,
-                    &beta,
-                    &act
-                ],
-            )?
+            match kernel {
+                GemmKernel::F32(k) => k.launch(stream, cfg, self.gemm_args(&d, &out)),
+                GemmKernel::Half(k) => k.launch(stream, cfg, self.gemm_args(&d, &out)),
+            }?
         };
         Ok(out)
+    }
+
+    /// The arguments of the mma.sync and SIMT kernels.
+    fn gemm_args<E: DeviceElement>(&self, d: &Dims, out: &Tensor) -> GemmArgs<E> {
+        (
+            self.a.ptr(),
+            self.b.ptr(),
+            Tensor::ptr_or_null(self.c),
+            Tensor::ptr_or_null(self.bias),
+            out.ptr_mut(),
+            d.m,
+            d.n,
+            d.k,
+            d.stride_a,
+            d.stride_b,
+            d.stride_c,
+            self.alpha,
+            self.beta,
+            self.activation.code(),
+        )
     }
 
     /// Whether the TMA-fed kernel can take `a` and `b` (transposed as `ta`, `tb`): every row
@@ -372,16 +376,7 @@ impl<'a> Gemm<'a> {
             block: (WGMMA_THREADS as u32, 1, 1),
             shared_bytes: WGMMA_SHARED_BYTES as u32,
         };
-        let kernel = if dtype == DType::F32 {
-            WGMMA_TF32_KERNEL
-        } else {
-            WGMMA_KERNELS[dtype.index() - 1][usize::from(ta)][usize::from(tb)]
-        };
-        let (maps_ptr, po) = (maps_dev.ptr(), out.device_ptr());
-        let pc = self.c.map_or(0, Tensor::device_ptr);
-        let pbias = self.bias.map_or(0, Tensor::device_ptr);
-        let (alpha, beta, act) = (self.alpha, self.beta, self.activation.code());
-        let (batched_a, batched_b) = (u32::from(d.stride_a != 0), u32::from(d.stride_b != 0));
+        let maps = maps_dev.dev_ptr();
         // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>(maps, c, bias, out, m, n, k, stride_c, alpha, beta,
         // activation, batched_a, batched_b)`: `maps` holds A's and B's tensor maps, made above
         // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
@@ -389,27 +384,32 @@ impl<'a> Gemm<'a> {
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
         // stream-ordered pool after this call, so no later work reuses it before the kernel ends.
         unsafe {
-            launch(
-                stream,
-                kernel,
-                cfg,
-                &mut kernel_args![
-                    &maps_ptr,
-                    &pc,
-                    &pbias,
-                    &po,
-                    &d.m,
-                    &d.n,
-                    &d.k,
-                    &d.stride_c,
-                    &alpha,
-                    &beta,
-                    &act,
-                    &batched_a,
-                    &batched_b
-                ],
-            )
+            if dtype == DType::F32 {
+                kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out))
+            } else {
+                let kernel = WGMMA_KERNELS[dtype.index() - 1][usize::from(ta)][usize::from(tb)];
+                kernel.launch(stream, cfg, self.wgmma_args(maps, &d, out))
+            }
         }
+    }
+
+    /// The arguments of the `wgmma` kernels after the tensor maps `maps`.
+    fn wgmma_args<E: DeviceElement>(&self, maps: DevPtr<u8>, d: &Dims, out: &Tensor) -> WgmmaArgs<E> {
+        (
+            maps,
+            Tensor::ptr_or_null(self.c),
+            Tensor::ptr_or_null(self.bias),
+            out.ptr_mut(),
+            d.m,
+            d.n,
+            d.k,
+            d.stride_c,
+            self.alpha,
+            self.beta,
+            self.activation.code(),
+            u32::from(d.stride_a != 0),
+            u32::from(d.stride_b != 0),
+        )
     }
 
     /// The CPU twin: f64 accumulation, the same epilogue.
@@ -449,27 +449,76 @@ impl<'a> Gemm<'a> {
     }
 }
 
+/// The arguments of the mma.sync and SIMT GEMMs over elements `E`: a, b, c, bias, out, m, n, k,
+/// the three batch strides, alpha, beta, the activation.
+type GemmArgs<E> = (
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtrMut<E>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+);
+
+/// An mma.sync or SIMT GEMM kernel on f32 or 16-bit buffers.
+enum GemmKernel {
+    F32(Kernel<GemmArgs<f32>>),
+    Half(Kernel<GemmArgs<u16>>),
+}
+
+/// `[A transposed][B transposed]`.
+type ByTranspose<A> = [[Kernel<A>; 2]; 2];
+
 /// `[tile size][A transposed][B transposed]`.
-const SIMT_F32_KERNELS: [[[&str; 2]; 2]; 3] = [
-    [["gemm_f32_large_nn", "gemm_f32_large_nt"], ["gemm_f32_large_tn", "gemm_f32_large_tt"]],
-    [["gemm_f32_medium_nn", "gemm_f32_medium_nt"], ["gemm_f32_medium_tn", "gemm_f32_medium_tt"]],
-    [["gemm_f32_small_nn", "gemm_f32_small_nt"], ["gemm_f32_small_tn", "gemm_f32_small_tt"]],
+const SIMT_F32_KERNELS: [ByTranspose<GemmArgs<f32>>; 3] = [
+    [
+        [kernels::gemm_f32_large_nn, kernels::gemm_f32_large_nt],
+        [kernels::gemm_f32_large_tn, kernels::gemm_f32_large_tt],
+    ],
+    [
+        [kernels::gemm_f32_medium_nn, kernels::gemm_f32_medium_nt],
+        [kernels::gemm_f32_medium_tn, kernels::gemm_f32_medium_tt],
+    ],
+    [
+        [kernels::gemm_f32_small_nn, kernels::gemm_f32_small_nt],
+        [kernels::gemm_f32_small_tn, kernels::gemm_f32_small_tt],
+    ],
 ];
 
 /// `[f16, bf16][A transposed][B transposed]`.
-const HALF_KERNELS: [[[&str; 2]; 2]; 2] = [
-    [["gemm_f16_nn", "gemm_f16_nt"], ["gemm_f16_tn", "gemm_f16_tt"]],
-    [["gemm_bf16_nn", "gemm_bf16_nt"], ["gemm_bf16_tn", "gemm_bf16_tt"]],
+const HALF_KERNELS: [ByTranspose<GemmArgs<u16>>; 2] = [
+    [[kernels::gemm_f16_nn, kernels::gemm_f16_nt], [kernels::gemm_f16_tn, kernels::gemm_f16_tt]],
+    [[kernels::gemm_bf16_nn, kernels::gemm_bf16_nt], [kernels::gemm_bf16_tn, kernels::gemm_bf16_tt]],
 ];
+
+/// `[A transposed][B transposed]`.
+const TF32_KERNELS: ByTranspose<GemmArgs<f32>> =
+    [[kernels::gemm_tf32_nn, kernels::gemm_tf32_nt], [kernels::gemm_tf32_tn, kernels::gemm_tf32_tt]];
+
+/// The `wgmma` kernels' arguments over elements `E`: the tensor maps, c, bias, out, m, n, k,
+/// stride_c, alpha, beta, the activation, whether A and B are batched.
+type WgmmaArgs<E> =
+    (DevPtr<u8>, DevPtr<E>, DevPtr<E>, DevPtrMut<E>, usize, usize, usize, usize, f32, f32, u32, u32, u32);
 
 /// `[f16, bf16][A transposed][B transposed]`.
-const WGMMA_KERNELS: [[[&str; 2]; 2]; 2] = [
-    [["gemm_wgmma_f16_nn", "gemm_wgmma_f16_nt"], ["gemm_wgmma_f16_tn", "gemm_wgmma_f16_tt"]],
-    [["gemm_wgmma_bf16_nn", "gemm_wgmma_bf16_nt"], ["gemm_wgmma_bf16_tn", "gemm_wgmma_bf16_tt"]],
+const WGMMA_KERNELS: [ByTranspose<WgmmaArgs<u16>>; 2] = [
+    [
+        [kernels::gemm_wgmma_f16_nn, kernels::gemm_wgmma_f16_nt],
+        [kernels::gemm_wgmma_f16_tn, kernels::gemm_wgmma_f16_tt],
+    ],
+    [
+        [kernels::gemm_wgmma_bf16_nn, kernels::gemm_wgmma_bf16_nt],
+        [kernels::gemm_wgmma_bf16_tn, kernels::gemm_wgmma_bf16_tt],
+    ],
 ];
-
-/// The TF32 `wgmma` kernel (A `[M, K]`, B `[N, K]`).
-const WGMMA_TF32_KERNEL: &str = "gemm_wgmma_tf32_nt";
 
 /// A 3-D TMA tensor map of a row-major operand: `dims` = (elements per row, rows, batch),
 /// `batch_stride` elements between batches (0: one matrix shared by every batch), boxes of
@@ -514,9 +563,6 @@ fn tensor_map(
     .call("cuTensorMapEncodeTiled")?;
     Ok(map)
 }
-
-/// `[A transposed][B transposed]`.
-const TF32_KERNELS: [[&str; 2]; 2] = [["gemm_tf32_nn", "gemm_tf32_nt"], ["gemm_tf32_tn", "gemm_tf32_tt"]];
 
 impl Tensor {
     /// `self · other`: `[M, K] · [K, N]`, batched when either has rank 3.

@@ -3,8 +3,10 @@
 //! channels; forward and backward. Kernels: `gpu-kernels/src/nn/`.
 use super::random::philox;
 use super::CPU_CHUNK;
+use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
+use crate::runtime::launch::LaunchConfig;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, NN_ROW_BLOCK,
@@ -72,13 +74,11 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
                 return Ok(out);
             }
             let stream = x.context().stream(op)?;
-            let (px, po) = (x.device_ptr(), out.device_ptr());
-            let kernel = if log { "log_softmax_f32" } else { "softmax_f32" };
+            let kernel = if log { kernels::log_softmax_f32 } else { kernels::softmax_f32 };
+            let cfg = per_row(op, x.shape(), rows)?;
             // SAFETY: `<log_>softmax_f32(x, out, cols)`: both hold rows·cols floats, one block of
             // NN_ROW_BLOCK threads per row.
-            unsafe {
-                launch(stream, kernel, per_row(op, x.shape(), rows)?, &mut kernel_args![&px, &po, &cols])?
-            };
+            unsafe { kernel.launch(stream, cfg, (x.ptr(), out.ptr_mut(), cols))? };
             Ok(out)
         }
     }
@@ -111,18 +111,11 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                 return Ok(dx);
             }
             let stream = y.context().stream(op)?;
-            let (py, pg, pd) = (y.device_ptr(), dy.device_ptr(), dx.device_ptr());
-            let kernel = if log { "log_softmax_bwd_f32" } else { "softmax_bwd_f32" };
+            let kernel = if log { kernels::log_softmax_bwd_f32 } else { kernels::softmax_bwd_f32 };
+            let cfg = per_row(op, y.shape(), rows)?;
             // SAFETY: `<log_>softmax_bwd_f32(y, dy, dx, cols)`: three buffers of rows·cols floats
             // (shapes checked equal), one block per row.
-            unsafe {
-                launch(
-                    stream,
-                    kernel,
-                    per_row(op, y.shape(), rows)?,
-                    &mut kernel_args![&py, &pg, &pd, &cols],
-                )?
-            };
+            unsafe { kernel.launch(stream, cfg, (y.ptr(), dy.ptr(), dx.ptr_mut(), cols))? };
             Ok(dx)
         }
     }
@@ -201,19 +194,12 @@ pub fn cross_entropy(logits: &Tensor, labels: &[u32]) -> Result<(Tensor, Tensor)
                 .call("cuMemcpyHtoDAsync")?;
             let losses = Tensor::uninit(ctx, &[rows], OP)?;
             let grad = Tensor::uninit(ctx, logits.shape(), OP)?;
-            let (px, pl, ploss, pg) =
-                (logits.device_ptr(), labels_dev.ptr(), losses.device_ptr(), grad.device_ptr());
             // SAFETY: `cross_entropy_f32(logits, labels, loss, grad, cols, scale)`: logits and grad
             // hold rows·cols floats, labels rows u32 < cols (checked above), loss rows floats; one
             // block per row. The labels buffer returns to the pool in stream order after the launch.
-            unsafe {
-                launch(
-                    stream,
-                    "cross_entropy_f32",
-                    per_row(OP, logits.shape(), rows)?,
-                    &mut kernel_args![&px, &pl, &ploss, &pg, &cols, &scale],
-                )?
-            };
+            let cfg = per_row(OP, logits.shape(), rows)?;
+            let args = (logits.ptr(), labels_dev.dev_ptr(), losses.ptr_mut(), grad.ptr_mut(), cols, scale);
+            unsafe { kernels::cross_entropy_f32.launch(stream, cfg, args)? };
             Ok((losses.mean()?, grad))
         }
     }
@@ -287,20 +273,13 @@ pub fn layer_norm(
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
             if rows > 0 {
                 let stream = ctx.stream(OP)?;
-                let (px, pg, pb) =
-                    (x.device_ptr(), gamma.map_or(0, Tensor::device_ptr), beta.map_or(0, Tensor::device_ptr));
-                let (py, pm, pr) = (y.device_ptr(), mean.device_ptr(), rstd.device_ptr());
                 // SAFETY: `layernorm_fwd_f32(x, gamma, beta, y, mean, rstd, cols, eps)`: x and y
                 // hold rows·cols floats, gamma/beta cols floats or null, mean/rstd rows floats;
                 // one block per row.
-                unsafe {
-                    launch(
-                        stream,
-                        "layernorm_fwd_f32",
-                        per_row(OP, x.shape(), rows)?,
-                        &mut kernel_args![&px, &pg, &pb, &py, &pm, &pr, &cols, &eps],
-                    )?
-                };
+                let cfg = per_row(OP, x.shape(), rows)?;
+                let (gamma, beta) = (Tensor::ptr_or_null(gamma), Tensor::ptr_or_null(beta));
+                let args = (x.ptr(), gamma, beta, y.ptr_mut(), mean.ptr_mut(), rstd.ptr_mut(), cols, eps);
+                unsafe { kernels::layernorm_fwd_f32.launch(stream, cfg, args)? };
             }
             Ok((y, LayerNormSaved { mean, rstd }))
         }
@@ -367,31 +346,20 @@ pub fn layer_norm_backward(
             let (dgamma, dbeta) = (Tensor::uninit(ctx, &[cols], OP)?, Tensor::uninit(ctx, &[cols], OP)?);
             if cols > 0 {
                 let stream = ctx.stream(OP)?;
-                let (px, pg, pdy) = (x.device_ptr(), gamma.map_or(0, Tensor::device_ptr), dy.device_ptr());
-                let (pm, pr, pdx) = (saved.mean.device_ptr(), saved.rstd.device_ptr(), dx.device_ptr());
+                let (mean, rstd) = (saved.mean.ptr(), saved.rstd.ptr());
                 if rows > 0 {
                     // SAFETY: `layernorm_bwd_dx_f32(x, gamma, dy, mean, rstd, dx, cols)`: x, dy, dx
                     // hold rows·cols floats, gamma cols or null, mean/rstd rows; one block per row.
-                    unsafe {
-                        launch(
-                            stream,
-                            "layernorm_bwd_dx_f32",
-                            per_row(OP, x.shape(), rows)?,
-                            &mut kernel_args![&px, &pg, &pdy, &pm, &pr, &pdx, &cols],
-                        )?
-                    };
+                    let cfg = per_row(OP, x.shape(), rows)?;
+                    let args =
+                        (x.ptr(), Tensor::ptr_or_null(gamma), dy.ptr(), mean, rstd, dx.ptr_mut(), cols);
+                    unsafe { kernels::layernorm_bwd_dx_f32.launch(stream, cfg, args)? };
                 }
-                let (pdg, pdb) = (dgamma.device_ptr(), dbeta.device_ptr());
                 // SAFETY: `layernorm_bwd_params_f32(x, dy, mean, rstd, dgamma, dbeta, rows, cols)`:
                 // one thread per column (threads past `cols` return), buffers as above.
-                unsafe {
-                    launch(
-                        stream,
-                        "layernorm_bwd_params_f32",
-                        LaunchConfig::covering(cols, NN_ROW_BLOCK),
-                        &mut kernel_args![&px, &pdy, &pm, &pr, &pdg, &pdb, &rows, &cols],
-                    )?
-                };
+                let cfg = LaunchConfig::covering(cols, NN_ROW_BLOCK);
+                let args = (x.ptr(), dy.ptr(), mean, rstd, dgamma.ptr_mut(), dbeta.ptr_mut(), rows, cols);
+                unsafe { kernels::layernorm_bwd_params_f32.launch(stream, cfg, args)? };
             }
             Ok((dx, dgamma, dbeta))
         }
@@ -412,9 +380,12 @@ fn clamp_log(l: f64) -> f64 {
 
 /// The mean of an elementwise loss and its gradient w.r.t. `pred`: one fused pass writing the
 /// gradient and per-block partial sums, then a sum of the partials.
+/// pred, target, grad, per-block partial sums, n, scale.
+type PointLossArgs = (DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, DevPtrMut<f32>, usize, f32);
+
 fn point_loss(
     op: &'static str,
-    kernel: &'static str,
+    kernel: Kernel<PointLossArgs>,
     pred: &Tensor,
     target: &Tensor,
     cpu: PointLossF64,
@@ -455,11 +426,10 @@ fn point_loss(
             let grad = Tensor::uninit(ctx, pred.shape(), op)?;
             let partials = Tensor::uninit(ctx, &[cfg.grid.0 as usize], op)?;
             let scale = (1.0 / n as f64) as f32;
-            let (pp, pt, pg, ps) =
-                (pred.device_ptr(), target.device_ptr(), grad.device_ptr(), partials.device_ptr());
             // SAFETY: `<loss>_f32(pred, target, grad, partials, n, scale)`: pred, target and grad
             // hold n floats (16-byte aligned), partials one float per block of the grid.
-            unsafe { launch(stream, kernel, cfg, &mut kernel_args![&pp, &pt, &pg, &ps, &n, &scale])? };
+            let args = (pred.ptr(), target.ptr(), grad.ptr_mut(), partials.ptr_mut(), n, scale);
+            unsafe { kernel.launch(stream, cfg, args)? };
             Ok((partials.sum()?, grad))
         }
     }
@@ -467,14 +437,14 @@ fn point_loss(
 
 /// Mean squared error `mean((pred - target)²)`, shape `[]`, and its gradient w.r.t. `pred`.
 pub fn mse_loss(pred: &Tensor, target: &Tensor) -> Result<(Tensor, Tensor)> {
-    point_loss("mse_loss", "mse_loss_f32", pred, target, |p, t| ((p - t) * (p - t), 2.0 * (p - t)))
+    point_loss("mse_loss", kernels::mse_loss_f32, pred, target, |p, t| ((p - t) * (p - t), 2.0 * (p - t)))
 }
 
 /// Mean binary cross-entropy of probabilities `probs` (in [0, 1]) against `target`, with each
 /// log clamped at -100 as PyTorch does, and its gradient w.r.t. `probs`
 /// (`(p - t) / max(p(1 - p), 1e-12)`, divided by the element count).
 pub fn binary_cross_entropy(probs: &Tensor, target: &Tensor) -> Result<(Tensor, Tensor)> {
-    point_loss("binary_cross_entropy", "bce_loss_f32", probs, target, |p, t| {
+    point_loss("binary_cross_entropy", kernels::bce_loss_f32, probs, target, |p, t| {
         let (lp, lq) = (clamp_log(p.ln()), clamp_log((1.0 - p).ln()));
         (-(t * lp + (1.0 - t) * lq), (p - t) / (p * (1.0 - p)).max(1e-12))
     })
@@ -483,9 +453,13 @@ pub fn binary_cross_entropy(probs: &Tensor, target: &Tensor) -> Result<(Tensor, 
 /// Mean binary cross-entropy of `sigmoid(logits)` against `target` in the stable form
 /// `max(x, 0) - x·t + ln(1 + e^-|x|)`, and its gradient `(σ(x) - t) / n` w.r.t. the logits.
 pub fn binary_cross_entropy_with_logits(logits: &Tensor, target: &Tensor) -> Result<(Tensor, Tensor)> {
-    point_loss("binary_cross_entropy_with_logits", "bce_with_logits_loss_f32", logits, target, |x, t| {
-        (x.max(0.0) - x * t + (-x.abs()).exp().ln_1p(), 1.0 / (1.0 + (-x).exp()) - t)
-    })
+    point_loss(
+        "binary_cross_entropy_with_logits",
+        kernels::bce_with_logits_loss_f32,
+        logits,
+        target,
+        |x, t| (x.max(0.0) - x * t + (-x.abs()).exp().ln_1p(), 1.0 / (1.0 + (-x).exp()) - t),
+    )
 }
 
 fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
@@ -517,11 +491,10 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
             if n > 0 {
                 let stream = x.context().stream(op)?;
                 let cfg = LaunchConfig::covering(n.div_ceil(4), ELEMENTWISE_BLOCK);
-                let (px, po) = (x.device_ptr(), out.device_ptr());
                 // SAFETY: `dropout_f32(x, y, n, seed, p, scale)`: x and y hold n floats (16-byte
                 // aligned); any grid.
                 unsafe {
-                    launch(stream, "dropout_f32", cfg, &mut kernel_args![&px, &po, &n, &seed, &p, &scale])?
+                    kernels::dropout_f32.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seed, p, scale))?
                 };
             }
             Ok(out)
@@ -693,28 +666,37 @@ pub fn batch_norm2d_train(
             let partials = stream.device.pool.alloc(stream, c * cfg.grid.1 as usize * 2 * 4, OP)?;
             let y = Tensor::uninit(&ctx, x.shape(), OP)?;
             let (mean, rstd) = (Tensor::uninit(&ctx, &[c], OP)?, Tensor::uninit(&ctx, &[c], OP)?);
-            let (px, pp, pg, pb, py) =
-                (x.device_ptr(), partials.ptr(), gamma.device_ptr(), beta.device_ptr(), y.device_ptr());
-            let (pm, pr, prm, prv) =
-                (mean.device_ptr(), rstd.device_ptr(), running_mean.device_ptr(), running_var.device_ptr());
             // SAFETY: `batchnorm_stats_f32(x, partials, n, c, hw)`: x holds n·c·hw floats
             // (16-byte aligned planes when hw % 4 == 0), partials 2 floats per block of the
             // (c, slices) grid.
-            unsafe { launch(stream, "batchnorm_stats_f32", cfg, &mut kernel_args![&px, &pp, &n, &c, &hw])? };
+            unsafe {
+                kernels::batchnorm_stats_f32.launch(
+                    stream,
+                    cfg,
+                    (x.ptr(), partials.dev_ptr_mut(), n, c, hw),
+                )?
+            };
             // SAFETY: `batchnorm_fwd_f32(x, gamma, beta, partials, y, mean, rstd, running_mean,
             // running_var, n, c, hw, momentum, eps)`: the same grid as the stats launch before
             // it on this stream; y holds n·c·hw floats, the others c floats; the running
             // buffers are uniquely owned (made so above), so updating them in place is unseen.
-            unsafe {
-                launch(
-                    stream,
-                    "batchnorm_fwd_f32",
-                    cfg,
-                    &mut kernel_args![
-                        &px, &pg, &pb, &pp, &py, &pm, &pr, &prm, &prv, &n, &c, &hw, &momentum, &eps
-                    ],
-                )?
-            };
+            let args = (
+                x.ptr(),
+                gamma.ptr(),
+                beta.ptr(),
+                partials.dev_ptr(),
+                y.ptr_mut(),
+                mean.ptr_mut(),
+                rstd.ptr_mut(),
+                running_mean.ptr_mut(),
+                running_var.ptr_mut(),
+                n,
+                c,
+                hw,
+                momentum,
+                eps,
+            );
+            unsafe { kernels::batchnorm_fwd_f32.launch(stream, cfg, args)? };
             Ok((y, BatchNormSaved { mean, rstd }))
         }
     }
@@ -751,24 +733,21 @@ pub fn batch_norm2d_eval(
             let stream = ctx.stream(OP)?;
             let cfg = batch_norm_launch(OP, x, stream, (n, c, hw))?;
             let y = Tensor::uninit(ctx, x.shape(), OP)?;
-            let (px, pg, pb, pm, pv, py) = (
-                x.device_ptr(),
-                gamma.device_ptr(),
-                beta.device_ptr(),
-                running_mean.device_ptr(),
-                running_var.device_ptr(),
-                y.device_ptr(),
+            let args = (
+                x.ptr(),
+                gamma.ptr(),
+                beta.ptr(),
+                running_mean.ptr(),
+                running_var.ptr(),
+                y.ptr_mut(),
+                n,
+                c,
+                hw,
+                eps,
             );
             // SAFETY: `batchnorm_eval_f32(x, gamma, beta, running_mean, running_var, y, n, c, hw,
             // eps)`: x and y hold n·c·hw floats, the others c floats; grid (c, slices).
-            unsafe {
-                launch(
-                    stream,
-                    "batchnorm_eval_f32",
-                    cfg,
-                    &mut kernel_args![&px, &pg, &pb, &pm, &pv, &py, &n, &c, &hw, &eps],
-                )?
-            };
+            unsafe { kernels::batchnorm_eval_f32.launch(stream, cfg, args)? };
             Ok(y)
         }
     }
@@ -816,36 +795,29 @@ pub fn batch_norm2d_backward(
             let partials = stream.device.pool.alloc(stream, c * cfg.grid.1 as usize * 2 * 4, OP)?;
             let dx = Tensor::uninit(ctx, x.shape(), OP)?;
             let (dgamma, dbeta) = (Tensor::uninit(ctx, &[c], OP)?, Tensor::uninit(ctx, &[c], OP)?);
-            let (pd, px, pg, pm, pr, pp) = (
-                dy.device_ptr(),
-                x.device_ptr(),
-                gamma.device_ptr(),
-                saved.mean.device_ptr(),
-                saved.rstd.device_ptr(),
-                partials.ptr(),
-            );
-            let (pdx, pdg, pdb) = (dx.device_ptr(), dgamma.device_ptr(), dbeta.device_ptr());
+            let (mean, rstd) = (saved.mean.ptr(), saved.rstd.ptr());
             // SAFETY: `batchnorm_bwd_reduce_f32(dy, x, mean, rstd, partials, n, c, hw)`: dy and x
             // hold n·c·hw floats, mean/rstd c floats, partials 2 floats per block of the grid.
-            unsafe {
-                launch(
-                    stream,
-                    "batchnorm_bwd_reduce_f32",
-                    cfg,
-                    &mut kernel_args![&pd, &px, &pm, &pr, &pp, &n, &c, &hw],
-                )?
-            };
+            let args = (dy.ptr(), x.ptr(), mean, rstd, partials.dev_ptr_mut(), n, c, hw);
+            unsafe { kernels::batchnorm_bwd_reduce_f32.launch(stream, cfg, args)? };
             // SAFETY: `batchnorm_bwd_dx_f32(dy, x, gamma, mean, rstd, partials, dx, dgamma,
             // dbeta, n, c, hw)`: the reduce launch's grid and partials; dx holds n·c·hw floats,
             // dgamma/dbeta c floats.
-            unsafe {
-                launch(
-                    stream,
-                    "batchnorm_bwd_dx_f32",
-                    cfg,
-                    &mut kernel_args![&pd, &px, &pg, &pm, &pr, &pp, &pdx, &pdg, &pdb, &n, &c, &hw],
-                )?
-            };
+            let args = (
+                dy.ptr(),
+                x.ptr(),
+                gamma.ptr(),
+                mean,
+                rstd,
+                partials.dev_ptr(),
+                dx.ptr_mut(),
+                dgamma.ptr_mut(),
+                dbeta.ptr_mut(),
+                n,
+                c,
+                hw,
+            );
+            unsafe { kernels::batchnorm_bwd_dx_f32.launch(stream, cfg, args)? };
             Ok((dx, dgamma, dbeta))
         }
     }

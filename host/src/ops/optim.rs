@@ -3,9 +3,11 @@
 //!
 //! Parameters are updated in place: a parameter tensor whose buffer a clone shares is copied first
 //! (so clones keep their values), like `Arc::make_mut`.
+use crate::kernels;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{DriverResultExt, Error, Result};
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::kernel::DevPtr;
+use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::shapes::{OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_SLOT_WORDS};
 use crate::tensor::Tensor;
@@ -68,7 +70,7 @@ fn launch_multi_tensor(
     ctx: &Context,
     cached: &mut Option<DeviceTables>,
     slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]>,
-    run: impl FnOnce(LaunchConfig, u64, u64) -> Result<()>,
+    run: impl FnOnce(LaunchConfig, DevPtr<u64>, DevPtr<u32>) -> Result<()>,
 ) -> Result<()> {
     let stream = ctx.stream(op)?;
     let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.table.stream(), stream));
@@ -111,8 +113,8 @@ fn launch_multi_tensor(
             block: (OPTIMIZER_BLOCK as u32, 1, 1),
             shared_bytes: 0,
         },
-        tables.table.ptr(),
-        tables.chunks.ptr(),
+        tables.table.dev_ptr(),
+        tables.chunks.dev_ptr(),
     )
 }
 
@@ -204,14 +206,8 @@ impl Optimizer for Sgd {
                     // first_step)`: the table holds, per tensor, a uniquely owned parameter, its
                     // gradient of the same length, a momentum buffer (or 0 without momentum) and
                     // the length; the chunks cover each tensor once; one block per chunk.
-                    unsafe {
-                        launch(
-                            stream,
-                            "sgd_f32",
-                            cfg,
-                            &mut kernel_args![&table, &chunks, &lr, &momentum, &wd, &nesterov, &first_step],
-                        )
-                    }
+                    let args = (table, chunks, lr, momentum, wd, nesterov, first_step);
+                    unsafe { kernels::sgd_f32.launch(stream, cfg, args) }
                 })
             }
         }
@@ -315,16 +311,8 @@ impl Optimizer for Adam {
                     // decoupled)`: the table holds, per tensor, a uniquely owned parameter, its
                     // gradient, and this optimizer's m and v, all of the same length, and that
                     // length; the chunks cover each tensor once; one block per chunk.
-                    unsafe {
-                        launch(
-                            stream,
-                            "adam_f32",
-                            cfg,
-                            &mut kernel_args![
-                                &table, &chunks, &lr, &b1, &b2, &eps, &wd, &c1, &c2, &decoupled
-                            ],
-                        )
-                    }
+                    let args = (table, chunks, lr, b1, b2, eps, wd, c1, c2, decoupled);
+                    unsafe { kernels::adam_f32.launch(stream, cfg, args) }
                 })
             }
         }

@@ -4,15 +4,16 @@
 //! Output size per axis: `(in + 2·padding - kernel) / stride + 1` (PyTorch's floor mode).
 //! Padding may be at most half the kernel (PyTorch's rule), so every window holds at least one
 //! input element.
+use crate::kernels;
 use crate::runtime::context::Context;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::launch::{launch, LaunchConfig};
+use crate::runtime::kernel::{DeviceArg, Kernel, KernelArgs};
+use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::POOL_BLOCK;
 use crate::tensor::{element_count, Storage, Tensor};
 use rayon::prelude::*;
-use std::ffi::c_void;
 use std::fmt;
 
 /// Window, stride and padding of a 2-D pooling, `(rows, columns)` each.
@@ -161,36 +162,66 @@ impl Geometry {
     /// # Safety
     /// `ptrs` are the kernels' pointer arguments in their order, each to a live device buffer
     /// of the size the kernels ask for under this geometry.
-    unsafe fn launch<const P: usize>(
+    unsafe fn launch<P: PoolPointers>(
         &self,
         stream: &Stream,
         op: &'static str,
-        kernels: Kernels,
+        kernels: Kernels<P>,
         items: usize,
-        ptrs: [u64; P],
+        ptrs: P,
     ) -> Result<()> {
-        let geometry = self.args();
-        let (name, cfg, sizes) = if self.is_2x2_vectorizable() {
-            let pairs = self.planes() * self.oh * (self.w / 4);
-            (kernels.vectorized_2x2, self.launch_config(op, pairs)?, &geometry[..3])
-        } else {
-            (kernels.general, self.launch_config(op, items)?, &geometry[..])
-        };
-        let mut args: Vec<*mut c_void> = ptrs
-            .iter()
-            .map(|p| p as *const u64 as *mut c_void)
-            .chain(sizes.iter().map(|s| s as *const usize as *mut c_void))
-            .collect();
+        let g = self.args();
         // SAFETY: the caller's pointers, then the geometry both kernels take after them.
-        unsafe { launch(stream, name, cfg, &mut args) }
+        unsafe {
+            if self.is_2x2_vectorizable() {
+                let pairs = self.planes() * self.oh * (self.w / 4);
+                kernels.vectorized_2x2.launch(
+                    stream,
+                    self.launch_config(op, pairs)?,
+                    ptrs.with_sizes3([g[0], g[1], g[2]]),
+                )
+            } else {
+                kernels.general.launch(stream, self.launch_config(op, items)?, ptrs.with_sizes(g))
+            }
+        }
     }
 }
 
+/// The pointer arguments of a pooling pass, which its kernels take before the geometry: the
+/// general kernels all eleven sizes of [`Geometry::args`], the 2×2 ones the first three.
+trait PoolPointers: Copy {
+    type General: KernelArgs;
+    type Pairs: KernelArgs;
+    fn with_sizes(self, sizes: [usize; 11]) -> Self::General;
+    fn with_sizes3(self, sizes: [usize; 3]) -> Self::Pairs;
+}
+
+macro_rules! pool_pointers {
+    ($($p:ident)+) => {
+        impl<$($p: DeviceArg),+> PoolPointers for ($($p,)+) {
+            type General = ($($p,)+ usize, usize, usize, usize, usize, usize, usize, usize, usize, usize, usize);
+            type Pairs = ($($p,)+ usize, usize, usize);
+            #[allow(non_snake_case)]
+            fn with_sizes(self, [a, b, c, d, e, f, g, h, i, j, k]: [usize; 11]) -> Self::General {
+                let ($($p,)+) = self;
+                ($($p,)+ a, b, c, d, e, f, g, h, i, j, k)
+            }
+            #[allow(non_snake_case)]
+            fn with_sizes3(self, [a, b, c]: [usize; 3]) -> Self::Pairs {
+                let ($($p,)+) = self;
+                ($($p,)+ a, b, c)
+            }
+        }
+    };
+}
+pool_pointers!(A B);
+pool_pointers!(A B C);
+
 /// The kernels of one pooling pass: the general one, and the 2×2 stride-2 one for rows of a
 /// multiple of 4 floats (one thread per pair of outputs).
-struct Kernels {
-    general: &'static str,
-    vectorized_2x2: &'static str,
+struct Kernels<P: PoolPointers> {
+    general: Kernel<P::General>,
+    vectorized_2x2: Kernel<P::Pairs>,
 }
 
 enum Argmax {
@@ -312,13 +343,14 @@ pub fn max_pool2d(x: &Tensor, p: Pool2dParams) -> Result<(Tensor, MaxPoolSaved)>
             let y = Tensor::uninit(ctx, &g.output_shape(), OP)?;
             let argmax = stream.device.pool.alloc(stream, outputs, OP)?;
             if outputs > 0 {
-                let kernels = Kernels { general: "max_pool2d_f32", vectorized_2x2: "max_pool2d_2x2_f32" };
+                let kernels =
+                    Kernels { general: kernels::max_pool2d_f32, vectorized_2x2: kernels::max_pool2d_2x2_f32 };
                 // SAFETY: `max_pool2d_f32` and `max_pool2d_2x2_f32` take (x, y, argmax): x holds
                 // planes·h·w floats (16-byte aligned rows for the 2×2 kernel: w % 4 == 0), y and
                 // argmax planes·oh·ow floats and bytes; the geometry was checked (windows of
                 // ≤ 256 elements, each with a valid element).
                 unsafe {
-                    g.launch(stream, OP, kernels, outputs, [x.device_ptr(), y.device_ptr(), argmax.ptr()])?
+                    g.launch(stream, OP, kernels, outputs, (x.ptr(), y.ptr_mut(), argmax.dev_ptr_mut()))?
                 };
             }
             Ok((y, MaxPoolSaved { geometry: g, ctx: ctx.clone(), argmax: Argmax::Cuda(argmax) }))
@@ -364,13 +396,14 @@ pub fn max_pool2d_backward(dy: &Tensor, saved: &MaxPoolSaved) -> Result<Tensor> 
             if dx.is_empty() {
                 return Ok(dx);
             }
-            let kernels = Kernels { general: "max_pool2d_bwd_f32", vectorized_2x2: "max_pool2d_2x2_bwd_f32" };
+            let kernels = Kernels {
+                general: kernels::max_pool2d_bwd_f32,
+                vectorized_2x2: kernels::max_pool2d_2x2_bwd_f32,
+            };
             // SAFETY: `max_pool2d_bwd_f32` and `max_pool2d_2x2_bwd_f32` take (dy, argmax, dx): dy
             // and argmax hold planes·oh·ow floats and bytes (the forward pass's, same geometry),
             // dx planes·h·w floats (w % 4 == 0 for the 2×2 kernel, which writes each once).
-            unsafe {
-                g.launch(stream, OP, kernels, dx.len(), [dy.device_ptr(), argmax.ptr(), dx.device_ptr()])?
-            };
+            unsafe { g.launch(stream, OP, kernels, dx.len(), (dy.ptr(), argmax.dev_ptr(), dx.ptr_mut()))? };
             Ok(dx)
         }
         _ => Err(dy.context().mismatch(OP, &saved.ctx)),
@@ -405,10 +438,11 @@ pub fn avg_pool2d(x: &Tensor, p: Pool2dParams) -> Result<Tensor> {
             if y.is_empty() {
                 return Ok(y);
             }
-            let kernels = Kernels { general: "avg_pool2d_f32", vectorized_2x2: "avg_pool2d_2x2_f32" };
+            let kernels =
+                Kernels { general: kernels::avg_pool2d_f32, vectorized_2x2: kernels::avg_pool2d_2x2_f32 };
             // SAFETY: `avg_pool2d_f32` and `avg_pool2d_2x2_f32` take (x, y): x holds planes·h·w
             // floats (w % 4 == 0 for the 2×2 kernel), y planes·oh·ow; geometry checked.
-            unsafe { g.launch(stream, OP, kernels, y.len(), [x.device_ptr(), y.device_ptr()])? };
+            unsafe { g.launch(stream, OP, kernels, y.len(), (x.ptr(), y.ptr_mut()))? };
             Ok(y)
         }
     }
@@ -445,11 +479,14 @@ pub fn avg_pool2d_backward(dy: &Tensor, x_shape: &[usize], p: Pool2dParams) -> R
             if dx.is_empty() {
                 return Ok(dx);
             }
-            let kernels = Kernels { general: "avg_pool2d_bwd_f32", vectorized_2x2: "avg_pool2d_2x2_bwd_f32" };
+            let kernels = Kernels {
+                general: kernels::avg_pool2d_bwd_f32,
+                vectorized_2x2: kernels::avg_pool2d_2x2_bwd_f32,
+            };
             // SAFETY: `avg_pool2d_bwd_f32` and `avg_pool2d_2x2_bwd_f32` take (dy, dx): dy holds
             // planes·oh·ow floats, dx planes·h·w (w % 4 == 0 for the 2×2 kernel, which writes
             // each once); geometry checked.
-            unsafe { g.launch(stream, OP, kernels, dx.len(), [dy.device_ptr(), dx.device_ptr()])? };
+            unsafe { g.launch(stream, OP, kernels, dx.len(), (dy.ptr(), dx.ptr_mut()))? };
             Ok(dx)
         }
     }

@@ -2,9 +2,11 @@
 //! Kernels: `gpu-kernels/src/random/`. Both backends compile the same Philox and transforms
 //! (`philox.rs`), so a seed gives the same bits on the GPU and the CPU.
 use super::CPU_CHUNK;
+use crate::kernels;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::Result;
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::kernel::{DevPtrMut, Kernel};
+use crate::runtime::launch::LaunchConfig;
 use crate::shapes::ELEMENTWISE_BLOCK;
 use crate::tensor::{element_count, Tensor};
 use rayon::prelude::*;
@@ -17,7 +19,7 @@ fn generate(
     shape: &[usize],
     seed: u64,
     op: &'static str,
-    kernel: &'static str,
+    kernel: Kernel<(DevPtrMut<f32>, usize, u64)>,
     f: fn(u64, u64) -> [f32; 4],
 ) -> Result<Tensor> {
     match &ctx.backend {
@@ -34,10 +36,9 @@ fn generate(
             let n = out.len();
             if n > 0 {
                 let cfg = LaunchConfig::covering(n.div_ceil(4), ELEMENTWISE_BLOCK);
-                let po = out.device_ptr();
                 // SAFETY: `<rand|randn>_f32(out, n, seed)`: a live buffer of `n` floats (16-byte
                 // aligned); any grid is valid.
-                unsafe { launch(stream, kernel, cfg, &mut kernel_args![&po, &n, &seed])? };
+                unsafe { kernel.launch(stream, cfg, (out.ptr_mut(), n, seed))? };
             }
             Ok(out)
         }
@@ -47,11 +48,11 @@ fn generate(
 impl Context {
     /// Standard-normal samples; element `i` depends only on `(seed, i)`, on every backend.
     pub fn randn(&self, shape: &[usize], seed: u64) -> Result<Tensor> {
-        generate(self, shape, seed, "randn", "randn_f32", philox::normal4)
+        generate(self, shape, seed, "randn", kernels::randn_f32, philox::normal4)
     }
 
     /// Uniform samples in [0, 1); element `i` depends only on `(seed, i)`, on every backend.
     pub fn rand(&self, shape: &[usize], seed: u64) -> Result<Tensor> {
-        generate(self, shape, seed, "rand", "rand_f32", philox::uniform4)
+        generate(self, shape, seed, "rand", kernels::rand_f32, philox::uniform4)
     }
 }

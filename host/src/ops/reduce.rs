@@ -5,8 +5,13 @@
 //! device; the CPU folds fixed chunks in f64 and combines them in order. Sum of nothing is 0 and
 //! mean of nothing NaN (as in PyTorch); max and min of nothing are errors.
 use super::CPU_CHUNK;
+use crate::kernels;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
+use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
+use crate::runtime::launch::LaunchConfig;
+
+type AllArgs = (DevPtr<f32>, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<f32>, f32);
+type RowsArgs = (DevPtr<f32>, usize, usize, DevPtrMut<f32>, f32);
 use crate::shapes::{REDUCE_ALL_BLOCK, REDUCE_ROWS_BLOCK};
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -36,15 +41,21 @@ impl Reduce {
         }
     }
 
-    /// The kernel's combine; mean runs as a sum that is scaled at the end.
-    fn kernel(self, rows: bool) -> &'static str {
-        match (self, rows) {
-            (Reduce::Sum | Reduce::Mean, false) => "sum_all_f32",
-            (Reduce::Max, false) => "max_all_f32",
-            (Reduce::Min, false) => "min_all_f32",
-            (Reduce::Sum | Reduce::Mean, true) => "sum_rows_f32",
-            (Reduce::Max, true) => "max_rows_f32",
-            (Reduce::Min, true) => "min_rows_f32",
+    /// The whole-tensor kernel's combine; mean runs as a sum that is scaled at the end.
+    fn all_kernel(self) -> Kernel<AllArgs> {
+        match self {
+            Reduce::Sum | Reduce::Mean => kernels::sum_all_f32,
+            Reduce::Max => kernels::max_all_f32,
+            Reduce::Min => kernels::min_all_f32,
+        }
+    }
+
+    /// The row kernel's combine.
+    fn rows_kernel(self) -> Kernel<RowsArgs> {
+        match self {
+            Reduce::Sum | Reduce::Mean => kernels::sum_rows_f32,
+            Reduce::Max => kernels::max_rows_f32,
+            Reduce::Min => kernels::min_rows_f32,
         }
     }
 
@@ -107,14 +118,13 @@ fn reduce_all(x: &Tensor, op: Reduce) -> Result<Tensor> {
             let partials = stream.device.pool.alloc(stream, blocks * 4, name)?;
             let counter = stream.reduce_counter()?;
             let out = Tensor::uninit(x.context(), &[], name)?;
-            let (px, pp, po, scale) = (x.device_ptr(), partials.ptr(), out.device_ptr(), op.scale(n));
+            let args =
+                (x.ptr(), n, partials.dev_ptr_mut(), DevPtrMut::new(counter), out.ptr_mut(), op.scale(n));
             // SAFETY: `<op>_all_f32(x, n, partials, counter, out, scale)`: `x` holds `n` floats,
             // `partials` one float per block of this grid, `counter` is this stream's zeroed
             // counter (launches on a stream do not overlap, and the kernel leaves it zero),
             // `out` one float; blocks of REDUCE_ALL_BLOCK threads (≤ 1024, a multiple of 32).
-            unsafe {
-                launch(stream, op.kernel(false), cfg, &mut kernel_args![&px, &n, &pp, &counter, &po, &scale])?
-            };
+            unsafe { op.all_kernel().launch(stream, cfg, args)? };
             Ok(out)
         }
     }
@@ -168,13 +178,11 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
                     reason: "more than 2^31-1 rows".into(),
                 });
             }
-            let (px, po, scale) = (x.device_ptr(), out.device_ptr(), op.scale(cols));
+            let args = (x.ptr(), rows, cols, out.ptr_mut(), op.scale(cols));
             // SAFETY: `<op>_rows_f32(x, rows, cols, out, scale)`: `x` holds rows·cols floats,
             // `out` rows floats; the block is (32, k) with one row per warp or (t > 32, 1) with
             // one row per block, and the grid covers every row.
-            unsafe {
-                launch(stream, op.kernel(true), cfg, &mut kernel_args![&px, &rows, &cols, &po, &scale])?
-            };
+            unsafe { op.rows_kernel().launch(stream, cfg, args)? };
             Ok(out)
         }
     }

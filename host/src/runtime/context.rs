@@ -1,6 +1,7 @@
 //! `Context`: a device (CUDA or the CPU backend) and, on CUDA, the stream its work goes to.
 use super::device::{driver, CudaDevice, DeviceInfo};
 use super::error::{Error, Result};
+use super::module::ModuleSource;
 use super::pool::PoolStats;
 use super::stream::{Event, PinnedBuffer, Stream};
 use std::fmt;
@@ -176,10 +177,19 @@ impl Context {
         self.stream("memory_info")?.device.memory_info()
     }
 
-    /// How long loading the kernel module into this device took (CUDA only).
+    /// How this context's device got its kernels: prebuilt cubins, or PTX compiled by the driver
+    /// (CUDA only).
+    pub fn module_source(&self) -> Option<ModuleSource> {
+        match &self.backend {
+            Backend::Cuda(s) => Some(s.device.modules.source),
+            Backend::Cpu => None,
+        }
+    }
+
+    /// How long loading the kernel modules into this device took (CUDA only).
     pub fn module_load_time(&self) -> Option<Duration> {
         match &self.backend {
-            Backend::Cuda(s) => Some(s.device.module.load_time),
+            Backend::Cuda(s) => Some(s.device.modules.load_time),
             Backend::Cpu => None,
         }
     }
@@ -188,7 +198,7 @@ impl Context {
     /// capability 9.0 and `FERROCUDA_DISABLE_SM90A` not set to 1 when the device was opened.
     pub fn uses_sm90a_kernels(&self) -> bool {
         match &self.backend {
-            Backend::Cuda(s) => s.device.module.sm90a,
+            Backend::Cuda(s) => s.device.modules.sm90a,
             Backend::Cpu => false,
         }
     }

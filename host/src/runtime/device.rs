@@ -1,7 +1,7 @@
 //! CUDA devices: discovery, properties, and the per-device state every context on it shares
 //! (primary context, kernel module, memory pool).
 use super::error::{DriverResultExt, Error, Result};
-use super::module::KernelModule;
+use super::module::KernelModules;
 use super::pool::MemoryPool;
 use cudarc::driver::{result, sys};
 use std::cell::Cell;
@@ -95,7 +95,7 @@ unsafe impl Sync for RawContext {}
 pub(crate) struct CudaDevice {
     pub(crate) info: DeviceInfo,
     raw: RawContext,
-    pub(crate) module: KernelModule,
+    pub(crate) modules: KernelModules,
     pub(crate) pool: MemoryPool,
 }
 
@@ -123,8 +123,8 @@ impl CudaDevice {
         let raw =
             RawContext(unsafe { result::primary_ctx::retain(handle) }.call("cuDevicePrimaryCtxRetain")?);
         bind(raw)?;
-        let module = KernelModule::load(info.compute_capability)?;
-        let dev = Arc::new(CudaDevice { info, raw, module, pool: MemoryPool::new() });
+        let modules = KernelModules::load(info.compute_capability)?;
+        let dev = Arc::new(CudaDevice { info, raw, modules, pool: MemoryPool::new() });
         open[ordinal] = Some(dev.clone());
         Ok(dev)
     }

@@ -39,6 +39,10 @@ pub enum Error {
     SizeOverflow { op: &'static str, shape: Vec<usize> },
     #[error("{op}: {reason} (shape {shape:?})")]
     InvalidArgument { op: &'static str, shape: Vec<usize>, reason: String },
+    #[error("kernel {kernel} is in module {module}, which this device does not load (built without it, or an sm_90a module on another GPU)")]
+    KernelUnavailable { kernel: &'static str, module: &'static str },
+    #[error("embedded kernel module {module} is corrupt: {reason}")]
+    CorruptModule { module: &'static str, reason: String },
     /// An op inside a layer failed; `layer` describes the layer (type and sizes).
     #[error("{layer}: {source}")]
     Layer { layer: String, source: Box<Error> },

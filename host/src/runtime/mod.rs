@@ -2,6 +2,8 @@
 pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod error;
+#[macro_use]
+pub(crate) mod kernel;
 pub(crate) mod launch;
 pub(crate) mod module;
 pub(crate) mod pool;

@@ -1,23 +1,45 @@
-//! The embedded PTX modules: one loaded per device, kernel handles cached by name.
+//! The embedded kernel modules (one per `module` of `gpu-kernels/src/kernels.rs`), loaded into a
+//! device's context when it is opened, and the per-device cache of kernel handles.
 //!
-//! Devices of compute capability exactly 9.0 (H100/H200) load the sm_90a module, which holds
-//! every kernel plus the Hopper-only ones (`wgmma`, TMA); other devices, or any device when
-//! `FERROCUDA_DISABLE_SM90A=1`, load the portable one.
-use super::error::{DriverResultExt, Result};
+//! Each module is embedded as a cubin (machine code, assembled by ptxas at build time) and, for the
+//! portable ones, as deflated PTX. A device loads the cubin when its architecture runs it (same
+//! major version and at least the cubin's minor; an `sm_90a` cubin only on compute capability
+//! 9.0): no compilation at run time. Elsewhere the driver JIT-compiles the PTX (tens of seconds the
+//! first time on a machine, then cached by the driver; said once on stderr). The sm_90a modules
+//! (wgmma, TMA) are loaded only on compute capability 9.0 and not with `FERROCUDA_DISABLE_SM90A=1`.
+use super::error::{DriverResultExt, Error, Result};
+use super::kernel::KernelInfo;
+use crate::kernels::{KERNEL_COUNT, MODULES};
 use cudarc::driver::{result, sys};
-use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::Mutex;
+use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The PTX that `build.rs` built from `gpu-kernels/`.
-pub const KERNELS_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
-/// The same kernels plus the Hopper-only ones, for `.target sm_90a` (empty when the build was
-/// given a prebuilt PTX without one).
-pub const KERNELS_PTX_SM90A: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_sm90a.ptx"));
-
-/// Set to `1` to keep H100s on the portable module (and so the mma.sync GEMMs).
+/// Set to `1` to keep H100s on the portable modules (and so the mma.sync GEMMs).
 pub const DISABLE_SM90A_VAR: &str = "FERROCUDA_DISABLE_SM90A";
+
+/// One module as `build.rs` embedded it.
+pub(crate) struct EmbeddedModule {
+    pub name: &'static str,
+    /// The target it was built for, e.g. `sm_90` or `sm_90a`.
+    pub arch: &'static str,
+    /// Empty when the build found no ptxas.
+    pub cubin: &'static [u8],
+    /// Empty for sm_90a modules.
+    pub ptx_deflated: &'static [u8],
+    pub ptx_len: usize,
+}
+
+include!(concat!(env!("OUT_DIR"), "/modules.rs"));
+
+/// How a device got its kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// Machine code built for this architecture: no compilation at load.
+    Cubin,
+    /// PTX compiled by the driver (or taken from its cache).
+    JitPtx,
+}
 
 #[derive(Clone, Copy)]
 struct RawModule(sys::CUmodule);
@@ -32,45 +54,118 @@ unsafe impl Send for RawFunction {}
 // SAFETY: as above.
 unsafe impl Sync for RawFunction {}
 
-pub(crate) struct KernelModule {
-    module: RawModule,
-    functions: Mutex<HashMap<&'static str, RawFunction>>,
+/// The modules loaded into one device's context, and its kernel handles.
+pub(crate) struct KernelModules {
+    /// By `MODULES` index; `None` for a module this device does not use.
+    modules: Vec<Option<RawModule>>,
+    functions: Box<[OnceLock<RawFunction>]>,
     pub(crate) load_time: Duration,
-    /// Whether this is the sm_90a module (the `wgmma` kernels exist).
+    pub(crate) source: ModuleSource,
+    /// Whether the sm_90a modules (the `wgmma` kernels) are loaded.
     pub(crate) sm90a: bool,
 }
 
-impl KernelModule {
-    /// JIT-load the PTX for a device of `compute_capability` into the current context.
+/// Whether machine code for `arch` (`sm_XY` or `sm_XYa`) runs on a device of `cc`.
+fn cubin_runs_on(arch: &str, cc: (u32, u32)) -> bool {
+    let digits = arch.trim_start_matches("sm_");
+    let (digits, exact) = match digits.strip_suffix('a') {
+        Some(d) => (d, true),
+        None => (digits, false),
+    };
+    let Ok(v) = digits.parse::<u32>() else { return false };
+    let (major, minor) = (v / 10, v % 10);
+    if exact {
+        cc == (major, minor)
+    } else {
+        cc.0 == major && cc.1 >= minor
+    }
+}
+
+impl KernelModules {
+    /// Load every module a device of `compute_capability` uses into the current context.
     pub(crate) fn load(compute_capability: (u32, u32)) -> Result<Self> {
         let started = Instant::now();
-        let sm90a = compute_capability == (9, 0)
-            && !KERNELS_PTX_SM90A.is_empty()
-            && std::env::var(DISABLE_SM90A_VAR).map_or(true, |v| v != "1");
-        let ptx = if sm90a { KERNELS_PTX_SM90A } else { KERNELS_PTX };
-        let image = CString::new(ptx).expect("PTX text has no NUL byte");
-        // SAFETY: `image` is a NUL-terminated PTX string that outlives the call.
-        let module = unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?;
+        let sm90a_wanted =
+            compute_capability == (9, 0) && std::env::var(DISABLE_SM90A_VAR).map_or(true, |v| v != "1");
+        let mut source = ModuleSource::Cubin;
+        let mut modules = Vec::with_capacity(MODULES.len());
+        let mut loaded = Vec::new();
+        let result = (|| {
+            for &(name, arch) in MODULES {
+                let embedded = EMBEDDED_MODULES.iter().find(|m| m.name == name);
+                let module = match embedded {
+                    Some(_) if arch == "sm_90a" && !sm90a_wanted => None,
+                    Some(m) if !m.cubin.is_empty() && cubin_runs_on(m.arch, compute_capability) => {
+                        Some(load_image(m.cubin)?)
+                    }
+                    Some(m) if !m.ptx_deflated.is_empty() => {
+                        source = ModuleSource::JitPtx;
+                        jit_notice(m.arch, compute_capability);
+                        Some(load_ptx(m)?)
+                    }
+                    _ => None,
+                };
+                if let Some(raw) = module {
+                    loaded.push(raw);
+                }
+                modules.push(module);
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for raw in loaded {
+                // SAFETY: loaded above, no handle from it escaped.
+                let _ = unsafe { result::module::unload(raw.0) };
+            }
+            return Err(e);
+        }
+        let sm90a = MODULES.iter().zip(&modules).any(|(&(_, arch), m)| arch == "sm_90a" && m.is_some());
         Ok(Self {
-            module: RawModule(module),
-            functions: Mutex::new(HashMap::new()),
+            modules,
+            functions: (0..KERNEL_COUNT).map(|_| OnceLock::new()).collect(),
             load_time: started.elapsed(),
+            source,
             sm90a,
         })
     }
 
-    /// The kernel called `name` (an `.entry` of the PTX).
-    pub(crate) fn function(&self, name: &'static str) -> Result<RawFunction> {
-        let mut cache = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = cache.get(name) {
+    /// The handle of `kernel`, looked up once per device.
+    pub(crate) fn function(&self, kernel: KernelInfo) -> Result<RawFunction> {
+        if let Some(f) = self.functions[kernel.index].get() {
             return Ok(*f);
         }
-        let cname = CString::new(name).expect("kernel names have no NUL byte");
-        // SAFETY: the module is loaded and never unloaded.
+        let Some(module) = self.modules[kernel.module] else {
+            return Err(Error::KernelUnavailable { kernel: kernel.name, module: MODULES[kernel.module].0 });
+        };
+        let cname = CString::new(kernel.name).expect("kernel names have no NUL byte");
+        // SAFETY: the module is loaded and never unloaded while the device is open.
         let f = RawFunction(
-            unsafe { result::module::get_function(self.module.0, cname) }.call("cuModuleGetFunction")?,
+            unsafe { result::module::get_function(module.0, cname) }.call("cuModuleGetFunction")?,
         );
-        cache.insert(name, f);
-        Ok(f)
+        Ok(*self.functions[kernel.index].get_or_init(|| f))
     }
+}
+
+fn jit_notice(arch: &str, cc: (u32, u32)) {
+    static NOTICE: Once = Once::new();
+    NOTICE.call_once(|| {
+        eprintln!(
+            "ferrocuda: no cubin for this GPU (sm_{}{}; built for {arch}): the driver compiles the \
+             kernels' PTX now, which takes tens of seconds the first time on a machine and is then \
+             cached by the driver",
+            cc.0, cc.1
+        )
+    });
+}
+
+fn load_image(image: &[u8]) -> Result<RawModule> {
+    // SAFETY: `image` is a complete cubin that outlives the call.
+    Ok(RawModule(unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?))
+}
+
+fn load_ptx(m: &EmbeddedModule) -> Result<RawModule> {
+    let mut text = miniz_oxide::inflate::decompress_to_vec_with_limit(m.ptx_deflated, m.ptx_len)
+        .map_err(|e| Error::CorruptModule { module: m.name, reason: format!("{e:?}") })?;
+    text.push(0);
+    load_image(&text)
 }

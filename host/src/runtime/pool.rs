@@ -6,6 +6,7 @@
 //! that stream first waits for the old one. On an out-of-memory answer the pool returns its cached
 //! blocks to the driver and tries once more.
 use super::error::{DriverResultExt, Error, Result};
+use super::kernel::{DevPtr, DevPtrMut, DeviceElement};
 use super::stream::Stream;
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
@@ -62,6 +63,14 @@ pub(crate) struct DeviceBuffer {
 impl DeviceBuffer {
     pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
         self.ptr
+    }
+    /// The buffer as a kernel's input of elements `T`.
+    pub(crate) fn dev_ptr<T: DeviceElement>(&self) -> DevPtr<T> {
+        DevPtr::new(self.ptr)
+    }
+    /// The buffer as a kernel's output of elements `T`.
+    pub(crate) fn dev_ptr_mut<T: DeviceElement>(&self) -> DevPtrMut<T> {
+        DevPtrMut::new(self.ptr)
     }
     pub(crate) fn bytes(&self) -> usize {
         self.bytes

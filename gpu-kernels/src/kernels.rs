@@ -1,0 +1,254 @@
+//! Every kernel's signature, declared once, grouped by the module it is built into.
+//!
+//! Three crates read this table through their own `kernel_table!` macro:
+//! - the kernel crate checks each entry against the real kernel (a function-pointer coercion per
+//!   kernel, compiled only into the entry's module build): a kernel whose parameters differ from
+//!   its entry fails the kernel build;
+//! - `build.rs` builds one PTX module per `module` (the cargo feature of the same name selects its
+//!   kernels), refuses a module whose `.entry` list differs from its entries, and assembles it for
+//!   the `arch` given (an `sm_90a` module exists only as a cubin for compute capability 9.0);
+//! - the host crate gets one typed launcher per kernel (`kernels::add_f32.launch(stream, cfg,
+//!   (a, b, out, n))`), whose argument tuple is built from these types: a pointer becomes a
+//!   `DevPtr<T>` / `DevPtrMut<T>`, a scalar stays itself. A launcher whose arguments drift from
+//!   this table is a compile error in the host crate.
+//!
+//! Entries: `path::to::file { [kernel, ...](parameters); ... }`, one bracket per signature. The
+//! modules build in this order, the slowest to assemble first, so that ptxas on one overlaps the
+//! rustc build of the next.
+kernel_table! {
+    module matmul_sm90a("matmul_sm90a", sm_90a) {
+        matmul::gemm_wgmma {
+            [
+                gemm_wgmma_f16_nn, gemm_wgmma_f16_nt, gemm_wgmma_f16_tn, gemm_wgmma_f16_tt,
+                gemm_wgmma_bf16_nn, gemm_wgmma_bf16_nt, gemm_wgmma_bf16_tn, gemm_wgmma_bf16_tt
+            ](
+                maps: *const u8, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
+                k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
+                batched_b: u32
+            );
+            [gemm_wgmma_tf32_nt](
+                maps: *const u8, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
+                k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
+                batched_b: u32
+            );
+        }
+    }
+    module matmul("matmul", portable) {
+        matmul::gemm_f32 {
+            [
+                gemm_f32_large_nn, gemm_f32_large_nt, gemm_f32_large_tn, gemm_f32_large_tt,
+                gemm_f32_medium_nn, gemm_f32_medium_nt, gemm_f32_medium_tn, gemm_f32_medium_tt,
+                gemm_f32_small_nn, gemm_f32_small_nt, gemm_f32_small_tn, gemm_f32_small_tt
+            ](
+                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
+                n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize, alpha: f32,
+                beta: f32, activation: u32
+            );
+        }
+        matmul::gemm_tf32 {
+            [gemm_tf32_nn, gemm_tf32_nt, gemm_tf32_tn, gemm_tf32_tt](
+                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
+                n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize, alpha: f32,
+                beta: f32, activation: u32
+            );
+        }
+        matmul::gemm_half {
+            [
+                gemm_f16_nn, gemm_f16_nt, gemm_f16_tn, gemm_f16_tt,
+                gemm_bf16_nn, gemm_bf16_nt, gemm_bf16_tn, gemm_bf16_tt
+            ](
+                a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16, m: usize,
+                n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize, alpha: f32,
+                beta: f32, activation: u32
+            );
+        }
+    }
+    module conv("conv", portable) {
+        conv::forward {
+            [conv2d_fwd_f32_large, conv2d_fwd_f32_medium, conv2d_fwd_f32_small, conv2d_fwd_tf32](
+                a: *const f32, b: *const f32, bias: *const f32, out: *mut f32, n: usize, c: usize,
+                h: usize, w: usize, k: usize, r: usize, s: usize, p: usize, q: usize, stride_h: usize,
+                stride_w: usize, pad_h: usize, pad_w: usize, dil_h: usize, dil_w: usize, k_chunk: usize
+            );
+        }
+        conv::backward_data {
+            [conv2d_bwd_data_f32_large, conv2d_bwd_data_f32_medium, conv2d_bwd_data_f32_small, conv2d_bwd_data_tf32](
+                a: *const f32, b: *const f32, bias: *const f32, out: *mut f32, n: usize, c: usize,
+                h: usize, w: usize, k: usize, r: usize, s: usize, p: usize, q: usize, stride_h: usize,
+                stride_w: usize, pad_h: usize, pad_w: usize, dil_h: usize, dil_w: usize, k_chunk: usize
+            );
+        }
+        conv::backward_weight {
+            [
+                conv2d_bwd_weight_f32_large, conv2d_bwd_weight_f32_medium, conv2d_bwd_weight_f32_small,
+                conv2d_bwd_weight_tf32
+            ](
+                a: *const f32, b: *const f32, bias: *const f32, out: *mut f32, n: usize, c: usize,
+                h: usize, w: usize, k: usize, r: usize, s: usize, p: usize, q: usize, stride_h: usize,
+                stride_w: usize, pad_h: usize, pad_w: usize, dil_h: usize, dil_w: usize, k_chunk: usize
+            );
+            [conv2d_split_sum_f32](
+                partial: *const f32, bias: *const f32, out: *mut f32, len: usize, splits: usize,
+                plane: usize, channels: usize
+            );
+        }
+        conv::backward_bias {
+            [conv2d_bwd_bias_f32](dy: *const f32, db: *mut f32, n: usize, k: usize, pq: usize);
+        }
+    }
+    module nn("nn", portable) {
+        nn::activation {
+            [relu_bwd_f32, sigmoid_bwd_f32, tanh_bwd_f32, gelu_bwd_f32](
+                saved: *const f32, dy: *const f32, dx: *mut f32, n: usize
+            );
+            [
+                relu_bwd_f16, sigmoid_bwd_f16, tanh_bwd_f16, gelu_bwd_f16,
+                relu_bwd_bf16, sigmoid_bwd_bf16, tanh_bwd_bf16, gelu_bwd_bf16
+            ](saved: *const u16, dy: *const u16, dx: *mut u16, n: usize);
+        }
+        nn::softmax {
+            [softmax_f32, log_softmax_f32](x: *const f32, out: *mut f32, cols: usize);
+            [softmax_bwd_f32, log_softmax_bwd_f32](y: *const f32, dy: *const f32, dx: *mut f32, cols: usize);
+        }
+        nn::loss {
+            [cross_entropy_f32](
+                logits: *const f32, labels: *const u32, loss: *mut f32, grad: *mut f32, cols: usize, scale: f32
+            );
+            [mse_loss_f32, bce_loss_f32, bce_with_logits_loss_f32](
+                pred: *const f32, target: *const f32, grad: *mut f32, partials: *mut f32, n: usize, scale: f32
+            );
+        }
+        nn::layernorm {
+            [layernorm_fwd_f32](
+                x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, mean_out: *mut f32,
+                rstd_out: *mut f32, cols: usize, eps: f32
+            );
+            [layernorm_bwd_dx_f32](
+                x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
+                dx: *mut f32, cols: usize
+            );
+            [layernorm_bwd_params_f32](
+                x: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32, dgamma: *mut f32,
+                dbeta: *mut f32, rows: usize, cols: usize
+            );
+        }
+        nn::batchnorm {
+            [batchnorm_stats_f32](x: *const f32, partials: *mut f32, n: usize, channels: usize, hw: usize);
+            [batchnorm_fwd_f32](
+                x: *const f32, gamma: *const f32, beta: *const f32, partials: *const f32, y: *mut f32,
+                mean_out: *mut f32, rstd_out: *mut f32, running_mean: *mut f32, running_var: *mut f32,
+                n: usize, channels: usize, hw: usize, momentum: f32, eps: f32
+            );
+            [batchnorm_eval_f32](
+                x: *const f32, gamma: *const f32, beta: *const f32, running_mean: *const f32,
+                running_var: *const f32, y: *mut f32, n: usize, channels: usize, hw: usize, eps: f32
+            );
+            [batchnorm_bwd_reduce_f32](
+                dy: *const f32, x: *const f32, mean: *const f32, rstd: *const f32, partials: *mut f32,
+                n: usize, channels: usize, hw: usize
+            );
+            [batchnorm_bwd_dx_f32](
+                dy: *const f32, x: *const f32, gamma: *const f32, mean: *const f32, rstd: *const f32,
+                partials: *const f32, dx: *mut f32, dgamma: *mut f32, dbeta: *mut f32, n: usize,
+                channels: usize, hw: usize
+            );
+        }
+        nn::dropout {
+            [dropout_f32](x: *const f32, y: *mut f32, n: usize, seed: u64, p: f32, scale: f32);
+        }
+    }
+    module elementwise("elementwise", portable) {
+        elementwise::fill {
+            [fill_f32](out: *mut f32, value: f32, n: usize);
+            [fill_u16](out: *mut u16, bits: u32, n: usize);
+        }
+        elementwise::binary {
+            [add_f32, sub_f32, mul_f32, div_f32](a: *const f32, b: *const f32, out: *mut f32, n: usize);
+            [add_scalar_f32, sub_scalar_f32, mul_scalar_f32, div_scalar_f32](
+                a: *const f32, s: f32, out: *mut f32, n: usize
+            );
+            [add_f16, sub_f16, mul_f16, div_f16, add_bf16, sub_bf16, mul_bf16, div_bf16](
+                a: *const u16, b: *const u16, out: *mut u16, n: usize
+            );
+            [
+                add_scalar_f16, sub_scalar_f16, mul_scalar_f16, div_scalar_f16,
+                add_scalar_bf16, sub_scalar_bf16, mul_scalar_bf16, div_scalar_bf16
+            ](a: *const u16, s: f32, out: *mut u16, n: usize);
+        }
+        elementwise::unary {
+            [relu_f32, sigmoid_f32, tanh_f32, gelu_f32](x: *const f32, out: *mut f32, n: usize);
+            [relu_f16, sigmoid_f16, tanh_f16, gelu_f16, relu_bf16, sigmoid_bf16, tanh_bf16, gelu_bf16](
+                x: *const u16, out: *mut u16, n: usize
+            );
+        }
+        elementwise::convert {
+            [convert_f32_f16, convert_f32_bf16](x: *const f32, out: *mut u16, n: usize);
+            [convert_f16_f32, convert_bf16_f32](x: *const u16, out: *mut f32, n: usize);
+            [convert_f16_bf16, convert_bf16_f16](x: *const u16, out: *mut u16, n: usize);
+        }
+    }
+    module pool("pool", portable) {
+        pool::max {
+            [max_pool2d_f32](
+                x: *const f32, y: *mut f32, argmax: *mut u8, planes: usize, h: usize, w: usize, oh: usize,
+                ow: usize, kh: usize, kw: usize, sh: usize, sw: usize, ph: usize, pw: usize
+            );
+            [max_pool2d_2x2_f32](x: *const f32, y: *mut f32, argmax: *mut u8, planes: usize, h: usize, w: usize);
+            [max_pool2d_bwd_f32](
+                dy: *const f32, argmax: *const u8, dx: *mut f32, planes: usize, h: usize, w: usize,
+                oh: usize, ow: usize, kh: usize, kw: usize, sh: usize, sw: usize, ph: usize, pw: usize
+            );
+            [max_pool2d_2x2_bwd_f32](
+                dy: *const f32, argmax: *const u8, dx: *mut f32, planes: usize, h: usize, w: usize
+            );
+        }
+        pool::avg {
+            [avg_pool2d_f32](
+                x: *const f32, y: *mut f32, planes: usize, h: usize, w: usize, oh: usize, ow: usize,
+                kh: usize, kw: usize, sh: usize, sw: usize, ph: usize, pw: usize
+            );
+            [avg_pool2d_2x2_f32](x: *const f32, y: *mut f32, planes: usize, h: usize, w: usize);
+            [avg_pool2d_bwd_f32](
+                dy: *const f32, dx: *mut f32, planes: usize, h: usize, w: usize, oh: usize, ow: usize,
+                kh: usize, kw: usize, sh: usize, sw: usize, ph: usize, pw: usize
+            );
+            [avg_pool2d_2x2_bwd_f32](dy: *const f32, dx: *mut f32, planes: usize, h: usize, w: usize);
+        }
+    }
+    module optim("optim", portable) {
+        optim::sgd {
+            [sgd_f32](
+                slots: *const u64, chunks: *const u32, lr: f32, momentum: f32, weight_decay: f32,
+                nesterov: u32, first_step: u32
+            );
+        }
+        optim::adam {
+            [adam_f32](
+                slots: *const u64, chunks: *const u32, lr: f32, beta1: f32, beta2: f32, eps: f32,
+                weight_decay: f32, bias_correction1: f32, bias_correction2: f32, decoupled: u32
+            );
+        }
+    }
+    module reduce("reduce", portable) {
+        reduce::all {
+            [sum_all_f32, max_all_f32, min_all_f32](
+                x: *const f32, n: usize, partials: *mut f32, counter: *mut u32, out: *mut f32, scale: f32
+            );
+        }
+        reduce::rows {
+            [sum_rows_f32, max_rows_f32, min_rows_f32](
+                x: *const f32, rows: usize, cols: usize, out: *mut f32, scale: f32
+            );
+        }
+    }
+    module layout("layout", portable) {
+        layout::transpose {
+            [transpose_f32](x: *const f32, rows: usize, cols: usize, out: *mut f32);
+        }
+    }
+    module random("random", portable) {
+        random::generate {
+            [rand_f32, randn_f32](out: *mut f32, n: usize, seed: u64);
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Typed kernel handles, generated from `gpu-kernels/src/kernels.rs` (the table the kernel crate
+//! checks its kernels against), and their launch: the one `unsafe` call into the driver.
+//!
+//! `kernels::add_f32` is a [`Kernel`] whose argument tuple is
+//! `(DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, usize)`: a call site that passes a wrong type, a
+//! wrong count, or a pointer of the wrong element type does not compile.
+use super::error::{DriverResultExt, Error, Result};
+use super::launch::LaunchConfig;
+use super::stream::Stream;
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+/// Dynamic shared memory a block gets without opting in.
+const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
+
+/// Element types a kernel's pointers may point to.
+pub(crate) trait DeviceElement: Copy + 'static {}
+impl DeviceElement for f32 {}
+impl DeviceElement for u16 {}
+impl DeviceElement for u8 {}
+impl DeviceElement for u32 {}
+impl DeviceElement for u64 {}
+
+/// A device address a kernel reads through (`*const T` in its signature); 0 is null.
+#[repr(transparent)]
+pub(crate) struct DevPtr<T> {
+    addr: u64,
+    elem: PhantomData<fn() -> T>,
+}
+
+/// A device address a kernel writes through (`*mut T` in its signature); 0 is null.
+#[repr(transparent)]
+pub(crate) struct DevPtrMut<T> {
+    addr: u64,
+    elem: PhantomData<fn() -> T>,
+}
+
+macro_rules! device_pointer {
+    ($($ptr:ident),*) => {$(
+        impl<T> Clone for $ptr<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<T> Copy for $ptr<T> {}
+        impl<T: DeviceElement> $ptr<T> {
+            /// The pointer to device address `addr` (memory of this process's device buffers).
+            pub(crate) fn new(addr: u64) -> Self {
+                Self { addr, elem: PhantomData }
+            }
+        }
+    )*};
+}
+device_pointer!(DevPtr, DevPtrMut);
+
+impl<T: DeviceElement> DevPtr<T> {
+    /// The null pointer, for optional inputs (a kernel checks for 0 before reading).
+    pub(crate) fn null() -> Self {
+        Self::new(0)
+    }
+}
+
+impl<T: DeviceElement> From<DevPtrMut<T>> for DevPtr<T> {
+    fn from(p: DevPtrMut<T>) -> Self {
+        DevPtr::new(p.addr)
+    }
+}
+
+/// Types a kernel argument may have on the host: each has the size, alignment and bits of the
+/// kernel parameter it stands for.
+///
+/// # Safety
+/// Implementors are plain data with exactly the layout of a PTX kernel parameter of their type.
+pub(crate) unsafe trait DeviceArg: Copy {}
+// SAFETY: scalars are passed by value with their own layout; the pointers are `repr(transparent)`
+// over a u64, the layout of a 64-bit PTX address.
+unsafe impl DeviceArg for f32 {}
+// SAFETY: as above.
+unsafe impl DeviceArg for u32 {}
+// SAFETY: as above.
+unsafe impl DeviceArg for u64 {}
+// SAFETY: as above (usize is 64-bit on the host and on nvptx64).
+unsafe impl DeviceArg for usize {}
+// SAFETY: as above.
+unsafe impl<T: DeviceElement> DeviceArg for DevPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: DeviceElement> DeviceArg for DevPtrMut<T> {}
+
+/// The host type of a kernel parameter type of `kernels.rs`.
+pub(crate) trait KernelParam {
+    type Arg: DeviceArg;
+}
+impl<T: DeviceElement> KernelParam for *const T {
+    type Arg = DevPtr<T>;
+}
+impl<T: DeviceElement> KernelParam for *mut T {
+    type Arg = DevPtrMut<T>;
+}
+macro_rules! scalar_params {
+    ($($t:ty),*) => {$(
+        impl KernelParam for $t {
+            type Arg = $t;
+        }
+    )*};
+}
+scalar_params!(f32, u32, u64, usize);
+
+/// A kernel's whole argument list: a tuple of [`DeviceArg`]s.
+pub(crate) trait KernelArgs {
+    /// Call `f` with the address of each argument, as the driver takes them.
+    fn with_addresses<Out>(&self, f: impl FnOnce(&mut [*mut c_void]) -> Out) -> Out;
+}
+
+macro_rules! kernel_args_for_tuples {
+    ($first:ident $($rest:ident)*) => {
+        kernel_args_for_tuples!(@impl $first $($rest)*);
+        kernel_args_for_tuples!($($rest)*);
+    };
+    () => {};
+    (@impl $($t:ident)+) => {
+        impl<$($t: DeviceArg),+> KernelArgs for ($($t,)+) {
+            #[allow(non_snake_case)]
+            fn with_addresses<Out>(&self, f: impl FnOnce(&mut [*mut c_void]) -> Out) -> Out {
+                let ($($t,)+) = self;
+                f(&mut [$($t as *const $t as *mut c_void),+])
+            }
+        }
+    };
+}
+kernel_args_for_tuples!(A B C D E F G H I J K L M N O P Q R S T);
+
+/// What identifies a kernel at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KernelInfo {
+    pub name: &'static str,
+    /// Index into `kernels::MODULES`.
+    pub module: usize,
+    /// Index among all kernels of the table (the per-device function cache's slot).
+    pub index: usize,
+}
+
+/// A kernel of the embedded modules, launched with arguments of type `A`.
+pub(crate) struct Kernel<A> {
+    pub(crate) info: KernelInfo,
+    args: PhantomData<fn(A)>,
+}
+
+impl<A> Clone for Kernel<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for Kernel<A> {}
+
+impl<A: KernelArgs> Kernel<A> {
+    pub(crate) const fn new(name: &'static str, module: usize, index: usize) -> Self {
+        Self { info: KernelInfo { name, module, index }, args: PhantomData }
+    }
+
+    /// Launch on `stream`.
+    ///
+    /// # Safety
+    /// Every pointer in `args` refers to device memory of `stream`'s device, valid for what the
+    /// kernel reads and writes given the other arguments, and stays allocated until the kernel
+    /// finishes (buffers return to the stream-ordered pool, so holding them until this call
+    /// returns suffices); the config satisfies what the kernel's documentation asks of its launch
+    /// shape.
+    pub(crate) unsafe fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
+        args.with_addresses(|addresses| {
+            // SAFETY: forwarded from this function's contract; the addresses point into `args`,
+            // which outlives the call, and their types are the table's, which the kernel build
+            // checked against the kernel.
+            unsafe { launch_raw(stream, self.info, cfg, addresses) }
+        })
+    }
+}
+
+/// # Safety
+/// As [`Kernel::launch`], with `args` the addresses of arguments of the kernel's types.
+unsafe fn launch_raw(
+    stream: &Stream,
+    kernel: KernelInfo,
+    cfg: LaunchConfig,
+    args: &mut [*mut c_void],
+) -> Result<()> {
+    let device = &stream.device;
+    device.bind()?;
+    let f = device.modules.function(kernel)?;
+    if cfg.shared_bytes as usize > DEFAULT_SHARED_LIMIT {
+        // Blocks get more than 48 KiB of dynamic shared memory only when the kernel opts in.
+        // SAFETY: `f` is a live kernel handle; the attribute only raises a limit.
+        unsafe {
+            result::function::set_function_attribute(
+                f.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cfg.shared_bytes as i32,
+            )
+        }
+        .call("cuFuncSetAttribute")?;
+    }
+    result::launch_kernel(f.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args).map_err(|source| {
+        Error::Launch {
+            kernel: kernel.name,
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_bytes: cfg.shared_bytes,
+            source,
+        }
+    })
+}
+
+/// The constants of one signature's kernels, one at a time (the argument type cannot be repeated
+/// inside the repetition of names).
+macro_rules! kernel_constants {
+    ($module:ident; $args:ty; $first:ident $($rest:ident)*) => {
+        #[allow(non_upper_case_globals, dead_code)]
+        pub(crate) const $first: crate::runtime::kernel::Kernel<$args> = crate::runtime::kernel::Kernel::new(
+            stringify!($first),
+            ModuleIndex::$module as usize,
+            KernelIndex::$first as usize,
+        );
+        kernel_constants!($module; $args; $($rest)*);
+    };
+    ($module:ident; $args:ty;) => {};
+}
+
+/// Reads `kernels.rs` into typed [`Kernel`] constants, `MODULES` and `KERNEL_COUNT`.
+macro_rules! kernel_table {
+    ($(module $module:ident($feature:literal, $arch:ident) {
+        $($($path:ident)::+ {
+            $([$($name:ident),+ $(,)?]($($arg:ident: $ty:ty),* $(,)?);)*
+        })*
+    })*) => {
+        /// Each module's name and target (`portable` or `sm_90a`), in table order.
+        pub(crate) const MODULES: &[(&str, &str)] = &[$((stringify!($module), stringify!($arch))),*];
+
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        enum ModuleIndex { $($module,)* }
+        #[allow(non_camel_case_types)]
+        enum KernelIndex { $($($($($name,)+)*)*)* Count }
+        /// Kernels in the table.
+        pub(crate) const KERNEL_COUNT: usize = KernelIndex::Count as usize;
+
+        $($($(
+            kernel_constants!($module; ($(<$ty as crate::runtime::kernel::KernelParam>::Arg,)*); $($name)+);
+        )*)*)*
+    };
+}
+
+/// One op's kernels for f32, f16 and bf16 tensors (the 16-bit ones take u16 buffers).
+pub(crate) struct ByDType<F, H> {
+    pub f32: Kernel<F>,
+    pub f16: Kernel<H>,
+    pub bf16: Kernel<H>,
+}
+
+/// `launch_by_dtype!(table, dtype, |k| unsafe { k.launch(...) })`: the launch expression is
+/// written once and type-checked for each dtype's kernel (each infers its own pointer types).
+macro_rules! launch_by_dtype {
+    ($table:expr, $dtype:expr, |$k:ident| $launch:expr) => {{
+        let table = &$table;
+        match $dtype {
+            crate::tensor::DType::F32 => {
+                let $k = &table.f32;
+                $launch
+            }
+            crate::tensor::DType::F16 => {
+                let $k = &table.f16;
+                $launch
+            }
+            crate::tensor::DType::BF16 => {
+                let $k = &table.bf16;
+                $launch
+            }
+        }
+    }};
+}
