@@ -1,10 +1,9 @@
 //! Layout ops: copy and transpose. Kernel: `gpu-kernels/src/layout/transpose.rs`.
 use super::CPU_CHUNK;
-use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
 use crate::shapes::{TRANSPOSE_BLOCK, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
 use crate::tensor::{Storage, Tensor};
-use cudarc::driver::result;
 use rayon::prelude::*;
 
 impl Tensor {
@@ -15,16 +14,8 @@ impl Tensor {
             Storage::Cuda(src) => {
                 let out = Tensor::uninit_as(self.context(), self.shape(), self.dtype(), "copy")?;
                 if src.bytes() > 0 {
-                    // SAFETY: both buffers hold `bytes` and live on this stream.
-                    unsafe {
-                        result::memcpy_dtod_async(
-                            out.device_ptr(),
-                            src.ptr(),
-                            src.bytes(),
-                            src.stream().raw(),
-                        )
-                    }
-                    .call("cuMemcpyDtoDAsync")?;
+                    // SAFETY: both buffers hold `bytes` and live on this stream (`out` is fresh).
+                    unsafe { src.stream().copy_dtod(out.device_ptr(), src.ptr(), src.bytes()) }?;
                 }
                 Ok(out)
             }
