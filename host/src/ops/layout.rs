@@ -22,6 +22,11 @@ impl Tensor {
         }
     }
 
+    /// Whether the CUDA transpose takes a matrix of `rows` rows (one tile row per grid row).
+    pub(crate) fn transpose_fits(rows: usize) -> bool {
+        rows.div_ceil(TRANSPOSE_TILE) <= 65_535
+    }
+
     /// The transpose of a matrix: `[rows, cols]` → `[cols, rows]`, materialised.
     pub fn transpose(&self) -> Result<Tensor> {
         const OP: &str = "transpose";
@@ -53,7 +58,7 @@ impl Tensor {
                     return Ok(out);
                 }
                 let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
-                if grid_y > 65_535 || grid_x > i32::MAX as usize {
+                if !Self::transpose_fits(rows) || grid_x > i32::MAX as usize {
                     return Err(Error::InvalidArgument {
                         op: OP,
                         shape: self.shape().to_vec(),

@@ -19,7 +19,7 @@ use crate::shapes::{
     GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA16_SHARED_BYTES, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
     WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
 };
-use crate::tensor::{DType, Storage, Tensor};
+use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::{result, sys};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -202,6 +202,8 @@ impl<'a> Gemm<'a> {
         let d = self.dims()?;
         let batched = self.a.rank() == 3 || self.b.rank() == 3;
         let shape = self.out_shape(d.batch, d.m, d.n, batched);
+        // With K = 0 the operands are empty whatever M, N and the batch: their product may not fit.
+        element_count(self.op, &shape)?;
         match self.a.storage() {
             Storage::Cpu(_) => {
                 Ok(Tensor::from_cpu_as(self.a.context(), &shape, self.a.dtype(), self.cpu(d)?))
@@ -217,6 +219,13 @@ impl<'a> Gemm<'a> {
             return Ok(out);
         }
         let stream = self.a.context().stream(op)?;
+        if d.batch > MAX_GRID_YZ {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: shape.to_vec(),
+                reason: format!("a batch of at most {MAX_GRID_YZ} per launch"),
+            });
+        }
         let sms = stream.device.info.sm_count as usize;
         let blocks = |tile: (usize, usize)| d.n.div_ceil(tile.1) * d.m.div_ceil(tile.0) * d.batch;
         let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
@@ -244,11 +253,11 @@ impl<'a> Gemm<'a> {
             (SIMT_F32_KERNELS[size][ta][tb], tile, gemm_threads(tile), gemm_shared_bytes(tile))
         };
         let (grid_x, grid_y) = (d.n.div_ceil(tile.1), d.m.div_ceil(tile.0));
-        if grid_y > 65_535 || d.batch > 65_535 {
+        if grid_y > MAX_GRID_YZ {
             return Err(Error::InvalidArgument {
                 op,
                 shape: shape.to_vec(),
-                reason: "M or the batch is too large for one launch".into(),
+                reason: "M is too large for one launch".into(),
             });
         }
         let cfg = LaunchConfig {
@@ -309,6 +318,11 @@ impl<'a> Gemm<'a> {
     fn launch_tf32_wgmma(&self, d: Dims, out: &Tensor, stream: &Arc<Stream>) -> Result<bool> {
         let batched = |t: &Tensor| t.rank() == 3;
         if (self.transpose_a && batched(self.a)) || (!self.transpose_b && batched(self.b)) || d.k % 4 != 0 {
+            return Ok(false);
+        }
+        // Both transposes have K rows; past the transpose's limit, `mma.sync` takes the product.
+        let transposes = self.transpose_a || !self.transpose_b;
+        if transposes && !Tensor::transpose_fits(d.k) {
             return Ok(false);
         }
         let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
@@ -448,6 +462,9 @@ impl<'a> Gemm<'a> {
         Ok(out)
     }
 }
+
+/// The largest grid y and z of a launch (the batch is the grid's z in every GEMM kernel).
+const MAX_GRID_YZ: usize = 65_535;
 
 /// `[tile size][A transposed][B transposed]`.
 const SIMT_F32_KERNELS: [[[&str; 2]; 2]; 3] = [

@@ -74,11 +74,10 @@ pub(crate) fn resolve_elapsed(lookup: impl Fn(&[u8]) -> Option<ElapsedFn>) -> Op
 /// The event-timing entry point of the loaded driver (`driver()` has succeeded).
 pub(crate) fn elapsed_fn() -> Result<ElapsedFn> {
     driver()?;
-    ELAPSED_ENTRY
-        .get()
-        .copied()
-        .flatten()
-        .ok_or(Error::Driver { call: "cuEventElapsedTime", source: DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND) })
+    ELAPSED_ENTRY.get().copied().flatten().ok_or(Error::Driver {
+        call: "cuEventElapsedTime",
+        source: DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND),
+    })
 }
 
 /// Number of CUDA devices (0 where there is no driver).
@@ -219,7 +218,8 @@ mod tests {
     fn event_timing_falls_back_to_the_original_entry_point() {
         let old_driver = |name: &[u8]| (name == b"cuEventElapsedTime\0").then_some(v1 as ElapsedFn);
         assert_eq!(called(resolve_elapsed(old_driver)), 1.0);
-        let new_driver = |name: &[u8]| Some(if name == b"cuEventElapsedTime_v2\0" { v2 } else { v1 } as ElapsedFn);
+        let new_driver =
+            |name: &[u8]| Some(if name == b"cuEventElapsedTime_v2\0" { v2 } else { v1 } as ElapsedFn);
         assert_eq!(called(resolve_elapsed(new_driver)), 2.0);
         assert!(resolve_elapsed(|_| None).is_none());
     }

@@ -138,7 +138,8 @@ impl MemoryPool {
 
     /// Make `stream` wait for the work that last used `block` on another stream.
     fn order_after(block: &CachedBlock, stream: &Arc<Stream>) -> Result<()> {
-        let Some(old) = block.stream.as_ref().filter(|s| !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream))) else {
+        let Some(old) = block.stream.as_ref().filter(|s| !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream)))
+        else {
             return Ok(());
         };
         match old.upgrade() {
@@ -255,7 +256,10 @@ mod tests {
     use super::*;
 
     fn err() -> Error {
-        Error::Driver { call: "cuMemFree", source: cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN) }
+        Error::Driver {
+            call: "cuMemFree",
+            source: cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN),
+        }
     }
 
     #[test]
