@@ -20,7 +20,7 @@ use crate::shapes::{
     WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
-use cudarc::driver::{result, sys};
+use cudarc::driver::sys;
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -368,10 +368,9 @@ impl<'a> Gemm<'a> {
         };
         let maps: Vec<u64> = map_a.opaque.iter().chain(map_b.opaque.iter()).copied().collect();
         let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
-        // SAFETY: the buffer holds exactly the copied words; a pageable source is staged before
-        // the call returns; the launch below is ordered after the copy on this stream.
-        unsafe { result::memcpy_htod_async(maps_dev.ptr(), &maps, stream.raw()) }
-            .call("cuMemcpyHtoDAsync")?;
+        // SAFETY: the fresh buffer of this stream holds exactly the copied words (see `copy_htod`
+        // on the pageable source); the launch below is ordered after the copy on this stream.
+        unsafe { stream.copy_htod(maps_dev.ptr(), &maps) }?;
 
         let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1);
         if tiles > i32::MAX as usize {
@@ -401,7 +400,10 @@ impl<'a> Gemm<'a> {
         // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
-        // stream-ordered pool after this call, so no later work reuses it before the kernel ends.
+        // stream-ordered pool after this call, so no later work reuses it before the kernel ends;
+        // pool blocks are 256-byte aligned, so both maps are 64-byte aligned. The kernel fences the
+        // tensor-map proxy on both maps before its first TMA copy, since the block may have held
+        // an earlier launch's maps at the same address.
         unsafe {
             launch(
                 stream,
