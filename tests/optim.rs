@@ -134,7 +134,7 @@ fn state_checked_against_shapes_on(ctx: &Context) {
     adam.step(&mut p, &grads()).unwrap();
     fresh.step(&mut q, &grads()).unwrap();
     for (a, b) in p.iter().zip(&q) {
-        assert_eq!(a.to_vec().unwrap(), b.to_vec().unwrap(), "a refused step moved the bias correction");
+        assert_same("after a refused step (bias correction)", &a.to_vec().unwrap(), &b.to_vec().unwrap());
     }
 
     let mut sgd = Sgd::new(0.1).momentum(0.9);

@@ -159,8 +159,8 @@ fn pinned_uploads_from_two_threads(gpu: &Context) {
             (a.join().unwrap(), b.join().unwrap())
         });
         pinned.as_mut_slice().unwrap().fill(-1.0);
-        assert_eq!(a.to_vec().unwrap(), data, "round {round}: the busy stream's upload saw the host's write");
-        assert_eq!(b.to_vec().unwrap(), data, "round {round}: the idle stream's upload saw the host's write");
+        assert_same(&format!("round {round}, upload on the busy stream"), &a.to_vec().unwrap(), &data);
+        assert_same(&format!("round {round}, upload on the idle stream"), &b.to_vec().unwrap(), &data);
         drop(chain);
     }
 }
@@ -208,7 +208,7 @@ fn two_contexts_alternating_on_one_thread(gpu: &Context) {
             .unwrap();
         assert_close(&format!("round {i}"), &y.to_vec().unwrap(), &want.to_vec().unwrap(), 1e-5);
         other();
-        assert_eq!(p.to_vec().unwrap(), randn_host(4096, 82));
+        assert_same(&format!("round {i}, pinned upload"), &p.to_vec().unwrap(), &randn_host(4096, 82));
         other();
         // SAFETY: allocated above in `theirs`, current again.
         unsafe { result::free_sync(their_block) }.unwrap();

@@ -69,7 +69,7 @@ fn worker(t: usize, ctx: &Context, shared: &ferrocuda::PinnedBuffer, shared_data
             if let Some(x) = last.take() {
                 let got = x.to_vec().unwrap();
                 let want: Vec<f32> = shared_data.iter().map(|v| v * 2.0).collect();
-                assert_eq!(got, want, "thread {t} iteration {i}: upload from the shared buffer");
+                assert_same(&format!("thread {t} iteration {i}: upload from the shared buffer"), &got, &want);
             }
         }
     }
