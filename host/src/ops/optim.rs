@@ -3,6 +3,12 @@
 //!
 //! Parameters are updated in place: a parameter tensor whose buffer a clone shares is copied first
 //! (so clones keep their values), like `Arc::make_mut`.
+//!
+//! The state (momentum, Adam's moments) is made at the first step for those parameters, on their
+//! context. Every later step checks each parameter against its state: another count, shape or
+//! dtype is `ShapeMismatch`/`DTypeMismatch`/`InvalidArgument`, another stream, device or backend
+//! `DeviceMismatch` (make a new optimizer to start on other parameters). A step that fails leaves
+//! Adam's step count (its bias correction) where it was.
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
