@@ -354,7 +354,7 @@ impl Tensor {
         dst.begin_copy(buf.stream(), |host| {
             buf.stream().device.bind()?;
             // SAFETY: `host` is pinned memory of `len` floats that the host does not touch until
-            // the recorded event completes; the source block is only reused after the copy,
+            // the copy is known complete (`begin_copy` tracks it); the source block is only reused after the copy,
             // in the order of the stream it was queued on.
             unsafe { sys::cuMemcpyDtoHAsync_v2(host.cast(), buf.ptr(), buf.bytes(), buf.stream().raw()) }
                 .result()
