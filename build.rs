@@ -442,10 +442,14 @@ fn capture(cmd: &mut Command) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The kernel build's own target directory, beside the host's build outputs in the cargo target
-/// directory (marked by CACHEDIR.TAG), so every profile shares one prebuilt `core`.
+/// The kernel build's own target directory, `gpu-kernels/` in the cargo target directory
+/// (`OUT_DIR` is `<target>/<profile>/build/<package>-<hash>/out`), so that every profile and every
+/// build-script configuration (a `cargo build` and a `cargo test` hash theirs differently) shares
+/// one build of `core`, of each module, and the cubin cache.
 fn kernel_target_dir(out: &Path) -> PathBuf {
-    out.ancestors().find(|d| d.join("CACHEDIR.TAG").is_file()).unwrap_or(out).join("gpu-kernels")
+    let target =
+        out.ancestors().nth(4).filter(|_| out.ancestors().nth(2).is_some_and(|b| b.ends_with("build")));
+    target.unwrap_or(out).join("gpu-kernels")
 }
 
 /// The LLVM module that defines every `shared_array!` of the kernel sources in `addrspace(3)`,

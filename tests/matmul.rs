@@ -363,6 +363,61 @@ fn cpu_matches_loops() {
     }
 }
 
+/// With K = 0 the operands are empty whatever M and N: an M·N past `usize` is a typed error, not
+/// an overflow (a debug panic, a wrong-length result in release).
+fn cpu_product_size_overflow() {
+    let cpu = Context::cpu();
+    let (a, b) = (cpu.zeros(&[1 << 33, 0]).unwrap(), cpu.zeros(&[0, 1 << 33]).unwrap());
+    let err = a.matmul(&b).unwrap_err();
+    assert!(matches!(err, Error::SizeOverflow { op: "matmul", .. }), "{err}");
+    let (a, b) = (cpu.zeros(&[1 << 22, 1 << 22, 0]).unwrap(), cpu.zeros(&[1 << 22, 0, 1 << 22]).unwrap());
+    let err = a.matmul(&b).unwrap_err();
+    assert!(matches!(err, Error::SizeOverflow { op: "matmul", .. }), "{err}");
+}
+
+/// A batch past the grid's z limit is refused by name on every kernel, the wgmma ones included
+/// (they went to the driver, which refused the launch).
+fn batch_limit_on_every_kernel(gpu: &Context) {
+    let batch = 65_536;
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let a = gpu.full_as(&[batch, 1, 8], 1.0, dtype).unwrap();
+        let b = gpu.full_as(&[batch, 8, 8], 1.0, dtype).unwrap();
+        for tf32 in [false, true] {
+            let err = Gemm::new(&a, &b).allow_tf32(tf32).run().unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { op: "matmul", .. }), "{dtype:?}: {err}");
+        }
+    }
+}
+
+/// TF32 with K past the transpose's row limit (64 · 65,535) takes `mma.sync` instead of failing in
+/// the transpose that the `wgmma` path needs for B `[K, N]`.
+fn tf32_long_k_falls_back(gpu: &Context) {
+    let k = 65_535 * 64 + 4;
+    let (ag, ac) = operand(gpu, 2, k, 70);
+    let (bg, bc) = operand(gpu, k, 3, 71);
+    let got = Gemm::new(&ag, &bg).allow_tf32(true).run().unwrap();
+    let want = ac.matmul(&bc).unwrap();
+    assert_close("tf32 K = 4 Mi", &got.to_vec().unwrap(), &want.to_vec().unwrap(), 1e-2);
+}
+
+/// Many small 16-bit products in a row, each with other operands and shapes: on sm_90a each call's
+/// tensor maps land in the block the previous call's maps were in (the pool reuses it), so a
+/// descriptor the tensor-map proxy kept from the previous call would show as a wrong result.
+fn wgmma_maps_change_every_call(gpu: &Context) {
+    let rounds = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 6 } else { 60 };
+    for i in 0..rounds {
+        let (m, n, k) = (64 + 8 * (i % 5), 72 + 8 * (i % 7), 64 + 8 * (i % 3));
+        let h =
+            |(g, c): (Tensor, Tensor)| (g.to_dtype(DType::BF16).unwrap(), c.to_dtype(DType::BF16).unwrap());
+        let (ag, ac) = h(operand(gpu, m, k, 100 + i as u64));
+        let (bg, bc) = h(operand(gpu, k, n, 200 + i as u64));
+        poison_pool(gpu, &[m, n]);
+        let got = ag.matmul(&bg).unwrap().to_vec().unwrap();
+        let want = ac.matmul(&bc).unwrap().to_vec().unwrap();
+        assert_close(&format!("round {i} ({m}, {n}, {k})"), &got, &want, 2e-2);
+    }
+}
+
 fn main() {
     run(&[
         ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
@@ -378,5 +433,9 @@ fn main() {
         ("gpu_bad_shapes", Case::Gpu(gpu_bad_shapes)),
         ("cpu_bad_shapes", Case::Cpu(cpu_bad_shapes)),
         ("cpu_matches_loops", Case::Cpu(cpu_matches_loops)),
+        ("cpu_product_size_overflow", Case::Cpu(cpu_product_size_overflow)),
+        ("gpu_batch_limit_on_every_kernel", Case::Gpu(batch_limit_on_every_kernel)),
+        ("gpu_tf32_long_k_falls_back", Case::Gpu(tf32_long_k_falls_back)),
+        ("gpu_wgmma_maps_change_every_call", Case::Gpu(wgmma_maps_change_every_call)),
     ]);
 }

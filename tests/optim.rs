@@ -105,6 +105,88 @@ fn cpu_bad_input() {
     bad_input_on(&Context::cpu());
 }
 
+/// A parameter list of the same count as the first step's but with other shapes is refused (the
+/// kernels would index the state past its end; the CPU path panicked), and the refused step
+/// leaves the optimizer as it was: the next good step matches an optimizer that never saw it.
+fn state_checked_against_shapes_on(ctx: &Context) {
+    let params = || {
+        [ctx.from_slice(&randn_host(4, 1), &[4]).unwrap(), ctx.from_slice(&randn_host(5, 2), &[5]).unwrap()]
+    };
+    let grads = || {
+        [ctx.from_slice(&randn_host(4, 3), &[4]).unwrap(), ctx.from_slice(&randn_host(5, 4), &[5]).unwrap()]
+    };
+    let mut swapped = [ctx.zeros(&[5]).unwrap(), ctx.zeros(&[4]).unwrap()];
+    let swapped_grads = [ctx.zeros(&[5]).unwrap(), ctx.zeros(&[4]).unwrap()];
+    let mut longer = [ctx.zeros(&[4]).unwrap(), ctx.zeros(&[6]).unwrap()];
+    let longer_grads = [ctx.zeros(&[4]).unwrap(), ctx.zeros(&[6]).unwrap()];
+
+    let (mut adam, mut fresh) = (Adam::new(1e-2), Adam::new(1e-2));
+    let (mut p, mut q) = (params(), params());
+    adam.step(&mut p, &grads()).unwrap();
+    fresh.step(&mut q, &grads()).unwrap();
+    let err = adam.step(&mut swapped, &swapped_grads).unwrap_err();
+    assert!(
+        matches!(&err, Error::ShapeMismatch { op: "adam", lhs, rhs } if lhs == &[5] && rhs == &[4]),
+        "{err}"
+    );
+    let err = adam.step(&mut longer, &longer_grads).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "adam", .. }), "{err}");
+    adam.step(&mut p, &grads()).unwrap();
+    fresh.step(&mut q, &grads()).unwrap();
+    for (a, b) in p.iter().zip(&q) {
+        assert_same("after a refused step (bias correction)", &a.to_vec().unwrap(), &b.to_vec().unwrap());
+    }
+
+    let mut sgd = Sgd::new(0.1).momentum(0.9);
+    let mut p = params();
+    sgd.step(&mut p, &grads()).unwrap();
+    let err = sgd.step(&mut longer, &longer_grads).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "sgd", .. }), "{err}");
+    let err = sgd.step(&mut swapped, &swapped_grads).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "sgd", .. }), "{err}");
+}
+
+fn cpu_state_checked_against_shapes() {
+    state_checked_against_shapes_on(&Context::cpu());
+}
+
+fn gpu_state_checked_against_shapes(gpu: &Context) {
+    state_checked_against_shapes_on(gpu);
+}
+
+/// Parameters moved to another stream or to the CPU backend after the first step are refused
+/// (the kernel would run on one stream against state of another; the CPU path panicked on Adam's
+/// CUDA state and silently dropped SGD's momentum); moved back, stepping goes on as before.
+fn gpu_state_checked_against_contexts(gpu: &Context) {
+    let other = gpu.new_stream().unwrap();
+    let cpu = Context::cpu();
+    let mut params = [gpu.from_slice(&randn_host(1000, 5), &[1000]).unwrap()];
+    let grads = [gpu.from_slice(&randn_host(1000, 6), &[1000]).unwrap()];
+    let mut adam = Adam::new(1e-2);
+    let mut sgd = Sgd::new(0.1).momentum(0.9);
+    adam.step(&mut params, &grads).unwrap();
+    sgd.step(&mut params, &grads).unwrap();
+    for ctx in [&other, &cpu] {
+        let mut moved = [params[0].to_context(ctx).unwrap()];
+        let moved_grads = [grads[0].to_context(ctx).unwrap()];
+        let err = adam.step(&mut moved, &moved_grads).unwrap_err();
+        assert!(matches!(err, Error::DeviceMismatch { op: "adam", .. }), "{ctx:?}: {err}");
+        let err = sgd.step(&mut moved, &moved_grads).unwrap_err();
+        assert!(matches!(err, Error::DeviceMismatch { op: "sgd", .. }), "{ctx:?}: {err}");
+    }
+    // The same steps on the CPU backend from the start agree: nothing was counted or dropped.
+    let mut cpu_params = [cpu.from_slice(&randn_host(1000, 5), &[1000]).unwrap()];
+    let cpu_grads = [cpu.from_slice(&randn_host(1000, 6), &[1000]).unwrap()];
+    let (mut cpu_adam, mut cpu_sgd) = (Adam::new(1e-2), Sgd::new(0.1).momentum(0.9));
+    cpu_adam.step(&mut cpu_params, &cpu_grads).unwrap();
+    cpu_sgd.step(&mut cpu_params, &cpu_grads).unwrap();
+    adam.step(&mut params, &grads).unwrap();
+    sgd.step(&mut params, &grads).unwrap();
+    cpu_adam.step(&mut cpu_params, &cpu_grads).unwrap();
+    cpu_sgd.step(&mut cpu_params, &cpu_grads).unwrap();
+    assert_close("after refused steps", &params[0].to_vec().unwrap(), &cpu_params[0].to_vec().unwrap(), 1e-6);
+}
+
 fn cpu_matches_textbook() {
     let cpu = Context::cpu();
     let (p0, g) = (randn_host(100, 1), randn_host(100, 2));
@@ -133,5 +215,8 @@ fn main() {
         ("gpu_bad_input", Case::Gpu(gpu_bad_input)),
         ("cpu_bad_input", Case::Cpu(cpu_bad_input)),
         ("cpu_matches_textbook", Case::Cpu(cpu_matches_textbook)),
+        ("cpu_state_checked_against_shapes", Case::Cpu(cpu_state_checked_against_shapes)),
+        ("gpu_state_checked_against_shapes", Case::Gpu(gpu_state_checked_against_shapes)),
+        ("gpu_state_checked_against_contexts", Case::Gpu(gpu_state_checked_against_contexts)),
     ]);
 }

@@ -128,6 +128,102 @@ fn streams_events_and_pinned_copies(gpu: &Context) {
     assert_eq!(y.to_context(gpu).unwrap().to_vec().unwrap(), want);
 }
 
+/// Two threads upload from one `&PinnedBuffer` at once, one on a stream kept busy, one on an idle
+/// stream; then the host overwrites the buffer. Every upload must have read the old contents: the
+/// buffer tracked one pending copy, so the idle stream's event could replace the busy one's and
+/// the host wrote while the busy stream's copy was still queued.
+fn pinned_uploads_from_two_threads(gpu: &Context) {
+    let sanitizer = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let (rounds, side) = if sanitizer { (3, 256) } else { (20, 2048) };
+    let busy = gpu.new_stream().unwrap();
+    let idle = gpu.new_stream().unwrap();
+    let n = 1 << 20;
+    let data = randn_host(n, 90);
+    let weight = busy.randn(&[side, side], 91).unwrap();
+    for round in 0..rounds {
+        let mut pinned = gpu.pinned(n).unwrap();
+        pinned.as_mut_slice().unwrap().copy_from_slice(&data);
+        // Queue enough work on `busy` that its upload runs well after the call returns.
+        let mut chain = weight.clone();
+        for _ in 0..3 {
+            chain = chain.matmul(&weight).unwrap();
+        }
+        let gate = std::sync::Barrier::new(2);
+        let up = |ctx: &Context| {
+            gate.wait();
+            ctx.from_pinned(&pinned, &[n]).unwrap()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| up(&busy));
+            let b = s.spawn(|| up(&idle));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        pinned.as_mut_slice().unwrap().fill(-1.0);
+        assert_same(&format!("round {round}, upload on the busy stream"), &a.to_vec().unwrap(), &data);
+        assert_same(&format!("round {round}, upload on the idle stream"), &b.to_vec().unwrap(), &data);
+        drop(chain);
+    }
+}
+
+/// Another context (as another CUDA library would make) made current on this thread between our
+/// calls: every call still allocates, copies and launches in the device's primary context. With the
+/// current context cached per thread, allocations went to the other context (and died with it)
+/// and launches failed.
+fn two_contexts_alternating_on_one_thread(gpu: &Context) {
+    use cudarc::driver::{result, sys};
+    let device = result::device::get(0).unwrap();
+    let mut theirs: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a fresh context of device 0, destroyed at the end of this test.
+    unsafe { sys::cuCtxCreate_v4(&mut theirs, std::ptr::null_mut(), 0, device) }.result().unwrap();
+    let rounds = 12;
+    let w = gpu.from_slice(&randn_host(64 * 48, 80), &[64, 48]).unwrap();
+    let mut pinned = gpu.pinned(4096).unwrap();
+    let mut kept = Vec::new();
+    for i in 0..rounds {
+        let other = || {
+            // SAFETY: `theirs` is alive until the end of the test.
+            unsafe { result::ctx::set_current(theirs) }.unwrap();
+        };
+        other();
+        // Their own allocation, in their context.
+        // SAFETY: freed below, in the same context.
+        let their_block = unsafe { result::malloc_sync(1 << 16) }.unwrap();
+        other();
+        // A size class the pool has not seen: a fresh driver allocation.
+        let n = (1 << 18) * (i + 3) + 1;
+        let x = gpu.full(&[n], i as f32).unwrap();
+        other();
+        let data = randn_host(17 * 64, 81 + i as u64);
+        let a = gpu.from_slice(&data, &[17, 64]).unwrap();
+        other();
+        let y = a.matmul(&w).unwrap();
+        other();
+        pinned.as_mut_slice().unwrap().copy_from_slice(&randn_host(4096, 82));
+        let p = gpu.from_pinned(&pinned, &[4096]).unwrap();
+        other();
+        let want = Context::cpu()
+            .from_slice(&data, &[17, 64])
+            .unwrap()
+            .matmul(&w.to_context(&Context::cpu()).unwrap())
+            .unwrap();
+        assert_close(&format!("round {i}"), &y.to_vec().unwrap(), &want.to_vec().unwrap(), 1e-5);
+        other();
+        assert_same(&format!("round {i}, pinned upload"), &p.to_vec().unwrap(), &randn_host(4096, 82));
+        other();
+        // SAFETY: allocated above in `theirs`, current again.
+        unsafe { result::free_sync(their_block) }.unwrap();
+        kept.push((x, n, i as f32));
+    }
+    // Their context goes away; everything we allocated while it was current lives on.
+    // SAFETY: no handle of it is used afterwards.
+    unsafe { sys::cuCtxDestroy_v2(theirs) }.result().unwrap();
+    for (x, n, value) in kept {
+        let got = x.to_vec().unwrap();
+        assert!(got.len() == n && got.iter().all(|&v| v == value), "a buffer died with the other context");
+    }
+    gpu.trim_pool().unwrap();
+}
+
 fn context_new_falls_back_to_cpu() {
     let ctx = Context::new().unwrap();
     assert_eq!(ctx.is_cuda(), Context::cuda_available());
@@ -148,6 +244,8 @@ fn main() {
         ("gpu_bad_sizes", Case::Gpu(gpu_bad_sizes)),
         ("gpu_one_context_four_threads", Case::Gpu(one_context_four_threads)),
         ("gpu_streams_events_and_pinned_copies", Case::Gpu(streams_events_and_pinned_copies)),
+        ("gpu_pinned_uploads_from_two_threads", Case::Gpu(pinned_uploads_from_two_threads)),
+        ("gpu_two_contexts_alternating_on_one_thread", Case::Gpu(two_contexts_alternating_on_one_thread)),
         ("cpu_bad_sizes", Case::Cpu(cpu_bad_sizes)),
         ("cpu_context_new_falls_back_to_cpu", Case::Cpu(context_new_falls_back_to_cpu)),
     ]);

@@ -4,7 +4,7 @@ use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, DeviceElement};
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::PinnedBuffer;
-use cudarc::driver::{result, sys};
+use cudarc::driver::sys;
 use half::{bf16, f16};
 use std::fmt;
 use std::sync::Arc;
@@ -149,11 +149,10 @@ impl Context {
             }
             Backend::Cuda(_) => {
                 let t = Tensor::uninit_as(self, shape, T::DTYPE, "from_slice")?;
-                if n > 0 {
-                    // SAFETY: the buffer holds `n` floats; for pageable memory the call returns
-                    // once `data` has been staged, so `data` may go away afterwards.
-                    unsafe { result::memcpy_htod_async(t.device_ptr(), data, t.raw_stream()) }
-                        .call("cuMemcpyHtoDAsync")?;
+                if let (true, Storage::Cuda(buf)) = (n > 0, &*t.storage) {
+                    // SAFETY: the fresh buffer of this stream holds `n` elements of `T` (see
+                    // `copy_htod` on the pageable source).
+                    unsafe { buf.stream().copy_htod(buf.ptr(), data) }?;
                 }
                 Ok(t)
             }
@@ -189,8 +188,9 @@ impl Context {
         let t = Tensor::uninit(self, shape, "from_pinned")?;
         if n > 0 {
             src.begin_copy(&stream, |host| {
-                // SAFETY: `host` is pinned memory of `n` floats that stays allocated and unread
-                // by the host until the recorded event completes; the buffer holds `n` floats.
+                stream.device.bind()?;
+                // SAFETY: `host` is pinned memory of `n` floats that stays allocated and unwritten
+                // by the host until the copy is known complete; the fresh buffer holds `n` floats.
                 unsafe { sys::cuMemcpyHtoDAsync_v2(t.device_ptr(), host.cast(), n * 4, stream.raw()) }
                     .result()
                     .call("cuMemcpyHtoDAsync")
@@ -274,13 +274,6 @@ impl Tensor {
         DevPtrMut::new(self.device_ptr())
     }
 
-    fn raw_stream(&self) -> sys::CUstream {
-        match &*self.storage {
-            Storage::Cuda(b) => b.stream().raw(),
-            Storage::Cpu(_) => std::ptr::null_mut(),
-        }
-    }
-
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
@@ -342,13 +335,13 @@ impl Tensor {
             unreachable!("download is only called on CUDA storage")
         };
         let mut out = vec![T::from_f32(0.0); self.len()];
-        if !out.is_empty() {
+        if out.is_empty() {
+            buf.stream().synchronize()?;
+        } else {
             // SAFETY: the buffer holds `len` elements of `T` (the dtype was checked by the
-            // caller); the sync below completes the copy before `out` is returned.
-            unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr(), buf.stream().raw()) }
-                .call("cuMemcpyDtoHAsync")?;
+            // caller), produced on its own stream; f32, f16 and bf16 take any bit pattern.
+            unsafe { buf.stream().copy_dtoh_sync(&mut out, buf.ptr()) }?;
         }
-        buf.stream().synchronize()?;
         Ok(out)
     }
 
@@ -378,8 +371,9 @@ impl Tensor {
             return Ok(());
         }
         dst.begin_copy(buf.stream(), |host| {
+            buf.stream().device.bind()?;
             // SAFETY: `host` is pinned memory of `len` floats that the host does not touch until
-            // the recorded event completes; the source block is only reused after the copy,
+            // the copy is known complete (`begin_copy` tracks it); the source block is only reused after the copy,
             // in the order of the stream it was queued on.
             unsafe { sys::cuMemcpyDtoHAsync_v2(host.cast(), buf.ptr(), buf.bytes(), buf.stream().raw()) }
                 .result()
@@ -397,10 +391,7 @@ impl Tensor {
                     // SAFETY: both buffers hold `bytes` and the destination stream has waited
                     // for the source's work. The pool would hand the source block out again in
                     // the source stream's order, which does not include this copy: wait for it.
-                    unsafe {
-                        result::memcpy_dtod_async(t.device_ptr(), src.ptr(), src.bytes(), dst_stream.raw())
-                    }
-                    .call("cuMemcpyDtoDAsync")?;
+                    unsafe { dst_stream.copy_dtod(t.device_ptr(), src.ptr(), src.bytes()) }?;
                     dst_stream.synchronize()?;
                 }
                 return Ok(t);

@@ -17,6 +17,22 @@ pub enum Case {
     Cpu(fn()),
 }
 
+/// Panics with `what`, the number of differing elements and the first difference (not the whole
+/// vectors, which run to megabytes) unless `got == want`.
+pub fn assert_same(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let differ: Vec<usize> = (0..got.len()).filter(|&i| got[i].to_bits() != want[i].to_bits()).collect();
+    if let Some(&i) = differ.first() {
+        panic!(
+            "{what}: {} of {} elements differ, first at {i}: {} vs {}",
+            differ.len(),
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
 /// Run the cases whose names contain every non-flag argument; exit non-zero if any failed.
 pub fn run(cases: &[(&str, Case)]) {
     let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();

@@ -22,7 +22,17 @@
 //! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid
 //! `(⌈M/128⌉·⌈N/256⌉, 1, batch)`, dynamic shared memory `WGMMA_SHARED_BYTES`; `maps` points to
 //! two `CUtensorMap`s in global memory (A's, then B's; 3-D: contiguous dimension, rows, batch;
-//! boxes as above, 128-byte swizzle).
+//! boxes as above, 128-byte swizzle), copied in by the host on the launch's stream and left
+//! untouched until the kernel ends.
+//!
+//! The maps live in global memory, not in kernel parameters (`__grid_constant__`, which would save
+//! the upload): a by-value 128-byte parameter needs `.align 64`, which rustc's `ptx-kernel` ABI
+//! cannot express (it stops at 16-byte alignment, an internal compiler error above), and the
+//! kernel would have to take the parameter's own address, which LLVM gives only after copying it
+//! to local memory (a `.local` copy is no tensor map). So the producer thread issues the
+//! tensor-map acquire fence on both maps before its first TMA copy: the pool gives a freed map
+//! block to the next launch on the stream, whose maps then sit at the same address with new
+//! contents, and without the fence the tensor-map proxy may still hold the earlier descriptor.
 use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{
@@ -96,6 +106,10 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
         if t == 0 {
             let (za, zb) = ((z as u32 * batched_a) as i32, (z as u32 * batched_b) as i32);
             let (map_a, map_b) = (maps, maps.add(128));
+            // The host copied the maps in before the launch, often to the address an earlier
+            // launch's maps had (the pool hands the block out again): see the module docs.
+            tensormap_acquire(map_a);
+            tensormap_acquire(map_b);
             for step in 0..steps {
                 let s = step % STAGES;
                 if step >= STAGES {

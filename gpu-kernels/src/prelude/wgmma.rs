@@ -72,12 +72,26 @@ pub unsafe fn mbarrier_wait(bar: u32, parity: u32) {
     }
 }
 
+/// Make the tensor map at global address `map` (128 bytes), written by the host (a copy from host
+/// memory) before this kernel was launched, visible to the tensor-map proxy that TMA reads it
+/// through (`fence.proxy.tensormap::generic.acquire.sys`, PTX ISA 8.3). Without it the proxy may
+/// use a descriptor it cached for the same address from an earlier launch. System scope because
+/// the host wrote the map (the programming guide's rule for maps copied in with `cudaMemcpy`).
+///
+/// # Safety
+/// `map` is the generic address of a 128-byte `CUtensorMap` in global memory.
+#[inline(always)]
+pub unsafe fn tensormap_acquire(map: *const u8) {
+    asm!("fence.proxy.tensormap::generic.acquire.sys [{m}], 128;", m = in(reg64) map, options(nostack));
+}
+
 /// TMA: copy the box at element coordinates `(c0, c1, c2)` of the 3-D tensor described by the
 /// tensor map at global address `map` into shared memory at `dst`; completion adds the box's
 /// bytes to `bar`'s transaction count. Out-of-bounds elements are filled with zeros.
 ///
 /// # Safety
-/// `map` is a 64-byte-aligned `CUtensorMap` in global memory, valid for the kernel's duration;
+/// `map` is a 64-byte-aligned `CUtensorMap` in global memory, valid for the kernel's duration and
+/// made visible to the tensor-map proxy by [`tensormap_acquire`] in this thread;
 /// `dst` is a shared buffer of the box's size, aligned as the map's swizzle needs (1024 bytes
 /// for 128-byte swizzle); `bar` is an initialised shared `mbarrier`.
 #[inline(always)]

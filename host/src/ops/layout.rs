@@ -1,11 +1,10 @@
 //! Layout ops: copy and transpose. Kernel: `gpu-kernels/src/layout/transpose.rs`.
 use super::CPU_CHUNK;
 use crate::kernels;
-use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::LaunchConfig;
 use crate::shapes::{TRANSPOSE_BLOCK, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
 use crate::tensor::{Storage, Tensor};
-use cudarc::driver::result;
 use rayon::prelude::*;
 
 impl Tensor {
@@ -16,20 +15,17 @@ impl Tensor {
             Storage::Cuda(src) => {
                 let out = Tensor::uninit_as(self.context(), self.shape(), self.dtype(), "copy")?;
                 if src.bytes() > 0 {
-                    // SAFETY: both buffers hold `bytes` and live on this stream.
-                    unsafe {
-                        result::memcpy_dtod_async(
-                            out.device_ptr(),
-                            src.ptr(),
-                            src.bytes(),
-                            src.stream().raw(),
-                        )
-                    }
-                    .call("cuMemcpyDtoDAsync")?;
+                    // SAFETY: both buffers hold `bytes` and live on this stream (`out` is fresh).
+                    unsafe { src.stream().copy_dtod(out.device_ptr(), src.ptr(), src.bytes()) }?;
                 }
                 Ok(out)
             }
         }
+    }
+
+    /// Whether the CUDA transpose takes a matrix of `rows` rows (one tile row per grid row).
+    pub(crate) fn transpose_fits(rows: usize) -> bool {
+        rows.div_ceil(TRANSPOSE_TILE) <= 65_535
     }
 
     /// The transpose of a matrix: `[rows, cols]` → `[cols, rows]`, materialised.
@@ -63,7 +59,7 @@ impl Tensor {
                     return Ok(out);
                 }
                 let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
-                if grid_y > 65_535 || grid_x > i32::MAX as usize {
+                if !Self::transpose_fits(rows) || grid_x > i32::MAX as usize {
                     return Err(Error::InvalidArgument {
                         op: OP,
                         shape: self.shape().to_vec(),

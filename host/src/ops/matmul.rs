@@ -21,8 +21,8 @@ use crate::shapes::{
     GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA16_SHARED_BYTES, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
     WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
 };
-use crate::tensor::{DType, Storage, Tensor};
-use cudarc::driver::{result, sys};
+use crate::tensor::{element_count, DType, Storage, Tensor};
+use cudarc::driver::sys;
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -204,6 +204,8 @@ impl<'a> Gemm<'a> {
         let d = self.dims()?;
         let batched = self.a.rank() == 3 || self.b.rank() == 3;
         let shape = self.out_shape(d.batch, d.m, d.n, batched);
+        // With K = 0 the operands are empty whatever M, N and the batch: their product may not fit.
+        element_count(self.op, &shape)?;
         match self.a.storage() {
             Storage::Cpu(_) => {
                 Ok(Tensor::from_cpu_as(self.a.context(), &shape, self.a.dtype(), self.cpu(d)?))
@@ -219,6 +221,13 @@ impl<'a> Gemm<'a> {
             return Ok(out);
         }
         let stream = self.a.context().stream(op)?;
+        if d.batch > MAX_GRID_YZ {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: shape.to_vec(),
+                reason: format!("a batch of at most {MAX_GRID_YZ} per launch"),
+            });
+        }
         let sms = stream.device.info.sm_count as usize;
         let blocks = |tile: (usize, usize)| d.n.div_ceil(tile.1) * d.m.div_ceil(tile.0) * d.batch;
         let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
@@ -248,11 +257,11 @@ impl<'a> Gemm<'a> {
             (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
         };
         let (grid_x, grid_y) = (d.n.div_ceil(tile.1), d.m.div_ceil(tile.0));
-        if grid_y > 65_535 || d.batch > 65_535 {
+        if grid_y > MAX_GRID_YZ {
             return Err(Error::InvalidArgument {
                 op,
                 shape: shape.to_vec(),
-                reason: "M or the batch is too large for one launch".into(),
+                reason: "M is too large for one launch".into(),
             });
         }
         let cfg = LaunchConfig {
@@ -315,6 +324,11 @@ impl<'a> Gemm<'a> {
         if (self.transpose_a && batched(self.a)) || (!self.transpose_b && batched(self.b)) || d.k % 4 != 0 {
             return Ok(false);
         }
+        // Both transposes have K rows; past the transpose's limit, `mma.sync` takes the product.
+        let transposes = self.transpose_a || !self.transpose_b;
+        if transposes && !Tensor::transpose_fits(d.k) {
+            return Ok(false);
+        }
         let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
@@ -358,10 +372,9 @@ impl<'a> Gemm<'a> {
         };
         let maps: Vec<u64> = map_a.opaque.iter().chain(map_b.opaque.iter()).copied().collect();
         let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
-        // SAFETY: the buffer holds exactly the copied words; a pageable source is staged before
-        // the call returns; the launch below is ordered after the copy on this stream.
-        unsafe { result::memcpy_htod_async(maps_dev.ptr(), &maps, stream.raw()) }
-            .call("cuMemcpyHtoDAsync")?;
+        // SAFETY: the fresh buffer of this stream holds exactly the copied words (see `copy_htod`
+        // on the pageable source); the launch below is ordered after the copy on this stream.
+        unsafe { stream.copy_htod(maps_dev.ptr(), &maps) }?;
 
         let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1);
         if tiles > i32::MAX as usize {
@@ -382,7 +395,10 @@ impl<'a> Gemm<'a> {
         // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
-        // stream-ordered pool after this call, so no later work reuses it before the kernel ends.
+        // stream-ordered pool after this call, so no later work reuses it before the kernel ends;
+        // pool blocks are 256-byte aligned, so both maps are 64-byte aligned. The kernel fences the
+        // tensor-map proxy on both maps before its first TMA copy, since the block may have held
+        // an earlier launch's maps at the same address.
         unsafe {
             if dtype == DType::F32 {
                 kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out))
@@ -476,6 +492,9 @@ enum GemmKernel {
 
 /// `[A transposed][B transposed]`.
 type ByTranspose<A> = [[Kernel<A>; 2]; 2];
+
+/// The largest grid y and z of a launch (the batch is the grid's z in every GEMM kernel).
+const MAX_GRID_YZ: usize = 65_535;
 
 /// `[tile size][A transposed][B transposed]`.
 const SIMT_F32_KERNELS: [ByTranspose<GemmArgs<f32>>; 3] = [

@@ -4,7 +4,7 @@
 use super::random::philox;
 use super::CPU_CHUNK;
 use crate::kernels;
-use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::stream::Stream;
@@ -12,7 +12,6 @@ use crate::shapes::{
     BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, NN_ROW_BLOCK,
 };
 use crate::tensor::{Storage, Tensor};
-use cudarc::driver::result;
 use rayon::prelude::*;
 
 /// `(rows, cols)` of a tensor viewed as rows of its last axis; rank ≥ 1, f32.
@@ -189,9 +188,9 @@ pub fn cross_entropy(logits: &Tensor, labels: &[u32]) -> Result<(Tensor, Tensor)
             let ctx = logits.context();
             let stream = ctx.stream(OP)?;
             let labels_dev = stream.device.pool.alloc(stream, rows * 4, OP)?;
-            // SAFETY: the buffer holds `rows` u32; pageable source is staged before return.
-            unsafe { result::memcpy_htod_async(labels_dev.ptr(), labels, stream.raw()) }
-                .call("cuMemcpyHtoDAsync")?;
+            // SAFETY: the fresh buffer of this stream holds `rows` u32 (see `copy_htod` on the
+            // pageable source).
+            unsafe { stream.copy_htod(labels_dev.ptr(), labels) }?;
             let losses = Tensor::uninit(ctx, &[rows], OP)?;
             let grad = Tensor::uninit(ctx, logits.shape(), OP)?;
             // SAFETY: `cross_entropy_f32(logits, labels, loss, grad, cols, scale)`: logits and grad

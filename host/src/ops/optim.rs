@@ -3,15 +3,20 @@
 //!
 //! Parameters are updated in place: a parameter tensor whose buffer a clone shares is copied first
 //! (so clones keep their values), like `Arc::make_mut`.
+//!
+//! The state (momentum, Adam's moments) is made at the first step for those parameters, on their
+//! context. Every later step checks each parameter against its state: another count, shape or
+//! dtype is `ShapeMismatch`/`DTypeMismatch`/`InvalidArgument`, another stream, device or backend
+//! `DeviceMismatch` (make a new optimizer to start on other parameters). A step that fails leaves
+//! Adam's step count (its bias correction) where it was.
 use crate::kernels;
 use crate::runtime::context::{Backend, Context};
-use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::DevPtr;
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::shapes::{OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_SLOT_WORDS};
 use crate::tensor::Tensor;
-use cudarc::driver::result;
 use std::sync::Arc;
 
 /// Check the parameter/gradient lists and make every parameter uniquely owned.
@@ -45,6 +50,35 @@ fn prepare(
         p.make_unique()?;
     }
     Ok(ctx)
+}
+
+/// Check each parameter against the state kept for it since the first step: the kernels index the
+/// state with the parameter's length and the CPU path reads both as host data, so a state of
+/// another shape, dtype, stream, device or backend is refused (make a new optimizer to start
+/// afresh on the new parameters).
+fn check_state<'a>(
+    op: &'static str,
+    params: &[&mut Tensor],
+    state: impl IntoIterator<Item = &'a Tensor>,
+) -> Result<()> {
+    for (p, s) in params.iter().zip(state) {
+        if !s.context().same_queue(p.context()) {
+            return Err(s.context().mismatch(op, p.context()));
+        }
+        if s.shape() != p.shape() {
+            return Err(Error::ShapeMismatch { op, lhs: p.shape().to_vec(), rhs: s.shape().to_vec() });
+        }
+        if s.dtype() != p.dtype() {
+            return Err(Error::DTypeMismatch { op, lhs: p.dtype(), rhs: s.dtype() });
+        }
+    }
+    Ok(())
+}
+
+/// The host data of a CPU-backend tensor, made unique (`prepare` and `check_state` put every
+/// tensor of a step on the backend of the first parameter).
+fn cpu_data<'a>(op: &'static str, t: &'a mut Tensor) -> Result<&'a mut Vec<f32>> {
+    t.make_unique()?.ok_or_else(|| Error::DeviceMismatch { op, lhs: "cpu".into(), rhs: "cuda".into() })
 }
 
 /// An optimizer's slot table and chunk list on the device, kept between steps: the addresses
@@ -93,12 +127,11 @@ fn launch_multi_tensor(
         let table_dev = stream.device.pool.alloc(stream, table.len() * 8, op)?;
         let chunks_dev = stream.device.pool.alloc(stream, chunks.len() * 4, op)?;
         if blocks > 0 {
-            // SAFETY: each buffer holds exactly the slice copied into it; pageable sources are
-            // staged before the calls return; later launches on this stream are ordered after.
+            // SAFETY: each fresh buffer of this stream holds exactly the slice copied into it (see
+            // `copy_htod` on pageable sources); later launches on this stream are ordered after.
             unsafe {
-                result::memcpy_htod_async(table_dev.ptr(), &table, stream.raw()).call("cuMemcpyHtoDAsync")?;
-                result::memcpy_htod_async(chunks_dev.ptr(), &chunks, stream.raw())
-                    .call("cuMemcpyHtoDAsync")?;
+                stream.copy_htod(table_dev.ptr(), &table)?;
+                stream.copy_htod(chunks_dev.ptr(), &chunks)?;
             }
         }
         *cached = Some(DeviceTables { slots, table: table_dev, chunks: chunks_dev, blocks });
@@ -167,6 +200,7 @@ impl Optimizer for Sgd {
     fn update(&mut self, params: &mut [&mut Tensor], grads: &[&Tensor]) -> Result<()> {
         const OP: &str = "sgd";
         let ctx = prepare(OP, params, grads, self.buffers.len())?;
+        check_state(OP, params, &self.buffers)?;
         let first = self.buffers.is_empty();
         if first && self.momentum != 0.0 {
             self.buffers = params.iter().map(|p| ctx.zeros(p.shape())).collect::<Result<_>>()?;
@@ -176,8 +210,8 @@ impl Optimizer for Sgd {
             Backend::Cpu => {
                 for (i, (p, g)) in params.iter_mut().zip(grads).enumerate() {
                     let g = g.to_vec()?;
-                    let mut buf = self.buffers.get_mut(i).map(|b| b.make_unique()).transpose()?.flatten();
-                    let p = p.make_unique()?.expect("CPU storage");
+                    let mut buf = self.buffers.get_mut(i).map(|b| cpu_data(OP, b)).transpose()?;
+                    let p = cpu_data(OP, p)?;
                     for (j, x) in p.iter_mut().enumerate() {
                         let mut d = g[j] as f64 + wd as f64 * *x as f64;
                         if let Some(buf) = buf.as_deref_mut() {
@@ -263,23 +297,29 @@ impl Optimizer for Adam {
     fn update(&mut self, params: &mut [&mut Tensor], grads: &[&Tensor]) -> Result<()> {
         const OP: &str = "adam";
         let ctx = prepare(OP, params, grads, self.state.len())?;
+        check_state(OP, params, self.state.iter().map(|(m, _)| m))?;
+        check_state(OP, params, self.state.iter().map(|(_, v)| v))?;
         if self.state.is_empty() {
             self.state = params
                 .iter()
                 .map(|p| Ok((ctx.zeros(p.shape())?, ctx.zeros(p.shape())?)))
                 .collect::<Result<_>>()?;
         }
-        self.steps += 1;
+        // Counted only once the step has happened: a failed launch must not shift the bias
+        // correction of every later step.
+        let steps = self.steps.checked_add(1).ok_or_else(|| Error::InvalidArgument {
+            op: OP,
+            shape: vec![],
+            reason: "step counter overflow".into(),
+        })?;
         let (lr, (b1, b2), eps, wd) = (self.lr, self.betas, self.eps, self.weight_decay);
-        let c1 = 1.0 - (b1 as f64).powi(self.steps);
-        let c2 = 1.0 - (b2 as f64).powi(self.steps);
-        match &ctx.backend {
+        let c1 = 1.0 - (b1 as f64).powi(steps);
+        let c2 = 1.0 - (b2 as f64).powi(steps);
+        let stepped = match &ctx.backend {
             Backend::Cpu => {
                 for ((p, g), (m, v)) in params.iter_mut().zip(grads).zip(self.state.iter_mut()) {
                     let g = g.to_vec()?;
-                    let (m, v) =
-                        (m.make_unique()?.expect("CPU storage"), v.make_unique()?.expect("CPU storage"));
-                    let p = p.make_unique()?.expect("CPU storage");
+                    let (m, v, p) = (cpu_data(OP, m)?, cpu_data(OP, v)?, cpu_data(OP, p)?);
                     for (j, x) in p.iter_mut().enumerate() {
                         let (mut param, mut grad) = (*x as f64, g[j] as f64);
                         if self.decoupled {
@@ -315,6 +355,10 @@ impl Optimizer for Adam {
                     unsafe { kernels::adam_f32.launch(stream, cfg, args) }
                 })
             }
+        };
+        if stepped.is_ok() {
+            self.steps = steps;
         }
+        stepped
     }
 }

@@ -254,14 +254,10 @@ impl MaxPoolSaved {
             Argmax::Cuda(buf) => {
                 let mut out = vec![0u8; buf.bytes()];
                 if !out.is_empty() {
-                    // SAFETY: the buffer holds `bytes` bytes; the sync below completes the copy
-                    // before `out` is returned.
-                    unsafe {
-                        cudarc::driver::result::memcpy_dtoh_async(&mut out, buf.ptr(), buf.stream().raw())
-                    }
-                    .map_err(|source| Error::Driver { call: "cuMemcpyDtoHAsync", source })?;
+                    // SAFETY: the buffer of this stream holds `bytes` bytes, written by the
+                    // forward pass queued before; any byte is a valid u8.
+                    unsafe { buf.stream().copy_dtoh_sync(&mut out, buf.ptr()) }?;
                 }
-                buf.stream().synchronize()?;
                 Ok(out)
             }
         }

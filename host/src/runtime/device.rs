@@ -3,8 +3,7 @@
 use super::error::{DriverResultExt, Error, Result};
 use super::module::KernelModules;
 use super::pool::MemoryPool;
-use cudarc::driver::{result, sys};
-use std::cell::Cell;
+use cudarc::driver::{result, sys, DriverError};
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -44,10 +43,41 @@ pub(crate) fn driver() -> Result<()> {
         if !unsafe { sys::is_culib_present() } {
             return Err("libcuda could not be loaded".into());
         }
-        result::init().map_err(|e| format!("cuInit failed: {e}"))
+        result::init().map_err(|e| format!("cuInit failed: {e}"))?;
+        ELAPSED_ENTRY.get_or_init(|| {
+            resolve_elapsed(|name| {
+                // SAFETY: the library loads (checked above); the symbol, if present, has the
+                // signature of `ElapsedFn` (the driver API's), and the library is never unloaded.
+                unsafe { sys::culib().get::<ElapsedFn>(name) }.ok().map(|f| *f)
+            })
+        });
+        Ok(())
     })
     .clone()
     .map_err(Error::NoDevice)
+}
+
+/// `cuEventElapsedTime`'s signature (the `_v2` entry point has the same one).
+pub(crate) type ElapsedFn = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+
+/// The entry point [`driver`] found for event timing, resolved once at load. cudarc's
+/// `result::event::elapsed` calls `cuEventElapsedTime_v2`, which drivers before CUDA 12.8 lack
+/// (and cudarc's lazy loader panics on a missing symbol); those have the original entry point,
+/// with the same contract.
+static ELAPSED_ENTRY: OnceLock<Option<ElapsedFn>> = OnceLock::new();
+
+/// `cuEventElapsedTime_v2` where `lookup` finds it, else `cuEventElapsedTime`.
+pub(crate) fn resolve_elapsed(lookup: impl Fn(&[u8]) -> Option<ElapsedFn>) -> Option<ElapsedFn> {
+    lookup(b"cuEventElapsedTime_v2\0").or_else(|| lookup(b"cuEventElapsedTime\0"))
+}
+
+/// The event-timing entry point of the loaded driver (`driver()` has succeeded).
+pub(crate) fn elapsed_fn() -> Result<ElapsedFn> {
+    driver()?;
+    ELAPSED_ENTRY.get().copied().flatten().ok_or(Error::Driver {
+        call: "cuEventElapsedTime",
+        source: DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND),
+    })
 }
 
 /// Number of CUDA devices (0 where there is no driver).
@@ -118,18 +148,27 @@ impl CudaDevice {
         }
         let info = device_info(ordinal)?;
         let handle = result::device::get(ordinal as i32).call("cuDeviceGet")?;
-        // SAFETY: `handle` is valid; the retained primary context is never released (it lives as
-        // long as the process, like the runtime API's).
+        // SAFETY: `handle` is valid; once the device is open the retained primary context is never
+        // released (it lives as long as the process, like the runtime API's).
         let raw =
             RawContext(unsafe { result::primary_ctx::retain(handle) }.call("cuDevicePrimaryCtxRetain")?);
-        bind(raw)?;
-        let modules = KernelModules::load(info.compute_capability)?;
+        let modules = match bind(raw).and_then(|()| KernelModules::load(info.compute_capability)) {
+            Ok(modules) => modules,
+            Err(e) => {
+                // Nothing refers to the context yet: give the retain back, so that a failed open
+                // (a module the driver refuses) does not pin the device's context forever.
+                // SAFETY: retained once above; no handle made in it survives (the module failed).
+                let _ = unsafe { result::primary_ctx::release(handle) };
+                return Err(e);
+            }
+        };
         let dev = Arc::new(CudaDevice { info, raw, modules, pool: MemoryPool::new() });
         open[ordinal] = Some(dev.clone());
         Ok(dev)
     }
 
-    /// Make this device's context current on the calling thread (cheap when it already is).
+    /// Make this device's context current on the calling thread (one `cuCtxGetCurrent` when it
+    /// already is). Every entry that touches the driver calls it.
     pub(crate) fn bind(&self) -> Result<()> {
         bind(self.raw)
     }
@@ -141,12 +180,47 @@ impl CudaDevice {
     }
 }
 
+/// Asks the driver which context is current rather than caching it per thread: other code on the
+/// thread (another CUDA library, cudarc, the runtime API) may make its own context current between
+/// two of our calls, and a stale cache would send allocations and copies to that context.
 fn bind(ctx: RawContext) -> Result<()> {
-    thread_local!(static CURRENT: Cell<usize> = const { Cell::new(0) });
-    if CURRENT.get() != ctx.0 as usize {
+    if result::ctx::get_current().call("cuCtxGetCurrent")? != Some(ctx.0) {
         // SAFETY: `ctx` is a retained primary context.
         unsafe { result::ctx::set_current(ctx.0) }.call("cuCtxSetCurrent")?;
-        CURRENT.set(ctx.0 as usize);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn v1(ms: *mut f32, _: sys::CUevent, _: sys::CUevent) -> sys::CUresult {
+        // SAFETY: the test passes a valid pointer.
+        unsafe { *ms = 1.0 };
+        sys::CUresult::CUDA_SUCCESS
+    }
+
+    unsafe extern "C" fn v2(ms: *mut f32, _: sys::CUevent, _: sys::CUevent) -> sys::CUresult {
+        // SAFETY: as above.
+        unsafe { *ms = 2.0 };
+        sys::CUresult::CUDA_SUCCESS
+    }
+
+    fn called(f: Option<ElapsedFn>) -> f32 {
+        let mut ms = 0.0;
+        // SAFETY: both test entries only write `ms`.
+        unsafe { f.expect("an entry point")(&mut ms, std::ptr::null_mut(), std::ptr::null_mut()) };
+        ms
+    }
+
+    #[test]
+    fn event_timing_falls_back_to_the_original_entry_point() {
+        let old_driver = |name: &[u8]| (name == b"cuEventElapsedTime\0").then_some(v1 as ElapsedFn);
+        assert_eq!(called(resolve_elapsed(old_driver)), 1.0);
+        let new_driver =
+            |name: &[u8]| Some(if name == b"cuEventElapsedTime_v2\0" { v2 } else { v1 } as ElapsedFn);
+        assert_eq!(called(resolve_elapsed(new_driver)), 2.0);
+        assert!(resolve_elapsed(|_| None).is_none());
+    }
 }

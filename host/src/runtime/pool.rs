@@ -5,6 +5,11 @@
 //! synchronisation (stream order keeps the old work ahead of the new); reused on another stream,
 //! that stream first waits for the old one. On an out-of-memory answer the pool returns its cached
 //! blocks to the driver and tries once more.
+//!
+//! Returning blocks to the driver takes them off the free lists first and only then waits for the
+//! device: a block released by another thread is released after its last work was queued, so once
+//! it is on a list, a device synchronisation begun afterwards covers that work. A block taken off a
+//! list goes back to it whenever what follows fails.
 use super::error::{DriverResultExt, Error, Result};
 use super::kernel::{DevPtr, DevPtrMut, DeviceElement};
 use super::stream::Stream;
@@ -125,16 +130,10 @@ impl MemoryPool {
         };
         let ptr = match cached {
             Some(block) => {
-                if let Some(old) = block.stream.filter(|s| !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream))) {
-                    match old.upgrade() {
-                        Some(old) => stream.wait_for(&old)?,
-                        // The old stream is being dropped right now (its drop synchronises it);
-                        // wait for the whole device instead.
-                        None => {
-                            stream.device.bind()?;
-                            result::ctx::synchronize().call("cuCtxSynchronize")?;
-                        }
-                    }
+                if let Err(e) = Self::order_after(&block, stream) {
+                    // The block still belongs to its old stream's order: back on the list.
+                    self.lock().free.entry(class).or_default().push(block);
+                    return Err(e);
                 }
                 block.ptr
             }
@@ -144,6 +143,23 @@ impl MemoryPool {
         st.stats.bytes_in_use += class;
         st.stats.peak_bytes_in_use = st.stats.peak_bytes_in_use.max(st.stats.bytes_in_use);
         Ok(DeviceBuffer { ptr, bytes, class, stream: stream.clone() })
+    }
+
+    /// Make `stream` wait for the work that last used `block` on another stream.
+    fn order_after(block: &CachedBlock, stream: &Arc<Stream>) -> Result<()> {
+        let Some(old) = block.stream.as_ref().filter(|s| !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream)))
+        else {
+            return Ok(());
+        };
+        match old.upgrade() {
+            Some(old) => stream.wait_for(&old),
+            // The old stream is being dropped right now (its drop synchronises it); wait for the
+            // whole device instead.
+            None => {
+                stream.device.bind()?;
+                result::ctx::synchronize().call("cuCtxSynchronize")
+            }
+        }
     }
 
     fn alloc_from_driver(
@@ -191,17 +207,97 @@ impl MemoryPool {
 
     /// Return every cached block to the driver (after the device has finished using them).
     pub(crate) fn trim(&self, stream: &Stream) -> Result<()> {
-        stream.device.bind()?;
-        result::ctx::synchronize().call("cuCtxSynchronize")?;
         let blocks: Vec<(usize, CachedBlock)> = {
             let mut st = self.lock();
             st.free.drain().flat_map(|(class, list)| list.into_iter().map(move |b| (class, b))).collect()
         };
-        for (class, block) in blocks {
-            // SAFETY: cached blocks are owned by the pool alone and the device is idle.
-            unsafe { result::free_sync(block.ptr) }.call("cuMemFree")?;
-            self.lock().stats.bytes_reserved -= class;
+        // After the drain: every work queued on a drained block was queued before this call.
+        let synced = stream.device.bind().and_then(|()| result::ctx::synchronize().call("cuCtxSynchronize"));
+        if let Err(e) = synced {
+            self.put_back(blocks);
+            return Err(e);
         }
-        Ok(())
+        self.free_blocks(blocks, |ptr| {
+            // SAFETY: drained blocks are owned by the pool alone and the device has finished
+            // every work queued on them (synchronised above).
+            unsafe { result::free_sync(ptr) }.call("cuMemFree")
+        })
+    }
+
+    /// Free each block with `free`; a block whose free fails goes back to its list (and stays
+    /// reserved), and the first error is returned once every block was tried.
+    fn free_blocks(
+        &self,
+        blocks: Vec<(usize, CachedBlock)>,
+        mut free: impl FnMut(sys::CUdeviceptr) -> Result<()>,
+    ) -> Result<()> {
+        let mut first_error = None;
+        let mut kept = Vec::new();
+        for (class, block) in blocks {
+            match free(block.ptr) {
+                Ok(()) => self.lock().stats.bytes_reserved -= class,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    kept.push((class, block));
+                }
+            }
+        }
+        self.put_back(kept);
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn put_back(&self, blocks: Vec<(usize, CachedBlock)>) {
+        let mut st = self.lock();
+        for (class, block) in blocks {
+            st.free.entry(class).or_default().push(block);
+        }
+    }
+
+    /// Cached blocks (all classes).
+    #[cfg(test)]
+    fn cached(&self) -> usize {
+        self.lock().free.values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err() -> Error {
+        Error::Driver {
+            call: "cuMemFree",
+            source: cudarc::driver::DriverError(sys::CUresult::CUDA_ERROR_UNKNOWN),
+        }
+    }
+
+    #[test]
+    fn a_failed_free_keeps_the_blocks_it_could_not_free() {
+        let pool = MemoryPool::new();
+        let blocks: Vec<(usize, CachedBlock)> =
+            (1..=4).map(|p| (512, CachedBlock { ptr: p * 4096, stream: Some(Weak::new()) })).collect();
+        pool.lock().stats.bytes_reserved = 4 * 512;
+        let mut tried = Vec::new();
+        let result = pool.free_blocks(blocks, |ptr| {
+            tried.push(ptr);
+            if ptr == 2 * 4096 {
+                Err(err())
+            } else {
+                Ok(())
+            }
+        });
+        assert!(matches!(result, Err(Error::Driver { call: "cuMemFree", .. })));
+        // Every block was tried, the one that failed is cached again and still counted.
+        assert_eq!(tried.len(), 4);
+        assert_eq!(pool.cached(), 1);
+        assert_eq!(pool.stats().bytes_reserved, 512);
+        assert_eq!(pool.lock().free[&512][0].ptr, 2 * 4096);
+    }
+
+    #[test]
+    fn blocks_put_back_stay_cached() {
+        let pool = MemoryPool::new();
+        pool.put_back(vec![(1024, CachedBlock { ptr: 8192, stream: None })]);
+        assert_eq!(pool.cached(), 1);
     }
 }

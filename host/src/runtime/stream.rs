@@ -1,5 +1,5 @@
 //! Streams, events and pinned host buffers.
-use super::device::CudaDevice;
+use super::device::{elapsed_fn, CudaDevice};
 use super::error::{DriverResultExt, Error, Result};
 use cudarc::driver::{result, sys};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -61,9 +61,56 @@ impl Stream {
         }
     }
 
+    /// Queue a copy of `src` into device memory at `dst`.
+    ///
+    /// The driver documents an asynchronous copy from pageable host memory only as one that
+    /// "might be synchronous with respect to host" and that may "synchronize with the stream and
+    /// stage the copy into pinned memory"; it does not document when `src` is last read. The
+    /// drivers stage pageable sources before they return (cudarc's safe `memcpy_htod` takes a
+    /// borrowed slice on the same reading), and this relies on that.
+    ///
+    /// # Safety
+    /// `dst` is device memory of at least `size_of_val(src)` bytes in this device's context that
+    /// no work queued on another stream still uses.
+    pub(crate) unsafe fn copy_htod<T>(&self, dst: sys::CUdeviceptr, src: &[T]) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller's contract; the stream is live.
+        unsafe { result::memcpy_htod_async(dst, src, self.raw) }.call("cuMemcpyHtoDAsync")
+    }
+
+    /// Copy device memory at `src` into `dst` and wait for it.
+    ///
+    /// # Safety
+    /// `src` is device memory of at least `size_of_val(dst)` bytes in this device's context whose
+    /// producers are ordered before this stream's current end; every bit pattern is a valid `T`.
+    pub(crate) unsafe fn copy_dtoh_sync<T>(&self, dst: &mut [T], src: sys::CUdeviceptr) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller's contract; the synchronisation below ends the copy before `dst`'s
+        // borrow does, whatever the driver does with a pageable destination.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }.call("cuMemcpyDtoHAsync")?;
+        self.synchronize()
+    }
+
+    /// Queue a device-to-device copy of `bytes`.
+    ///
+    /// # Safety
+    /// Both ranges are device memory of this device, `dst` not read or written by work on another
+    /// stream meanwhile, `src`'s producers ordered before this stream's current end.
+    pub(crate) unsafe fn copy_dtod(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.raw) }.call("cuMemcpyDtoDAsync")
+    }
+
     /// Make later work on this stream wait for all work submitted to `other` so far.
     pub(crate) fn wait_for(&self, other: &Stream) -> Result<()> {
         let event = Event::record(other)?;
+        self.device.bind()?;
         // SAFETY: both handles are live; the driver keeps the dependency after the event is freed.
         unsafe {
             result::stream::wait_event(self.raw, event.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
@@ -138,9 +185,20 @@ impl Event {
 
     /// Milliseconds of device time from `self` to `later` (both on the same device).
     pub fn elapsed_ms(&self, later: &Event) -> Result<f32> {
+        if !Arc::ptr_eq(&self.device, &later.device) {
+            return Err(Error::DeviceMismatch {
+                op: "elapsed_ms",
+                lhs: self.device.info.to_string(),
+                rhs: later.device.info.to_string(),
+            });
+        }
+        let elapsed = elapsed_fn()?;
         later.synchronize()?;
-        // SAFETY: both events are live and recorded; `later` has completed.
-        unsafe { result::event::elapsed(self.raw, later.raw) }.call("cuEventElapsedTime")
+        let mut ms = 0.0f32;
+        // SAFETY: `elapsed` is the driver's cuEventElapsedTime(_v2) (resolved at load); both
+        // events are live, of one device, recorded; `later` has completed; `ms` is writable.
+        unsafe { elapsed(&mut ms, self.raw, later.raw) }.result().call("cuEventElapsedTime")?;
+        Ok(ms)
     }
 }
 
@@ -154,17 +212,40 @@ impl Drop for Event {
     }
 }
 
+/// A copy that may still be using a [`PinnedBuffer`], and how to wait for it.
+enum Pending {
+    /// The event recorded right after the copy.
+    Event(Event),
+    /// The copy was queued (or may have been) but no event could be recorded after it: the whole
+    /// stream is waited for.
+    Stream(Arc<Stream>),
+}
+
+impl Pending {
+    fn wait(&self) -> Result<()> {
+        match self {
+            Pending::Event(e) => e.synchronize(),
+            Pending::Stream(s) => s.synchronize(),
+        }
+    }
+}
+
 /// Page-locked host memory for asynchronous copies. Any access from the host first waits for
-/// the copy in flight, so the host never sees a half-written buffer.
+/// every copy in flight, so the host never sees a half-written buffer nor writes one a copy still
+/// reads; while a wait fails (a broken context), host access fails and dropping the buffer leaks
+/// it rather than free memory a copy may still use.
 pub struct PinnedBuffer {
     ptr: *mut f32,
     len: usize,
     device: Arc<CudaDevice>,
-    pending: Mutex<Option<Event>>,
+    /// Every copy that may be in flight. The lock is held from the wait before a copy until its
+    /// completion is recorded here, so two threads copying from one buffer (on different streams)
+    /// both land in the list.
+    pending: Mutex<Vec<Pending>>,
 }
 // SAFETY: the buffer is plain host memory; `pending` serialises the host against the device.
 unsafe impl Send for PinnedBuffer {}
-// SAFETY: as above; shared access only reads after the pending copy is complete.
+// SAFETY: as above; shared access only reads after every pending copy is complete.
 unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
@@ -180,7 +261,7 @@ impl PinnedBuffer {
             unsafe { std::ptr::write_bytes(p, 0, len) };
             p
         };
-        Ok(Self { ptr, len, device, pending: Mutex::new(None) })
+        Ok(Self { ptr, len, device, pending: Mutex::new(Vec::new()) })
     }
 
     pub fn len(&self) -> usize {
@@ -191,38 +272,60 @@ impl PinnedBuffer {
         self.len == 0
     }
 
-    fn wait(&self) -> Result<()> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(event) = pending.take() {
-            event.synchronize()?;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait for every pending copy; each leaves the list only once its wait succeeded.
+    fn wait_locked(pending: &mut Vec<Pending>) -> Result<()> {
+        while let Some(copy) = pending.last() {
+            copy.wait()?;
+            pending.pop();
         }
         Ok(())
     }
 
-    /// The contents, after any copy in flight has finished.
+    fn wait(&self) -> Result<()> {
+        Self::wait_locked(&mut self.lock())
+    }
+
+    /// The contents, after every copy in flight has finished.
     pub fn as_slice(&self) -> Result<&[f32]> {
         self.wait()?;
-        // SAFETY: `ptr` holds `len` initialised floats and no copy is in flight.
+        // SAFETY: `ptr` holds `len` initialised floats and no copy is in flight; a copy started
+        // later through `&self` only reads the buffer (uploads), writes need `&mut self`.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
     }
 
-    /// The contents for writing, after any copy in flight has finished.
+    /// The contents for writing, after every copy in flight has finished.
     pub fn as_mut_slice(&mut self) -> Result<&mut [f32]> {
         self.wait()?;
-        // SAFETY: as above, and `&mut self` excludes every other host access.
+        // SAFETY: as above, and `&mut self` excludes every other host access and new copies.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
     }
 
-    /// Start a copy that involves this buffer on `stream`; later host access waits for it.
+    /// Start a copy that involves this buffer on `stream`; later host access waits for it. If
+    /// the copy fails or its completion cannot be recorded, later access waits for the stream.
     pub(crate) fn begin_copy(
         &self,
-        stream: &Stream,
+        stream: &Arc<Stream>,
         copy: impl FnOnce(*mut f32) -> Result<()>,
     ) -> Result<()> {
-        self.wait()?;
-        copy(self.ptr)?;
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(Event::record(stream)?);
-        Ok(())
+        let mut pending = self.lock();
+        Self::wait_locked(&mut pending)?;
+        // A failing copy call may have queued work (the driver reports earlier asynchronous
+        // errors through any call), so every outcome is tracked.
+        let queued = copy(self.ptr).and_then(|()| Event::record(stream));
+        match queued {
+            Ok(event) => {
+                pending.push(Pending::Event(event));
+                Ok(())
+            }
+            Err(e) => {
+                pending.push(Pending::Stream(stream.clone()));
+                Err(e)
+            }
+        }
     }
 }
 
