@@ -9,8 +9,12 @@ cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 $sudo apt-get update -qq
+# rustc-web 1.96 comes from bookworm-security (Debian's images list it in their sources).
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-  ca-certificates gcc libc6-dev python3-venv rustc-web cargo-web rust-web-src rust-web-llvm
+  ca-certificates gcc libc6-dev python3-venv rustc-web cargo-web rust-web-src rust-web-llvm || {
+  echo "ferrocuda setup: apt-get failed; rustc-web 1.96 needs the bookworm-security suite in the apt sources" >&2
+  exit 1
+}
 [ -x .cuda-venv/bin/pip ] || python3 -m venv .cuda-venv
 .cuda-venv/bin/pip install -q --no-deps nvidia-cuda-nvcc==13.0.88
 echo "ferrocuda setup: $(/usr/bin/rustc --version), ptxas $(.cuda-venv/lib/python3*/site-packages/nvidia/cu13/bin/ptxas --version | tail -1)"
