@@ -67,7 +67,7 @@ pub(crate) struct KernelModules {
 
 /// Whether machine code for `arch` (`sm_XY` or `sm_XYa`) runs on a device of `cc`.
 fn cubin_runs_on(arch: &str, cc: (u32, u32)) -> bool {
-    let digits = arch.trim_start_matches("sm_");
+    let Some(digits) = arch.strip_prefix("sm_") else { return false };
     let (digits, exact) = match digits.strip_suffix('a') {
         Some(d) => (d, true),
         None => (digits, false),
@@ -168,4 +168,39 @@ fn load_ptx(m: &EmbeddedModule) -> Result<RawModule> {
         .map_err(|e| Error::CorruptModule { module: m.name, reason: format!("{e:?}") })?;
     text.push(0);
     load_image(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cubins_run_on_their_major_version_and_arch_specific_ones_on_their_exact_version() {
+        assert!(cubin_runs_on("sm_90", (9, 0)));
+        assert!(cubin_runs_on("sm_80", (8, 6)) && cubin_runs_on("sm_80", (8, 9)));
+        assert!(!cubin_runs_on("sm_86", (8, 0)));
+        assert!(!cubin_runs_on("sm_90", (10, 0)) && !cubin_runs_on("sm_90", (8, 9)));
+        assert!(cubin_runs_on("sm_90a", (9, 0)));
+        assert!(!cubin_runs_on("sm_90a", (10, 0)) && !cubin_runs_on("sm_100a", (10, 3)));
+        assert!(!cubin_runs_on("compute_90", (9, 0)));
+    }
+
+    #[test]
+    fn every_portable_module_carries_its_ptx_and_the_table_matches_the_build() {
+        for &(name, arch) in MODULES {
+            let Some(m) = EMBEDDED_MODULES.iter().find(|m| m.name == name) else {
+                // Only the sm_90a modules may be absent (a FERROCUDA_SM other than sm_90).
+                assert_eq!(arch, "sm_90a", "module {name} was not embedded");
+                continue;
+            };
+            if arch == "portable" {
+                let ptx = miniz_oxide::inflate::decompress_to_vec_with_limit(m.ptx_deflated, m.ptx_len)
+                    .expect("the embedded PTX inflates");
+                assert_eq!(ptx.len(), m.ptx_len);
+                assert!(std::str::from_utf8(&ptx).is_ok_and(|t| t.contains(".visible .entry")), "{name}");
+            } else {
+                assert!(m.ptx_deflated.is_empty() && m.arch == arch, "{name}");
+            }
+        }
+    }
 }
