@@ -215,6 +215,14 @@ impl Context {
         PinnedBuffer::new(self.stream("pinned")?.device.clone(), len)
     }
 
+    /// `Error::NotCapturable` naming `op` while this context's stream is being captured.
+    pub(crate) fn refuse_in_capture(&self, op: &'static str) -> Result<()> {
+        match &self.backend {
+            Backend::Cuda(s) => s.refuse_in_capture(op),
+            Backend::Cpu => Ok(()),
+        }
+    }
+
     pub(crate) fn stream(&self, op: &'static str) -> Result<&Arc<Stream>> {
         match &self.backend {
             Backend::Cuda(s) => Ok(s),
