@@ -232,14 +232,20 @@ fn graph_keeps_its_memory(ctx: &Context) {
     }
     let want = x.mul_scalar(3.0).unwrap().add_scalar(1.0).unwrap().relu().unwrap().to_vec().unwrap();
     assert_same("graph output", &out.to_vec().unwrap(), &want);
-    let reserved = ctx.pool_stats().unwrap().bytes_reserved;
+    // `out` reused `tmp`'s block inside the capture; dropping the graph returns the one parked
+    // block (`tmp2`'s, 16 KiB) to the pool, not to the driver; `out`'s block stays with `out`.
+    let before = ctx.pool_stats().unwrap();
     drop(graph);
+    let after = ctx.pool_stats().unwrap();
+    assert_eq!(before.bytes_in_use - after.bytes_in_use, n * 4, "blocks returned by the graph");
+    assert_eq!(after.bytes_reserved, before.bytes_reserved, "bytes reserved");
     assert_same("output after the graph is dropped", &out.to_vec().unwrap(), &want);
     let later: Vec<Tensor> = (0..8).map(|_| ctx.full(&[n], 7.0).unwrap()).collect();
     assert_same("output next to later tensors", &out.to_vec().unwrap(), &want);
-    drop((out, later));
-    // The graph's blocks are back in the pool, not leaked to the driver.
-    assert_eq!(ctx.pool_stats().unwrap().bytes_reserved, reserved);
+    let held = ctx.pool_stats().unwrap().bytes_in_use;
+    drop(out);
+    assert_eq!(held - ctx.pool_stats().unwrap().bytes_in_use, n * 4, "out's block after the graph");
+    drop(later);
 }
 
 /// Blocks last used on another stream are not taken by a capture (the cross-stream wait would

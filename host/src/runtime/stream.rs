@@ -69,6 +69,8 @@ impl Stream {
         if slot.is_some() {
             return Err(Error::NotCapturable { op: "capture (already capturing)" });
         }
+        // Made now: its first use allocates and clears it synchronously.
+        self.reduce_counter()?;
         self.device.bind()?;
         // SAFETY: `raw` is a live stream, not being captured (checked above; every capture of it
         // goes through this function).
