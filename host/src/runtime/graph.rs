@@ -96,7 +96,8 @@ impl Context {
     /// during the capture. Ops that cannot be captured (host synchronisation, read-backs, uploads
     /// from pageable memory, events, other streams) fail inside `record` with
     /// `Error::NotCapturable`. If `record` fails or panics, the capture is ended and discarded and
-    /// its error (or panic) passed on; the stream stays usable.
+    /// its error (or panic) passed on; the stream stays usable. Work that other threads queue on
+    /// this stream (through clones of this context) meanwhile is captured too.
     ///
     /// The graph owns the pool memory of the capture; buffers made before it and used by it must
     /// outlive the graph's replays (see the module documentation). The CPU backend has no graphs:
