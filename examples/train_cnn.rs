@@ -37,5 +37,6 @@ fn main() -> Result<()> {
         epochs: 20,
         learning_rate: 2e-3,
         target_accuracy: 0.95,
+        graphs: false,
     })
 }

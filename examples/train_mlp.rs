@@ -3,7 +3,8 @@
 //! the layer API. Prints a progress bar, loss and test accuracy per epoch, the final accuracy and
 //! training samples/s, then the same throughput on the CPU backend for comparison (`--no-cpu`
 //! skips that), and writes the curves to `target/train_mlp.svg`. Runs on the GPU, or on the CPU
-//! backend where there is none (`--cpu` forces it).
+//! backend where there is none (`--cpu` forces it). `--graph` captures the whole training step
+//! into a CUDA graph once and replays it for every batch.
 mod common;
 use common::{Example, CLASSES, PIXELS};
 use ferrocuda::layers::{Linear, Relu};
@@ -27,5 +28,6 @@ fn main() -> Result<()> {
         epochs: 30,
         learning_rate: 3e-3,
         target_accuracy: 0.95,
+        graphs: true,
     })
 }

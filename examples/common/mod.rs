@@ -1,8 +1,12 @@
 //! What the training examples share: the digits data (80/20 split with a fixed seed), the
 //! training loop with a progress bar per epoch, and the loss/accuracy curves (plotters, SVG).
-use ferrocuda::{cross_entropy, Adam, Context, Layer, Optimizer, Result, Sequential};
+use ferrocuda::{
+    cross_entropy, cross_entropy_labels, Adam, Context, Graph, Labels, Layer, Optimizer, Result, Sequential,
+    Sgd, Tensor,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
+use std::collections::HashMap;
 use std::io::Read;
 use std::time::Instant;
 
@@ -40,17 +44,17 @@ impl Digits {
     }
 
     /// The images and labels at `idx`, as a tensor of `[idx.len()] + sample_shape`.
-    pub fn batch(
-        &self,
-        ctx: &Context,
-        idx: &[usize],
-        sample_shape: &[usize],
-    ) -> Result<(ferrocuda::Tensor, Vec<u32>)> {
-        let x: Vec<f32> =
-            idx.iter().flat_map(|&i| self.pixels[i * PIXELS..(i + 1) * PIXELS].iter().copied()).collect();
+    pub fn batch(&self, ctx: &Context, idx: &[usize], sample_shape: &[usize]) -> Result<(Tensor, Vec<u32>)> {
+        let (x, labels) = self.batch_host(idx);
         let mut shape = vec![idx.len()];
         shape.extend_from_slice(sample_shape);
-        Ok((ctx.from_slice(&x, &shape)?, idx.iter().map(|&i| self.labels[i]).collect()))
+        Ok((ctx.from_slice(&x, &shape)?, labels))
+    }
+
+    /// The pixels and labels at `idx`, on the host.
+    pub fn batch_host(&self, idx: &[usize]) -> (Vec<f32>, Vec<u32>) {
+        let x = idx.iter().flat_map(|&i| self.pixels[i * PIXELS..(i + 1) * PIXELS].iter().copied()).collect();
+        (x, idx.iter().map(|&i| self.labels[i]).collect())
     }
 }
 
@@ -149,6 +153,105 @@ pub fn train(
     Ok(history)
 }
 
+/// A batch size's static inputs and its captured step.
+struct Captured {
+    x: Tensor,
+    labels: Labels,
+    graph: Option<Graph>,
+}
+
+/// One training step on the static inputs; the batch's mean loss is added to `loss_sum` on the
+/// device (SGD with learning rate −1 on `loss_sum` is an in-place `+=`), so the host reads the
+/// loss once per epoch.
+fn graph_step(
+    model: &mut Sequential,
+    adam: &mut Adam,
+    (x, labels): (&Tensor, &Labels),
+    (sum, loss_sum): (&mut Sgd, &mut Tensor),
+) -> Result<()> {
+    let logits = model.forward(x)?;
+    let (loss, dlogits) = cross_entropy_labels(&logits, labels)?;
+    model.backward(&dlogits)?;
+    model.step(adam)?;
+    sum.step(&mut [loss_sum], &[&loss])
+}
+
+/// [`train`] with CUDA graphs: the whole step (forward, loss, backward, Adam) is captured once per
+/// batch size, after one eager step has made the optimizer's state, and replayed for every later
+/// batch, whose images and labels are first copied into the graph's static inputs. `adam` must be
+/// [`Adam::capturable`].
+pub fn train_graph(
+    ctx: &Context,
+    model: &mut Sequential,
+    adam: &mut Adam,
+    data: &Digits,
+    (shape, batch, epochs): (&[usize], usize, usize),
+    progress: bool,
+) -> Result<History> {
+    let mut history = History::default();
+    let (mut seen, mut busy) = (0usize, 0.0f64);
+    let mut steps: HashMap<usize, Captured> = HashMap::new();
+    let (mut sum, mut loss_sum, mut warmed) = (Sgd::new(-1.0), ctx.zeros(&[])?, false);
+    model.train();
+    for epoch in 1..=epochs {
+        let order: Vec<usize> =
+            permutation(data.train.len(), epoch as u64).iter().map(|&i| data.train[i]).collect();
+        let batches: Vec<&[usize]> = order.chunks(batch).collect();
+        let bar = if progress { ProgressBar::new(batches.len() as u64) } else { ProgressBar::hidden() };
+        bar.set_style(
+            ProgressStyle::with_template("epoch {prefix:>2} [{bar:30}] {pos}/{len} batches (CUDA graph)")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(epoch.to_string());
+        let started = Instant::now();
+        loss_sum.copy_from_slice(&[0.0f32])?;
+        for idx in &batches {
+            let (pixels, labels) = data.batch_host(idx);
+            let step = match steps.entry(idx.len()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let mut x_shape = vec![idx.len()];
+                    x_shape.extend_from_slice(shape);
+                    e.insert(Captured {
+                        x: ctx.zeros(&x_shape)?,
+                        labels: ctx.labels(&labels, CLASSES)?,
+                        graph: None,
+                    })
+                }
+            };
+            step.x.copy_from_slice(&pixels)?;
+            step.labels.copy_from_slice(&labels)?;
+            let statics = (&step.x, &step.labels);
+            match &step.graph {
+                Some(graph) => graph.launch()?,
+                None if warmed => {
+                    let graph =
+                        ctx.capture(|| graph_step(model, adam, statics, (&mut sum, &mut loss_sum)))?;
+                    graph.launch()?;
+                    step.graph = Some(graph);
+                }
+                None => {
+                    graph_step(model, adam, statics, (&mut sum, &mut loss_sum))?;
+                    warmed = true;
+                }
+            }
+            seen += labels.len();
+            bar.inc(1);
+        }
+        let total = loss_sum.to_scalar()? as f64;
+        busy += started.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        let acc = accuracy(ctx, model, data, &data.test, shape)?;
+        let loss = total / batches.len() as f64;
+        history.losses.push(loss);
+        history.accuracies.push(acc);
+        println!("epoch {epoch:>2}: loss {loss:.4}  test accuracy {:.2}%", acc * 100.0);
+    }
+    history.samples_per_s = seen as f64 / busy;
+    Ok(history)
+}
+
 /// The loss and accuracy curves side by side, as an SVG at `path`.
 pub fn write_curves(
     path: &str,
@@ -201,10 +304,13 @@ pub struct Example {
     pub learning_rate: f32,
     /// The test accuracy the README promises; the example exits non-zero below it.
     pub target_accuracy: f64,
+    /// Whether `--graph` may capture the training step (a model with dropout may not: its seed
+    /// is a launch argument, which a replay repeats).
+    pub graphs: bool,
 }
 
 /// The examples' `main`: train on the GPU (or the CPU backend with `--cpu`, or without a
-/// device), report, time one epoch on the CPU backend for comparison (`--no-cpu` skips it),
+/// device; `--graph` replays each training step as a CUDA graph, see [`train_graph`]), report, time one epoch on the CPU backend for comparison (`--no-cpu` skips it),
 /// write the curves, and fail below the promised accuracy.
 pub fn run(example: Example) -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -215,14 +321,25 @@ pub fn run(example: Example) -> Result<()> {
     let mut model = (example.build)(&ctx)?;
     println!("{model} with {} parameters", model.parameter_count());
     let schedule = (example.sample_shape, example.batch, example.epochs);
-    let history = train(&ctx, &mut model, &mut Adam::new(example.learning_rate), &data, schedule, true)?;
+    let graphs = ctx.is_cuda() && args.iter().any(|a| a == "--graph");
+    if graphs && !example.graphs {
+        eprintln!("--graph: {} has dropout, whose per-step seed a CUDA graph would freeze", example.name);
+        std::process::exit(2);
+    }
+    let history = if graphs {
+        let mut adam = Adam::new(example.learning_rate).capturable(true);
+        train_graph(&ctx, &mut model, &mut adam, &data, schedule, true)?
+    } else {
+        train(&ctx, &mut model, &mut Adam::new(example.learning_rate), &data, schedule, true)?
+    };
     let final_acc = history.accuracies.last().copied().unwrap_or(0.0);
     println!(
-        "final test accuracy {:.2}% after {} epochs; {:.0} training samples/s on {}",
+        "final test accuracy {:.2}% after {} epochs; {:.0} training samples/s on {}{}",
         final_acc * 100.0,
         example.epochs,
         history.samples_per_s,
-        ctx.device()
+        ctx.device(),
+        if graphs { " (CUDA graphs)" } else { "" }
     );
     if ctx.is_cuda() && !args.iter().any(|a| a == "--no-cpu") {
         let cpu = Context::cpu();

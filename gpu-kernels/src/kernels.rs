@@ -227,6 +227,11 @@ kernel_table! {
                 slots: *const u64, chunks: *const u32, lr: f32, beta1: f32, beta2: f32, eps: f32,
                 weight_decay: f32, bias_correction1: f32, bias_correction2: f32, decoupled: u32
             );
+            [adam_advance](state: *mut u32, beta1: f32, beta2: f32);
+            [adam_dev_f32](
+                slots: *const u64, chunks: *const u32, lr: f32, beta1: f32, beta2: f32, eps: f32,
+                weight_decay: f32, state: *const u32, decoupled: u32
+            );
         }
     }
     module reduce("reduce", portable) {

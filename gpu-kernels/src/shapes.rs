@@ -79,6 +79,23 @@ pub const OPTIMIZER_BLOCK: usize = 256;
 /// (addresses; 0 when unused) and the length.
 pub const OPTIMIZER_SLOT_WORDS: usize = 5;
 
+/// Adam's bias correction `1 − β^t` in f64 (the CUDA kernels take it rounded to f32): `β^t` by
+/// binary powering (the algorithm of Rust's `powi`). The host (`Adam`) and the device (`adam_advance`, for graphs) both
+/// call this one function, so a replayed step corrects exactly as an eager one does.
+pub fn adam_bias_correction(beta: f32, t: u32) -> f64 {
+    let (mut base, mut t, mut power) = (beta as f64, t, 1.0f64);
+    while t != 0 {
+        if t & 1 != 0 {
+            power *= base;
+        }
+        t >>= 1;
+        if t != 0 {
+            base *= base;
+        }
+    }
+    1.0 - power
+}
+
 /// Threads per block of the pooling kernels (one thread per output, output pair or input).
 pub const POOL_BLOCK: usize = 256;
 

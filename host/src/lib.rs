@@ -90,8 +90,8 @@ pub use ops::conv::{
 pub use ops::matmul::{linear, Activation, Gemm};
 pub use ops::nn::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
-    binary_cross_entropy_with_logits, cross_entropy, dropout, dropout_backward, layer_norm,
-    layer_norm_backward, mse_loss, BatchNormSaved, LayerNormSaved,
+    binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, dropout, dropout_backward,
+    layer_norm, layer_norm_backward, mse_loss, BatchNormSaved, Labels, LayerNormSaved,
 };
 pub use ops::optim::{Adam, Optimizer, Sgd};
 pub use ops::pool::{
@@ -100,6 +100,7 @@ pub use ops::pool::{
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};
+pub use runtime::graph::Graph;
 pub use runtime::module::{ModuleSource, DISABLE_SM90A_VAR};
 pub use runtime::pool::PoolStats;
 pub use runtime::stream::{Event, PinnedBuffer};

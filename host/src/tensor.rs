@@ -152,7 +152,7 @@ impl Context {
                 if let (true, Storage::Cuda(buf)) = (n > 0, &*t.storage) {
                     // SAFETY: the fresh buffer of this stream holds `n` elements of `T` (see
                     // `copy_htod` on the pageable source).
-                    unsafe { buf.stream().copy_htod(buf.ptr(), data) }?;
+                    unsafe { buf.stream().copy_htod("from_slice", buf.ptr(), data) }?;
                 }
                 Ok(t)
             }
@@ -187,7 +187,7 @@ impl Context {
         let stream = self.stream("from_pinned")?.clone();
         let t = Tensor::uninit(self, shape, "from_pinned")?;
         if n > 0 {
-            src.begin_copy(&stream, |host| {
+            src.begin_copy("from_pinned", &stream, |host| {
                 stream.device.bind()?;
                 // SAFETY: `host` is pinned memory of `n` floats that stays allocated and unwritten
                 // by the host until the copy is known complete; the fresh buffer holds `n` floats.
@@ -334,15 +334,53 @@ impl Tensor {
         let Storage::Cuda(buf) = &*self.storage else {
             unreachable!("download is only called on CUDA storage")
         };
+        buf.stream().refuse_in_capture("to_vec")?;
         let mut out = vec![T::from_f32(0.0); self.len()];
         if out.is_empty() {
             buf.stream().synchronize()?;
         } else {
             // SAFETY: the buffer holds `len` elements of `T` (the dtype was checked by the
             // caller), produced on its own stream; f32, f16 and bf16 take any bit pattern.
-            unsafe { buf.stream().copy_dtoh_sync(&mut out, buf.ptr()) }?;
+            unsafe { buf.stream().copy_dtoh_sync("to_vec", &mut out, buf.ptr()) }?;
         }
         Ok(out)
+    }
+
+    /// Overwrite the elements with `data` (row-major, the tensor's dtype `T`), in place: the
+    /// buffer keeps its address, so a [`Graph`](crate::Graph) that captured reads of it sees the
+    /// new values at its next replay (the way to feed a graph new inputs). On CUDA the buffer is
+    /// written even where clones share it (they see the new values too); the CPU backend, which
+    /// has no graphs, copies a shared buffer first, like the optimizers. Refused during a capture
+    /// (`NotCapturable`): upload before the replay instead.
+    pub fn copy_from_slice<T: Element>(&mut self, data: &[T]) -> Result<()> {
+        const OP: &str = "copy_from_slice";
+        if self.dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype, rhs: T::DTYPE });
+        }
+        if data.len() != self.len() {
+            return Err(Error::ShapeMismatch { op: OP, lhs: self.shape.clone(), rhs: vec![data.len()] });
+        }
+        if let Some(v) = self.make_unique_cpu()? {
+            v.iter_mut().zip(data).for_each(|(v, d)| *v = d.to_f32());
+            return Ok(());
+        }
+        let Storage::Cuda(buf) = &*self.storage else { unreachable!("CPU storage handled above") };
+        if buf.bytes() > 0 {
+            // SAFETY: the buffer holds `len` elements of `T` (dtype checked above) on its own
+            // stream, where every earlier reader is ordered before the copy (see `copy_htod` on
+            // the pageable source).
+            unsafe { buf.stream().copy_htod(OP, buf.ptr(), data) }?;
+        }
+        Ok(())
+    }
+
+    /// The CPU data made unique (see [`Tensor::make_unique`]); `None` for CUDA storage, which is
+    /// left shared.
+    fn make_unique_cpu(&mut self) -> Result<Option<&mut Vec<f32>>> {
+        match &*self.storage {
+            Storage::Cpu(_) => self.make_unique(),
+            Storage::Cuda(_) => Ok(None),
+        }
     }
 
     /// The one element of a one-element tensor.
@@ -370,7 +408,7 @@ impl Tensor {
         if buf.bytes() == 0 {
             return Ok(());
         }
-        dst.begin_copy(buf.stream(), |host| {
+        dst.begin_copy("copy_to_pinned", buf.stream(), |host| {
             buf.stream().device.bind()?;
             // SAFETY: `host` is pinned memory of `len` floats that the host does not touch until
             // the copy is known complete (`begin_copy` tracks it); the source block is only reused after the copy,

@@ -6,7 +6,9 @@ use crate::runtime::error::Result;
 use crate::tensor::Tensor;
 
 /// Each forward pass draws a fresh mask from the counter-based generator (seed, then seed + 1, …),
-/// so a run is reproducible; backward regenerates the same mask from the saved seed.
+/// so a run is reproducible; backward regenerates the same mask from the saved seed. The seed is
+/// a launch argument, so a CUDA graph would replay one mask forever: in training mode the layer
+/// refuses a capture (`NotCapturable`).
 pub struct Dropout {
     p: f32,
     next_seed: u64,
@@ -28,6 +30,11 @@ impl Layer for Dropout {
         if !self.training {
             return Ok(x.clone());
         }
+        x.context()
+            .refuse_in_capture(
+                "Dropout (its seed is a launch argument: every replay would draw the same mask)",
+            )
+            .in_layer(self)?;
         let seed = self.next_seed;
         self.next_seed = self.next_seed.wrapping_add(1);
         let y = dropout(x, self.p, seed).in_layer(self)?;

@@ -373,8 +373,8 @@ impl<'a> Gemm<'a> {
         let maps: Vec<u64> = map_a.opaque.iter().chain(map_b.opaque.iter()).copied().collect();
         let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
         // SAFETY: the fresh buffer of this stream holds exactly the copied words (see `copy_htod`
-        // on the pageable source); the launch below is ordered after the copy on this stream.
-        unsafe { stream.copy_htod(maps_dev.ptr(), &maps) }?;
+        // on the pageable source; u64 has no padding); the launch below is ordered after the copy on this stream.
+        unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
 
         let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1);
         if tiles > i32::MAX as usize {

@@ -4,9 +4,11 @@
 use super::random::philox;
 use super::CPU_CHUNK;
 use crate::kernels;
+use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, NN_ROW_BLOCK,
@@ -139,69 +141,199 @@ impl Tensor {
     }
 }
 
+/// Class indices for [`cross_entropy_labels`], kept where the logits live (device memory on
+/// CUDA), each checked below `classes` on every upload. Refresh them in place with
+/// [`Labels::copy_from_slice`]: a [`Graph`](crate::Graph) that captured the loss reads the new
+/// labels at its next replay.
+pub struct Labels {
+    ctx: Context,
+    classes: usize,
+    len: usize,
+    storage: LabelStorage,
+}
+
+enum LabelStorage {
+    Cuda(DeviceBuffer),
+    Cpu(Vec<u32>),
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Labels({} of {} classes, {:?})", self.len, self.classes, self.ctx)
+    }
+}
+
+/// `InvalidArgument` for the first label not below `classes`.
+fn check_labels(op: &'static str, labels: &[u32], classes: usize) -> Result<()> {
+    match labels.iter().find(|&&l| l as usize >= classes) {
+        Some(bad) => Err(Error::InvalidArgument {
+            op,
+            shape: vec![labels.len(), classes],
+            reason: format!("label {bad} out of range for {classes} classes"),
+        }),
+        None => Ok(()),
+    }
+}
+
+impl Context {
+    /// `labels` (each below `classes`) on this context, for [`cross_entropy_labels`].
+    pub fn labels(&self, labels: &[u32], classes: usize) -> Result<Labels> {
+        const OP: &str = "labels";
+        check_labels(OP, labels, classes)?;
+        let storage = match &self.backend {
+            Backend::Cpu => LabelStorage::Cpu(labels.to_vec()),
+            Backend::Cuda(stream) => {
+                let buf = stream.device.pool.alloc(stream, labels.len() * 4, OP)?;
+                if !labels.is_empty() {
+                    // SAFETY: the fresh buffer of this stream holds `len` u32 (see `copy_htod` on
+                    // the pageable source).
+                    unsafe { stream.copy_htod(OP, buf.ptr(), labels) }?;
+                }
+                LabelStorage::Cuda(buf)
+            }
+        };
+        Ok(Labels { ctx: self.clone(), classes, len: labels.len(), storage })
+    }
+}
+
+impl Labels {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The number of classes every label is below.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Overwrite the labels in place (same count, each below `classes`). Refused during a capture
+    /// (`NotCapturable`): upload before the replay.
+    pub fn copy_from_slice(&mut self, labels: &[u32]) -> Result<()> {
+        const OP: &str = "Labels::copy_from_slice";
+        if labels.len() != self.len {
+            return Err(Error::ShapeMismatch { op: OP, lhs: vec![self.len], rhs: vec![labels.len()] });
+        }
+        check_labels(OP, labels, self.classes)?;
+        match &mut self.storage {
+            LabelStorage::Cpu(v) => v.copy_from_slice(labels),
+            LabelStorage::Cuda(buf) if !labels.is_empty() => {
+                // SAFETY: the buffer holds `len` u32 on its own stream, where every earlier reader
+                // is ordered before the copy (see `copy_htod` on the pageable source).
+                unsafe { buf.stream().copy_htod(OP, buf.ptr(), labels) }?
+            }
+            LabelStorage::Cuda(_) => {}
+        }
+        Ok(())
+    }
+}
+
 /// Mean cross-entropy of `logits` `[.., classes]` against one class index per row, with its
 /// gradient w.r.t. the logits (softmax − one-hot, divided by the rows), in one pass.
-/// Returns `(loss of shape [], gradient of the logits' shape)`.
+/// Returns `(loss of shape [], gradient of the logits' shape)`. The labels are uploaded from the
+/// host on every call, so this cannot be captured into a graph: use [`cross_entropy_labels`].
 pub fn cross_entropy(logits: &Tensor, labels: &[u32]) -> Result<(Tensor, Tensor)> {
     const OP: &str = "cross_entropy";
     let (rows, cols) = rows_cols(OP, logits)?;
     if labels.len() != rows {
         return Err(Error::ShapeMismatch { op: OP, lhs: logits.shape().to_vec(), rhs: vec![labels.len()] });
     }
-    if let Some(bad) = labels.iter().find(|&&l| l as usize >= cols) {
-        return Err(Error::InvalidArgument {
-            op: OP,
-            shape: logits.shape().to_vec(),
-            reason: format!("label {bad} out of range for {cols} classes"),
-        });
-    }
-    if rows == 0 {
-        return Err(Error::InvalidArgument {
-            op: OP,
-            shape: logits.shape().to_vec(),
-            reason: "no rows".into(),
-        });
-    }
-    let scale = (1.0 / rows as f64) as f32;
+    check_labels(OP, labels, cols)?;
     match logits.storage() {
-        Storage::Cpu(v) => {
-            let mut losses = vec![0.0f64; rows];
-            let grad = cpu_rows(v, cols, |r, row, out| {
-                let (m, lse) = max_and_log_sum_exp(row);
-                for (i, (o, &e)) in out.iter_mut().zip(row).enumerate() {
-                    let p = (e as f64 - m - lse).exp();
-                    *o = (scale as f64 * (p - f64::from(i == labels[r] as usize))) as f32;
-                }
-            });
-            for (r, l) in losses.iter_mut().enumerate() {
-                let row = &v[r * cols..(r + 1) * cols];
-                let (m, lse) = max_and_log_sum_exp(row);
-                *l = lse + m - row[labels[r] as usize] as f64;
-            }
-            let loss = (losses.iter().sum::<f64>() / rows as f64) as f32;
-            Ok((
-                Tensor::from_cpu(logits.context(), &[], vec![loss]),
-                Tensor::from_cpu(logits.context(), logits.shape(), grad),
-            ))
-        }
+        Storage::Cpu(v) => cross_entropy_cpu(OP, logits, v, labels),
         Storage::Cuda(_) => {
             let ctx = logits.context();
             let stream = ctx.stream(OP)?;
             let labels_dev = stream.device.pool.alloc(stream, rows * 4, OP)?;
-            // SAFETY: the fresh buffer of this stream holds `rows` u32 (see `copy_htod` on the
-            // pageable source).
-            unsafe { stream.copy_htod(labels_dev.ptr(), labels) }?;
-            let losses = Tensor::uninit(ctx, &[rows], OP)?;
-            let grad = Tensor::uninit(ctx, logits.shape(), OP)?;
-            // SAFETY: `cross_entropy_f32(logits, labels, loss, grad, cols, scale)`: logits and grad
-            // hold rows·cols floats, labels rows u32 < cols (checked above), loss rows floats; one
-            // block per row. The labels buffer returns to the pool in stream order after the launch.
-            let cfg = per_row(OP, logits.shape(), rows)?;
-            let args = (logits.ptr(), labels_dev.dev_ptr(), losses.ptr_mut(), grad.ptr_mut(), cols, scale);
-            unsafe { kernels::cross_entropy_f32.launch(stream, cfg, args)? };
-            Ok((losses.mean()?, grad))
+            if rows > 0 {
+                // SAFETY: the fresh buffer of this stream holds `rows` u32 (see `copy_htod` on
+                // the pageable source).
+                unsafe {
+                    stream.copy_htod("cross_entropy (labels from host memory)", labels_dev.ptr(), labels)
+                }?;
+            }
+            // The labels buffer returns to the pool in stream order after the launch.
+            cross_entropy_cuda(OP, logits, &labels_dev)
         }
     }
+}
+
+/// [`cross_entropy`] against labels already on the logits' context: no upload, so a graph may
+/// capture it and read new labels (refreshed with [`Labels::copy_from_slice`]) at each replay.
+pub fn cross_entropy_labels(logits: &Tensor, labels: &Labels) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "cross_entropy_labels";
+    let (rows, cols) = rows_cols(OP, logits)?;
+    if labels.len != rows {
+        return Err(Error::ShapeMismatch { op: OP, lhs: logits.shape().to_vec(), rhs: vec![labels.len] });
+    }
+    if labels.classes > cols {
+        return Err(Error::InvalidArgument {
+            op: OP,
+            shape: logits.shape().to_vec(),
+            reason: format!("labels of {} classes for {cols} logits per row", labels.classes),
+        });
+    }
+    if !logits.context().same_queue(&labels.ctx) {
+        return Err(logits.context().mismatch(OP, &labels.ctx));
+    }
+    match (logits.storage(), &labels.storage) {
+        (Storage::Cpu(v), LabelStorage::Cpu(l)) => cross_entropy_cpu(OP, logits, v, l),
+        (Storage::Cuda(_), LabelStorage::Cuda(buf)) => cross_entropy_cuda(OP, logits, buf),
+        _ => Err(logits.context().mismatch(OP, &labels.ctx)),
+    }
+}
+
+fn cross_entropy_cpu(
+    op: &'static str,
+    logits: &Tensor,
+    v: &[f32],
+    labels: &[u32],
+) -> Result<(Tensor, Tensor)> {
+    let (rows, cols) = rows_cols(op, logits)?;
+    if rows == 0 {
+        return Err(Error::InvalidArgument { op, shape: logits.shape().to_vec(), reason: "no rows".into() });
+    }
+    let scale = (1.0 / rows as f64) as f32;
+    let mut losses = vec![0.0f64; rows];
+    let grad = cpu_rows(v, cols, |r, row, out| {
+        let (m, lse) = max_and_log_sum_exp(row);
+        for (i, (o, &e)) in out.iter_mut().zip(row).enumerate() {
+            let p = (e as f64 - m - lse).exp();
+            *o = (scale as f64 * (p - f64::from(i == labels[r] as usize))) as f32;
+        }
+    });
+    for (r, l) in losses.iter_mut().enumerate() {
+        let row = &v[r * cols..(r + 1) * cols];
+        let (m, lse) = max_and_log_sum_exp(row);
+        *l = lse + m - row[labels[r] as usize] as f64;
+    }
+    let loss = (losses.iter().sum::<f64>() / rows as f64) as f32;
+    Ok((
+        Tensor::from_cpu(logits.context(), &[], vec![loss]),
+        Tensor::from_cpu(logits.context(), logits.shape(), grad),
+    ))
+}
+
+/// The CUDA launch of both cross-entropy forms; `labels` holds one u32 below the logits' last
+/// dimension per row (both callers check it).
+fn cross_entropy_cuda(op: &'static str, logits: &Tensor, labels: &DeviceBuffer) -> Result<(Tensor, Tensor)> {
+    let (rows, cols) = rows_cols(op, logits)?;
+    if rows == 0 {
+        return Err(Error::InvalidArgument { op, shape: logits.shape().to_vec(), reason: "no rows".into() });
+    }
+    let scale = (1.0 / rows as f64) as f32;
+    let ctx = logits.context();
+    let stream = ctx.stream(op)?;
+    let losses = Tensor::uninit(ctx, &[rows], op)?;
+    let grad = Tensor::uninit(ctx, logits.shape(), op)?;
+    // SAFETY: `cross_entropy_f32(logits, labels, loss, grad, cols, scale)`: logits and grad
+    // hold rows·cols floats, labels rows u32 < cols (the callers' checks), loss rows floats; one
+    // block per row.
+    let cfg = per_row(op, logits.shape(), rows)?;
+    let args = (logits.ptr(), labels.dev_ptr(), losses.ptr_mut(), grad.ptr_mut(), cols, scale);
+    unsafe { kernels::cross_entropy_f32.launch(stream, cfg, args)? };
+    Ok((losses.mean()?, grad))
 }
 
 /// What layer norm's forward pass saves for its backward pass.

@@ -9,13 +9,18 @@
 //! dtype is `ShapeMismatch`/`DTypeMismatch`/`InvalidArgument`, another stream, device or backend
 //! `DeviceMismatch` (make a new optimizer to start on other parameters). A step that fails leaves
 //! Adam's step count (its bias correction) where it was.
+//!
+//! In a CUDA graph capture ([`Context::capture`]): the first step (which makes the state) is
+//! refused, since a replay would zero the state again; so is Adam unless
+//! [`Adam::capturable`], since its step count is otherwise a kernel argument a replay repeats.
 use crate::kernels;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::DevPtr;
+use crate::runtime::kernel::DevPtrMut;
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
-use crate::shapes::{OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_SLOT_WORDS};
+use crate::shapes::{adam_bias_correction, OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_SLOT_WORDS};
 use crate::tensor::Tensor;
 use std::sync::Arc;
 
@@ -96,6 +101,15 @@ impl std::fmt::Debug for DeviceTables {
     }
 }
 
+/// `NotCapturable` for a first step (it makes the optimizer's state, which a replay would reset)
+/// while `ctx`'s stream is being captured.
+fn refuse_first_step_in_capture(ctx: &Context, first: bool, op: &'static str) -> Result<()> {
+    match &ctx.backend {
+        Backend::Cuda(stream) if first => stream.refuse_in_capture(op),
+        _ => Ok(()),
+    }
+}
+
 /// Make sure `cached` holds the tables of `slots` (parameter, gradient, state addresses, length)
 /// on `ctx`'s stream (uploading them when they changed), then hand their addresses, with the
 /// launch shape, to `run`.
@@ -128,10 +142,10 @@ fn launch_multi_tensor(
         let chunks_dev = stream.device.pool.alloc(stream, chunks.len() * 4, op)?;
         if blocks > 0 {
             // SAFETY: each fresh buffer of this stream holds exactly the slice copied into it (see
-            // `copy_htod` on pageable sources); later launches on this stream are ordered after.
+            // `copy_htod` on pageable sources; u64 and u32 have no padding); later launches on this stream are ordered after.
             unsafe {
-                stream.copy_htod(table_dev.ptr(), &table)?;
-                stream.copy_htod(chunks_dev.ptr(), &chunks)?;
+                stream.copy_htod_const(table_dev.ptr(), &table)?;
+                stream.copy_htod_const(chunks_dev.ptr(), &chunks)?;
             }
         }
         *cached = Some(DeviceTables { slots, table: table_dev, chunks: chunks_dev, blocks });
@@ -202,6 +216,13 @@ impl Optimizer for Sgd {
         let ctx = prepare(OP, params, grads, self.buffers.len())?;
         check_state(OP, params, &self.buffers)?;
         let first = self.buffers.is_empty();
+        if self.momentum != 0.0 {
+            refuse_first_step_in_capture(
+                &ctx,
+                first,
+                "sgd (first step with momentum; take it before the capture)",
+            )?;
+        }
         if first && self.momentum != 0.0 {
             self.buffers = params.iter().map(|p| ctx.zeros(p.shape())).collect::<Result<_>>()?;
         }
@@ -260,6 +281,10 @@ pub struct Adam {
     state: Vec<(Tensor, Tensor)>,
     steps: i32,
     tables: Option<DeviceTables>,
+    /// The device-side step count of [`Adam::capturable`]: `[t, c1 bits, c2 bits]` as u32 (in an
+    /// f32 tensor of 3, zeroed by the first step).
+    device_step: Option<Tensor>,
+    capturable: bool,
 }
 
 impl Adam {
@@ -273,7 +298,17 @@ impl Adam {
             state: Vec::new(),
             steps: 0,
             tables: None,
+            device_step: None,
+            capturable: false,
         }
+    }
+    /// Keep the step count (the bias correction) on the device, advanced by a kernel at each
+    /// step, so that a step captured into a CUDA graph counts at every replay (PyTorch's
+    /// `capturable=True`). Same results as the default, bit for bit; one extra tiny launch per
+    /// step. No effect on the CPU backend. Set it before the first step.
+    pub fn capturable(mut self, capturable: bool) -> Self {
+        self.capturable = capturable;
+        self
     }
     /// AdamW (decoupled weight decay), PyTorch's default decay 0.01.
     pub fn adamw(lr: f32, weight_decay: f32) -> Self {
@@ -299,11 +334,22 @@ impl Optimizer for Adam {
         let ctx = prepare(OP, params, grads, self.state.len())?;
         check_state(OP, params, self.state.iter().map(|(m, _)| m))?;
         check_state(OP, params, self.state.iter().map(|(_, v)| v))?;
+        refuse_first_step_in_capture(
+            &ctx,
+            self.state.is_empty(),
+            "adam (first step; take it before the capture)",
+        )?;
+        if !self.capturable {
+            refuse_first_step_in_capture(&ctx, true, "adam (host-side step count; use Adam::capturable)")?;
+        }
         if self.state.is_empty() {
             self.state = params
                 .iter()
                 .map(|p| Ok((ctx.zeros(p.shape())?, ctx.zeros(p.shape())?)))
                 .collect::<Result<_>>()?;
+            if self.capturable && ctx.is_cuda() {
+                self.device_step = Some(ctx.zeros(&[3])?);
+            }
         }
         // Counted only once the step has happened: a failed launch must not shift the bias
         // correction of every later step.
@@ -313,8 +359,8 @@ impl Optimizer for Adam {
             reason: "step counter overflow".into(),
         })?;
         let (lr, (b1, b2), eps, wd) = (self.lr, self.betas, self.eps, self.weight_decay);
-        let c1 = 1.0 - (b1 as f64).powi(steps);
-        let c2 = 1.0 - (b2 as f64).powi(steps);
+        let c1 = adam_bias_correction(b1, steps as u32);
+        let c2 = adam_bias_correction(b2, steps as u32);
         let stepped = match &ctx.backend {
             Backend::Cpu => {
                 for ((p, g), (m, v)) in params.iter_mut().zip(grads).zip(self.state.iter_mut()) {
@@ -346,13 +392,30 @@ impl Optimizer for Adam {
                     })
                     .collect();
                 let (c1, c2, decoupled) = (c1 as f32, c2 as f32, u32::from(self.decoupled));
+                let device_step = self.device_step.as_ref();
                 launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks| {
-                    // SAFETY: `adam_f32(slots, chunks, lr, beta1, beta2, eps, weight_decay, c1, c2,
-                    // decoupled)`: the table holds, per tensor, a uniquely owned parameter, its
-                    // gradient, and this optimizer's m and v, all of the same length, and that
-                    // length; the chunks cover each tensor once; one block per chunk.
-                    let args = (table, chunks, lr, b1, b2, eps, wd, c1, c2, decoupled);
-                    unsafe { kernels::adam_f32.launch(stream, cfg, args) }
+                    let Some(step) = device_step else {
+                        // SAFETY: `adam_f32(slots, chunks, lr, beta1, beta2, eps, weight_decay, c1,
+                        // c2, decoupled)`: the table holds, per tensor, a uniquely owned parameter,
+                        // its gradient, and this optimizer's m and v, all of the same length, and
+                        // that length; the chunks cover each tensor once; one block per chunk.
+                        let args = (table, chunks, lr, b1, b2, eps, wd, c1, c2, decoupled);
+                        return unsafe { kernels::adam_f32.launch(stream, cfg, args) };
+                    };
+                    let state = DevPtrMut::<u32>::new(step.device_ptr());
+                    // SAFETY: `adam_advance(state, beta1, beta2)`: `state` is this optimizer's
+                    // 3-word buffer (12 bytes, u32-aligned), any launch shape.
+                    unsafe {
+                        kernels::adam_advance.launch(
+                            stream,
+                            LaunchConfig::covering(1, 32),
+                            (state, b1, b2),
+                        )?
+                    };
+                    // SAFETY: `adam_dev_f32(...)`: as `adam_f32` above, with the bias corrections
+                    // read from `state`, written by `adam_advance` queued before on this stream.
+                    let args = (table, chunks, lr, b1, b2, eps, wd, DevPtr::from(state), decoupled);
+                    unsafe { kernels::adam_dev_f32.launch(stream, cfg, args) }
                 })
             }
         };

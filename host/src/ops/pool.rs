@@ -256,7 +256,7 @@ impl MaxPoolSaved {
                 if !out.is_empty() {
                     // SAFETY: the buffer of this stream holds `bytes` bytes, written by the
                     // forward pass queued before; any byte is a valid u8.
-                    unsafe { buf.stream().copy_dtoh_sync(&mut out, buf.ptr()) }?;
+                    unsafe { buf.stream().copy_dtoh_sync("MaxPoolSaved::argmax", &mut out, buf.ptr()) }?;
                 }
                 Ok(out)
             }

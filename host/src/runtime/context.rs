@@ -147,13 +147,17 @@ impl Context {
 
     /// An event recorded now on this context's stream (CUDA only), for timing and ordering.
     pub fn record_event(&self) -> Result<Event> {
-        Event::record(self.stream("record_event")?)
+        let stream = self.stream("record_event")?;
+        stream.refuse_in_capture("record_event")?;
+        Event::record(stream)
     }
 
     /// Record `event` (made by [`Context::record_event`] on this device) again, now, on this
     /// context's stream: timing loops reuse two events instead of creating one per launch.
     pub fn rerecord_event(&self, event: &Event) -> Result<()> {
-        event.record_on(self.stream("rerecord_event")?)
+        let stream = self.stream("rerecord_event")?;
+        stream.refuse_in_capture("rerecord_event")?;
+        event.record_on(stream)
     }
 
     /// The device's memory pool counters (CUDA only).
@@ -164,7 +168,8 @@ impl Context {
         }
     }
 
-    /// Return the pool's cached blocks to the driver (waits for the device first).
+    /// Return the pool's cached blocks to the driver (waits for the device first; refused while
+    /// a stream of the device is being captured).
     pub fn trim_pool(&self) -> Result<()> {
         match &self.backend {
             Backend::Cuda(s) => s.device.pool.trim(s),
@@ -174,7 +179,9 @@ impl Context {
 
     /// (free, total) bytes of device memory (CUDA only).
     pub fn memory_info(&self) -> Result<(usize, usize)> {
-        self.stream("memory_info")?.device.memory_info()
+        let stream = self.stream("memory_info")?;
+        stream.refuse_in_capture("memory_info")?;
+        stream.device.memory_info()
     }
 
     /// How this context's device got its kernels: prebuilt cubins, or PTX compiled by the driver
@@ -206,6 +213,14 @@ impl Context {
     /// Page-locked host memory of `len` floats for asynchronous copies (CUDA only).
     pub fn pinned(&self, len: usize) -> Result<PinnedBuffer> {
         PinnedBuffer::new(self.stream("pinned")?.device.clone(), len)
+    }
+
+    /// `Error::NotCapturable` naming `op` while this context's stream is being captured.
+    pub(crate) fn refuse_in_capture(&self, op: &'static str) -> Result<()> {
+        match &self.backend {
+            Backend::Cuda(s) => s.refuse_in_capture(op),
+            Backend::Cpu => Ok(()),
+        }
     }
 
     pub(crate) fn stream(&self, op: &'static str) -> Result<&Arc<Stream>> {

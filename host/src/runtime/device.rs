@@ -5,6 +5,7 @@ use super::module::KernelModules;
 use super::pool::MemoryPool;
 use cudarc::driver::{result, sys, DriverError};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Properties of a CUDA device, read once when it is opened.
@@ -127,6 +128,8 @@ pub(crate) struct CudaDevice {
     raw: RawContext,
     pub(crate) modules: KernelModules,
     pub(crate) pool: MemoryPool,
+    /// Streams of this device being captured into graphs right now.
+    pub(crate) captures: AtomicUsize,
 }
 
 impl CudaDevice {
@@ -162,7 +165,13 @@ impl CudaDevice {
                 return Err(e);
             }
         };
-        let dev = Arc::new(CudaDevice { info, raw, modules, pool: MemoryPool::new() });
+        let dev = Arc::new(CudaDevice {
+            info,
+            raw,
+            modules,
+            pool: MemoryPool::new(),
+            captures: AtomicUsize::new(0),
+        });
         open[ordinal] = Some(dev.clone());
         Ok(dev)
     }
@@ -171,6 +180,11 @@ impl CudaDevice {
     /// already is). Every entry that touches the driver calls it.
     pub(crate) fn bind(&self) -> Result<()> {
         bind(self.raw)
+    }
+
+    /// Whether a stream of this device is being captured (device-wide waits would break it).
+    pub(crate) fn capturing(&self) -> bool {
+        self.captures.load(Ordering::Acquire) > 0
     }
 
     /// (free, total) device memory in bytes.

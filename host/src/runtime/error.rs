@@ -43,6 +43,10 @@ pub enum Error {
     KernelUnavailable { kernel: &'static str, module: &'static str },
     #[error("embedded kernel module {module} is corrupt: {reason}")]
     CorruptModule { module: &'static str, reason: String },
+    /// An op that a CUDA graph capture cannot record (a host synchronisation, a read-back, an
+    /// upload from pageable memory, ...) was called on a stream while it was being captured.
+    #[error("{op} cannot run while its stream is being captured into a CUDA graph (it would synchronise with the host, or a replay would read host memory that is gone); do it before the capture or between replays")]
+    NotCapturable { op: &'static str },
     /// An op inside a layer failed; `layer` describes the layer (type and sizes).
     #[error("{layer}: {source}")]
     Layer { layer: String, source: Box<Error> },

@@ -2,6 +2,7 @@
 pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod error;
+pub(crate) mod graph;
 #[macro_use]
 pub(crate) mod kernel;
 pub(crate) mod launch;

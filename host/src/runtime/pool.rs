@@ -10,7 +10,14 @@
 //! device: a block released by another thread is released after its last work was queued, so once
 //! it is on a list, a device synchronisation begun afterwards covers that work. A block taken off a
 //! list goes back to it whenever what follows fails.
+//!
+//! While a stream is captured into a CUDA graph, every block it is handed, and every block freed
+//! on it, belongs to the capture ([`GraphMemory`]): freed blocks are reused inside that capture
+//! only (the graph's own order keeps them safe), and they all stay out of the shared lists until
+//! the graph is dropped, since every replay writes them again.
+use super::device::CudaDevice;
 use super::error::{DriverResultExt, Error, Result};
+use super::graph::GraphParts;
 use super::kernel::{DevPtr, DevPtrMut, DeviceElement};
 use super::stream::Stream;
 use cudarc::driver::{result, sys};
@@ -57,12 +64,14 @@ pub(crate) fn size_class(bytes: usize) -> Option<usize> {
     bytes.checked_next_multiple_of(granule)
 }
 
-/// Device memory from the pool; returns to it on drop.
+/// Device memory from the pool; returns to it on drop (or to the graph that owns it).
 pub(crate) struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
     bytes: usize,
     class: usize,
     stream: Arc<Stream>,
+    /// The capture (and then graph) the block was handed out to.
+    graph: Option<Arc<GraphMemory>>,
 }
 
 impl DeviceBuffer {
@@ -87,8 +96,114 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if self.class > 0 {
-            self.stream.device.pool.release(self.ptr, self.class, Arc::downgrade(&self.stream));
+        if self.class == 0 {
+            return;
+        }
+        // A block freed while its stream is captured may still be read by the captured work
+        // before the free: the capture keeps it, whoever allocated it.
+        let (ptr, class) = (self.ptr, self.class);
+        if self.graph.take().is_some_and(|g| g.park(ptr, class))
+            || self.stream.capture_memory().is_some_and(|g| g.park(ptr, class))
+        {
+            return;
+        }
+        self.stream.device.pool.release(self.ptr, self.class, Arc::downgrade(&self.stream));
+    }
+}
+
+/// The blocks of one capture and of the graph made from it, and the pinned host copies its
+/// uploads read at every replay. While `live`, freed blocks are parked here (reused only by the
+/// capture); once the graph is gone ([`GraphMemory::retire`]) they return to the pool.
+pub(crate) struct GraphMemory {
+    device: Arc<CudaDevice>,
+    stream: Weak<Stream>,
+    state: Mutex<GraphMemoryState>,
+}
+
+struct GraphMemoryState {
+    live: bool,
+    parked: HashMap<usize, Vec<sys::CUdeviceptr>>,
+    /// Page-locked host buffers (addresses) that the graph's upload nodes copy from.
+    staged: Vec<usize>,
+    /// Graphs dropped while this capture was running: their stream could not be synchronised
+    /// then; they go once this memory retires.
+    deferred: Vec<GraphParts>,
+}
+
+impl GraphMemory {
+    pub(crate) fn new(stream: &Arc<Stream>) -> Self {
+        Self {
+            device: stream.device.clone(),
+            stream: Arc::downgrade(stream),
+            state: Mutex::new(GraphMemoryState {
+                live: true,
+                parked: HashMap::new(),
+                staged: Vec::new(),
+                deferred: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GraphMemoryState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep a freed block while the capture or its graph lives; false once it is gone.
+    fn park(&self, ptr: sys::CUdeviceptr, class: usize) -> bool {
+        let mut st = self.lock();
+        if st.live {
+            st.parked.entry(class).or_default().push(ptr);
+        }
+        st.live
+    }
+
+    /// A parked block of `class`, for reuse inside the capture.
+    fn take(&self, class: usize) -> Option<sys::CUdeviceptr> {
+        self.lock().parked.get_mut(&class).and_then(Vec::pop)
+    }
+
+    /// A page-locked copy of `src` that lives as long as the graph; its address.
+    pub(crate) fn stage(&self, src: &[u8]) -> Result<*const u8> {
+        self.device.bind()?;
+        // SAFETY: a fresh page-locked allocation of `src.len()` bytes, filled below, freed in
+        // `retire` once no replay can read it.
+        let p = unsafe { result::malloc_host(src.len(), 0) }.call("cuMemHostAlloc")? as *mut u8;
+        // SAFETY: `p` has room for `src.len()` bytes and does not overlap `src`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        self.lock().staged.push(p as usize);
+        Ok(p)
+    }
+
+    /// Keep a graph dropped during this capture until this memory retires.
+    pub(crate) fn defer(&self, parts: GraphParts) {
+        self.lock().deferred.push(parts);
+    }
+
+    /// The graph is gone, or the capture failed: parked blocks go back to the pool (stream order
+    /// covers the replays queued before; blocks still held by tensors follow on their drop) and
+    /// the staged host buffers are freed.
+    ///
+    /// # Safety
+    /// No replay of the graph is still running (the caller synchronised its stream) or none ever
+    /// ran: the staged buffers are freed at once.
+    pub(crate) unsafe fn retire(&self) {
+        let (parked, staged, deferred) = {
+            let mut st = self.lock();
+            st.live = false;
+            (std::mem::take(&mut st.parked), std::mem::take(&mut st.staged), std::mem::take(&mut st.deferred))
+        };
+        drop(deferred);
+        for (class, ptrs) in parked {
+            for ptr in ptrs {
+                self.device.pool.release(ptr, class, self.stream.clone());
+            }
+        }
+        if !staged.is_empty() && self.device.bind().is_ok() {
+            for p in staged {
+                // SAFETY: allocated by cuMemHostAlloc in `stage`; the caller's contract says no
+                // copy reads it any more.
+                let _ = unsafe { result::free_host(p as *mut std::ffi::c_void) };
+            }
         }
     }
 }
@@ -109,9 +224,17 @@ impl MemoryPool {
     /// A buffer of at least `bytes` for work on `stream`. Zero bytes allocate nothing.
     pub(crate) fn alloc(&self, stream: &Arc<Stream>, bytes: usize, op: &'static str) -> Result<DeviceBuffer> {
         if bytes == 0 {
-            return Ok(DeviceBuffer { ptr: 0, bytes: 0, class: 0, stream: stream.clone() });
+            return Ok(DeviceBuffer { ptr: 0, bytes: 0, class: 0, stream: stream.clone(), graph: None });
         }
         let class = size_class(bytes).ok_or(Error::SizeOverflow { op, shape: vec![bytes] })?;
+        let graph = stream.capture_memory();
+        if let Some(ptr) = graph.as_ref().and_then(|g| g.take(class)) {
+            // Still counted in use: parked blocks never left the capture.
+            let mut st = self.lock();
+            st.stats.allocations += 1;
+            st.stats.cache_hits += 1;
+            return Ok(DeviceBuffer { ptr, bytes, class, stream: stream.clone(), graph });
+        }
         let cached = {
             let mut st = self.lock();
             st.stats.allocations += 1;
@@ -120,7 +243,10 @@ impl MemoryPool {
                 Some(s) => std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream)),
                 None => true,
             });
-            let block = same_stream.or(list.len().checked_sub(1)).map(|i| list.swap_remove(i));
+            // A capture takes no block of another stream: the wait for that stream's work would
+            // join the other stream to the capture.
+            let other = if graph.is_some() { None } else { list.len().checked_sub(1) };
+            let block = same_stream.or(other).map(|i| list.swap_remove(i));
             if block.is_some() {
                 st.stats.cache_hits += 1;
             } else {
@@ -128,36 +254,45 @@ impl MemoryPool {
             }
             block
         };
-        let ptr = match cached {
-            Some(block) => {
-                if let Err(e) = Self::order_after(&block, stream) {
+        let reused = match cached {
+            Some(block) => match Self::order_after(&block, stream) {
+                Ok(true) => Some(block.ptr),
+                ordered => {
                     // The block still belongs to its old stream's order: back on the list.
                     self.lock().free.entry(class).or_default().push(block);
-                    return Err(e);
+                    ordered?;
+                    None
                 }
-                block.ptr
-            }
+            },
+            None => None,
+        };
+        let ptr = match reused {
+            Some(ptr) => ptr,
             None => self.alloc_from_driver(stream, class, bytes, op)?,
         };
         let mut st = self.lock();
         st.stats.bytes_in_use += class;
         st.stats.peak_bytes_in_use = st.stats.peak_bytes_in_use.max(st.stats.bytes_in_use);
-        Ok(DeviceBuffer { ptr, bytes, class, stream: stream.clone() })
+        Ok(DeviceBuffer { ptr, bytes, class, stream: stream.clone(), graph })
     }
 
-    /// Make `stream` wait for the work that last used `block` on another stream.
-    fn order_after(block: &CachedBlock, stream: &Arc<Stream>) -> Result<()> {
+    /// Make `stream` wait for the work that last used `block` on another stream; false where that
+    /// cannot be done now without breaking a capture (the old stream is being captured, or the
+    /// device-wide wait would meet one).
+    fn order_after(block: &CachedBlock, stream: &Arc<Stream>) -> Result<bool> {
         let Some(old) = block.stream.as_ref().filter(|s| !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream)))
         else {
-            return Ok(());
+            return Ok(true);
         };
         match old.upgrade() {
-            Some(old) => stream.wait_for(&old),
+            Some(old) if old.capturing() => Ok(false),
+            Some(old) => stream.wait_for(&old).map(|()| true),
+            None if stream.device.capturing() => Ok(false),
             // The old stream is being dropped right now (its drop synchronises it); wait for the
             // whole device instead.
             None => {
                 stream.device.bind()?;
-                result::ctx::synchronize().call("cuCtxSynchronize")
+                result::ctx::synchronize().call("cuCtxSynchronize").map(|()| true)
             }
         }
     }
@@ -177,7 +312,12 @@ impl MemoryPool {
                     self.lock().stats.bytes_reserved += class;
                     return Ok(ptr);
                 }
-                Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY && attempt == 0 => {
+                // Trimming waits for the whole device, which a capture on it cannot take.
+                Err(e)
+                    if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
+                        && attempt == 0
+                        && !stream.device.capturing() =>
+                {
                     self.trim(stream)?;
                 }
                 Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => {
@@ -207,6 +347,9 @@ impl MemoryPool {
 
     /// Return every cached block to the driver (after the device has finished using them).
     pub(crate) fn trim(&self, stream: &Stream) -> Result<()> {
+        if stream.device.capturing() {
+            return Err(Error::NotCapturable { op: "trim_pool" });
+        }
         let blocks: Vec<(usize, CachedBlock)> = {
             let mut st = self.lock();
             st.free.drain().flat_map(|(class, list)| list.into_iter().map(move |b| (class, b))).collect()

@@ -1,7 +1,9 @@
 //! Streams, events and pinned host buffers.
 use super::device::{elapsed_fn, CudaDevice};
 use super::error::{DriverResultExt, Error, Result};
+use super::pool::GraphMemory;
 use cudarc::driver::{result, sys};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A CUDA stream of one device. Work on one stream runs in order; different streams may overlap.
@@ -11,6 +13,10 @@ pub struct Stream {
     /// A zeroed `u32` that the whole-tensor reductions use as their block counter (they leave it
     /// zero); one per stream, since launches on one stream never overlap.
     reduce_counter: OnceLock<sys::CUdeviceptr>,
+    /// The capture in progress on this stream, if any.
+    capture: Mutex<Option<Arc<GraphMemory>>>,
+    /// Whether `capture` is set: the one check every host-synchronising op makes.
+    capturing: Arc<AtomicBool>,
 }
 // SAFETY: a CUstream may be used from any thread; the driver serialises work submitted to it.
 unsafe impl Send for Stream {}
@@ -21,7 +27,77 @@ impl Stream {
     pub(crate) fn new(device: Arc<CudaDevice>) -> Result<Arc<Self>> {
         device.bind()?;
         let raw = result::stream::create(result::stream::StreamKind::NonBlocking).call("cuStreamCreate")?;
-        Ok(Arc::new(Self { raw, device, reduce_counter: OnceLock::new() }))
+        Ok(Arc::new(Self {
+            raw,
+            device,
+            reduce_counter: OnceLock::new(),
+            capture: Mutex::new(None),
+            capturing: Arc::new(AtomicBool::new(false)),
+        }))
+    }
+
+    /// Whether this stream is being captured into a graph.
+    pub(crate) fn capturing(&self) -> bool {
+        self.capturing.load(Ordering::Acquire)
+    }
+
+    /// `Error::NotCapturable` naming `op` while this stream is being captured.
+    pub(crate) fn refuse_in_capture(&self, op: &'static str) -> Result<()> {
+        if self.capturing() {
+            return Err(Error::NotCapturable { op });
+        }
+        Ok(())
+    }
+
+    /// The memory of the capture in progress, if any.
+    pub(crate) fn capture_memory(&self) -> Option<Arc<GraphMemory>> {
+        if !self.capturing() {
+            return None;
+        }
+        self.capture.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Start capturing this stream's work into a graph.
+    ///
+    /// Relaxed mode: the pool calls `cuMemAlloc` on a cache miss (and `cuMemHostAlloc` for the
+    /// graph's staged uploads) during the capture, which the global and thread-local modes refuse
+    /// as "potentially unsafe" on the capturing thread. What those modes protect against, a
+    /// call that synchronises with the capturing stream, is refused by the crate instead
+    /// (`Error::NotCapturable`, checked in every host-synchronising op).
+    pub(crate) fn begin_capture(self: &Arc<Self>) -> Result<()> {
+        let mut slot = self.capture.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return Err(Error::NotCapturable { op: "capture (already capturing)" });
+        }
+        // Made now: its first use allocates and clears it synchronously.
+        self.reduce_counter()?;
+        self.device.bind()?;
+        // SAFETY: `raw` is a live stream, not being captured (checked above; every capture of it
+        // goes through this function).
+        unsafe {
+            result::stream::begin_capture(self.raw, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        }
+        .call("cuStreamBeginCapture")?;
+        *slot = Some(Arc::new(GraphMemory::new(self)));
+        self.device.captures.fetch_add(1, Ordering::AcqRel);
+        self.capturing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// End the capture begun by [`Stream::begin_capture`]: the captured graph (an error where the
+    /// driver invalidated the capture) and the capture's memory, which the caller owns now.
+    pub(crate) fn end_capture(&self) -> (Result<sys::CUgraph>, Arc<GraphMemory>) {
+        let memory = {
+            let mut slot = self.capture.lock().unwrap_or_else(|p| p.into_inner());
+            self.capturing.store(false, Ordering::Release);
+            slot.take().expect("end_capture follows a successful begin_capture")
+        };
+        self.device.captures.fetch_sub(1, Ordering::AcqRel);
+        let graph = self.device.bind().and_then(|()| {
+            // SAFETY: `raw` is live and being captured (begun by `begin_capture`).
+            unsafe { result::stream::end_capture(self.raw) }.call("cuStreamEndCapture")
+        });
+        (graph, memory)
     }
 
     pub(crate) fn raw(&self) -> sys::CUstream {
@@ -34,6 +110,7 @@ impl Stream {
     }
 
     pub(crate) fn synchronize(&self) -> Result<()> {
+        self.refuse_in_capture("synchronize")?;
         self.device.bind()?;
         // SAFETY: `raw` is a live stream.
         unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
@@ -69,13 +146,46 @@ impl Stream {
     /// drivers stage pageable sources before they return (cudarc's safe `memcpy_htod` takes a
     /// borrowed slice on the same reading), and this relies on that.
     ///
+    /// Refused (`NotCapturable` naming `op`) during a capture: a replay would read `src` again,
+    /// long after it is gone, and the user's data would be frozen into the graph.
+    ///
     /// # Safety
     /// `dst` is device memory of at least `size_of_val(src)` bytes in this device's context that
     /// no work queued on another stream still uses.
-    pub(crate) unsafe fn copy_htod<T>(&self, dst: sys::CUdeviceptr, src: &[T]) -> Result<()> {
+    pub(crate) unsafe fn copy_htod<T>(
+        &self,
+        op: &'static str,
+        dst: sys::CUdeviceptr,
+        src: &[T],
+    ) -> Result<()> {
+        self.refuse_in_capture(op)?;
         self.device.bind()?;
         // SAFETY: the caller's contract; the stream is live.
         unsafe { result::memcpy_htod_async(dst, src, self.raw) }.call("cuMemcpyHtoDAsync")
+    }
+
+    /// [`Stream::copy_htod`] of launch metadata (addresses, tensor maps): values fixed by the
+    /// buffers and shapes of the launch they serve, so a replay may copy the same bytes again.
+    /// During a capture `src` is first copied into page-locked memory that the graph owns.
+    ///
+    /// # Safety
+    /// As [`Stream::copy_htod`], and `T` is plain data without padding.
+    pub(crate) unsafe fn copy_htod_const<T: Copy>(&self, dst: sys::CUdeviceptr, src: &[T]) -> Result<()> {
+        let Some(memory) = self.capture_memory() else {
+            // SAFETY: forwarded.
+            return unsafe { self.copy_htod("copy_htod_const", dst, src) };
+        };
+        // SAFETY: `T` is plain data without padding (the caller's contract): its bytes are
+        // initialised.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), std::mem::size_of_val(src)) };
+        let staged = memory.stage(bytes)?;
+        self.device.bind()?;
+        // SAFETY: `staged` is page-locked memory of `bytes.len()` bytes that the graph keeps until
+        // no replay can run; `dst` as the caller's contract says.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, staged.cast(), bytes.len(), self.raw) }
+            .result()
+            .call("cuMemcpyHtoDAsync")
     }
 
     /// Copy device memory at `src` into `dst` and wait for it.
@@ -83,7 +193,13 @@ impl Stream {
     /// # Safety
     /// `src` is device memory of at least `size_of_val(dst)` bytes in this device's context whose
     /// producers are ordered before this stream's current end; every bit pattern is a valid `T`.
-    pub(crate) unsafe fn copy_dtoh_sync<T>(&self, dst: &mut [T], src: sys::CUdeviceptr) -> Result<()> {
+    pub(crate) unsafe fn copy_dtoh_sync<T>(
+        &self,
+        op: &'static str,
+        dst: &mut [T],
+        src: sys::CUdeviceptr,
+    ) -> Result<()> {
+        self.refuse_in_capture(op)?;
         self.device.bind()?;
         // SAFETY: the caller's contract; the synchronisation below ends the copy before `dst`'s
         // borrow does, whatever the driver does with a pageable destination.
@@ -107,8 +223,11 @@ impl Stream {
         unsafe { result::memcpy_dtod_async(dst, src, bytes, self.raw) }.call("cuMemcpyDtoDAsync")
     }
 
-    /// Make later work on this stream wait for all work submitted to `other` so far.
+    /// Make later work on this stream wait for all work submitted to `other` so far. Refused
+    /// while either is captured: the pool's ownership of a capture's blocks follows one stream.
     pub(crate) fn wait_for(&self, other: &Stream) -> Result<()> {
+        self.refuse_in_capture("wait_for")?;
+        other.refuse_in_capture("wait_for")?;
         let event = Event::record(other)?;
         self.device.bind()?;
         // SAFETY: both handles are live; the driver keeps the dependency after the event is freed.
@@ -141,6 +260,9 @@ impl Drop for Stream {
 pub struct Event {
     raw: sys::CUevent,
     device: Arc<CudaDevice>,
+    /// The capture flag of the stream it was last recorded on: waiting for it while that stream
+    /// is captured is refused.
+    recorded_on: Mutex<Option<Arc<AtomicBool>>>,
 }
 // SAFETY: events may be recorded, queried and waited on from any thread.
 unsafe impl Send for Event {}
@@ -152,7 +274,7 @@ impl Event {
     pub(crate) fn new(stream: &Stream) -> Result<Self> {
         stream.device.bind()?;
         let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?;
-        Ok(Event { raw, device: stream.device.clone() })
+        Ok(Event { raw, device: stream.device.clone(), recorded_on: Mutex::new(None) })
     }
 
     /// A new event recorded now on `stream`.
@@ -173,11 +295,22 @@ impl Event {
         }
         self.device.bind()?;
         // SAFETY: both handles are live and belong to the same device.
-        unsafe { result::event::record(self.raw, stream.raw) }.call("cuEventRecord")
+        unsafe { result::event::record(self.raw, stream.raw) }.call("cuEventRecord")?;
+        *self.recorded_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream.capturing.clone());
+        Ok(())
+    }
+
+    fn refuse_in_capture(&self, op: &'static str) -> Result<()> {
+        let recorded_on = self.recorded_on.lock().unwrap_or_else(|p| p.into_inner());
+        if recorded_on.as_ref().is_some_and(|c| c.load(Ordering::Acquire)) {
+            return Err(Error::NotCapturable { op });
+        }
+        Ok(())
     }
 
     /// Block until the work before the event has finished.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_in_capture("Event::synchronize")?;
         self.device.bind()?;
         // SAFETY: `raw` is a live, recorded event.
         unsafe { result::event::synchronize(self.raw) }.call("cuEventSynchronize")
@@ -192,6 +325,8 @@ impl Event {
                 rhs: later.device.info.to_string(),
             });
         }
+        self.refuse_in_capture("Event::elapsed_ms")?;
+        later.refuse_in_capture("Event::elapsed_ms")?;
         let elapsed = elapsed_fn()?;
         later.synchronize()?;
         let mut ms = 0.0f32;
@@ -306,11 +441,15 @@ impl PinnedBuffer {
 
     /// Start a copy that involves this buffer on `stream`; later host access waits for it. If
     /// the copy fails or its completion cannot be recorded, later access waits for the stream.
+    /// Refused (`NotCapturable` naming `op`) while `stream` is captured: the completion
+    /// tracking would not follow the replays.
     pub(crate) fn begin_copy(
         &self,
+        op: &'static str,
         stream: &Arc<Stream>,
         copy: impl FnOnce(*mut f32) -> Result<()>,
     ) -> Result<()> {
+        stream.refuse_in_capture(op)?;
         let mut pending = self.lock();
         Self::wait_locked(&mut pending)?;
         // A failing copy call may have queued work (the driver reports earlier asynchronous

@@ -1,0 +1,142 @@
+//! CUDA graphs: [`Context::capture`] records the work a closure queues on the context's stream,
+//! [`Graph::launch`] replays it with one driver call.
+//!
+//! A replay repeats the captured launches with the same arguments: the same buffers, the same
+//! scalars. What changes between replays must therefore live in device memory that the graph
+//! reads: inputs refreshed in place ([`Tensor::copy_from_slice`](crate::Tensor::copy_from_slice),
+//! [`Labels::copy_from_slice`](crate::Labels::copy_from_slice)) and counters the kernels advance
+//! themselves ([`Adam::capturable`](crate::Adam::capturable)).
+//!
+//! Memory: every pool block handed out during the capture, and every block freed on the stream
+//! during it, belongs to the graph until the graph is dropped (a tensor made in the capture may be
+//! dropped at any time; its block stays reserved for the replays). Buffers made before the capture
+//! and read or written by it (parameters, static inputs) stay their tensors' own: keep those
+//! tensors alive, and unshared where an op updates them in place, while the graph may be launched.
+use super::context::Context;
+use super::error::{DriverResultExt, Error, Result};
+use super::pool::GraphMemory;
+use super::stream::Stream;
+use cudarc::driver::{result, sys};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// A captured, instantiated graph: replay it with [`Graph::launch`]. `Send`; dropping it waits
+/// for its replays, then frees it and returns its memory to the pool.
+pub struct Graph {
+    parts: Option<GraphParts>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.parts {
+            Some(p) => write!(f, "Graph(stream {:#x})", p.stream.id()),
+            None => write!(f, "Graph(dropped)"),
+        }
+    }
+}
+
+/// The driver handles and memory of a graph.
+pub(crate) struct GraphParts {
+    exec: sys::CUgraphExec,
+    graph: sys::CUgraph,
+    stream: Arc<Stream>,
+    memory: Arc<GraphMemory>,
+}
+// SAFETY: the handles are used by one owner at a time (`Graph` is not `Sync`); the driver allows
+// graph handles on any thread.
+unsafe impl Send for GraphParts {}
+
+impl Drop for GraphParts {
+    fn drop(&mut self) {
+        // A failed wait (a broken context) leaks the staged host buffers rather than free memory
+        // a replay may still read.
+        let synced = self.stream.device.bind().and_then(|()| {
+            // SAFETY: the stream is live (held by this graph).
+            unsafe { result::stream::synchronize(self.stream.raw()) }.call("cuStreamSynchronize")
+        });
+        // SAFETY: both handles are live and dropped once; the replays have finished.
+        unsafe {
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
+        if synced.is_ok() {
+            // SAFETY: the stream was synchronised above: no replay is running.
+            unsafe { self.memory.retire() };
+        }
+    }
+}
+
+impl Graph {
+    /// Replay the captured work on the stream it was captured on (queued, like any launch).
+    pub fn launch(&self) -> Result<()> {
+        let parts = self.parts.as_ref().expect("parts live until drop");
+        parts.stream.refuse_in_capture("Graph::launch")?;
+        parts.stream.device.bind()?;
+        // SAFETY: `exec` is a live instantiated graph of this stream's context; every buffer it
+        // uses is owned by the graph or, by the contract of `Context::capture`, kept alive by the
+        // caller.
+        unsafe { result::graph::launch(parts.exec, parts.stream.raw()) }.call("cuGraphLaunch")
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let Some(parts) = self.parts.take() else { return };
+        // Synchronising a stream that is being captured would end that capture: the graph goes
+        // when the capture's memory does.
+        match parts.stream.capture_memory() {
+            Some(current) => current.defer(parts),
+            None => drop(parts),
+        }
+    }
+}
+
+impl Context {
+    /// Capture the work `record` queues on this context's stream into a [`Graph`]; nothing runs
+    /// during the capture. Ops that cannot be captured (host synchronisation, read-backs, uploads
+    /// from pageable memory, events, other streams) fail inside `record` with
+    /// `Error::NotCapturable`. If `record` fails or panics, the capture is ended and discarded and
+    /// its error (or panic) passed on; the stream stays usable. Work that other threads queue on
+    /// this stream (through clones of this context) meanwhile is captured too.
+    ///
+    /// The graph owns the pool memory of the capture; buffers made before it and used by it must
+    /// outlive the graph's replays (see the module documentation). The CPU backend has no graphs:
+    /// `Error::NoDevice` (run the work eagerly there).
+    pub fn capture(&self, record: impl FnOnce() -> Result<()>) -> Result<Graph> {
+        let stream = self.stream("capture")?;
+        stream.begin_capture()?;
+        let outcome = catch_unwind(AssertUnwindSafe(record));
+        let (graph, memory) = stream.end_capture();
+        let discard = |graph: Option<sys::CUgraph>| {
+            if let Some(g) = graph {
+                // SAFETY: a graph from cuStreamEndCapture, never instantiated, destroyed once.
+                let _ = unsafe { result::graph::destroy(g) };
+            }
+            // SAFETY: the capture never ran.
+            unsafe { memory.retire() };
+        };
+        let graph = match (outcome, graph) {
+            (Ok(Ok(())), Ok(g)) => g,
+            (Ok(Ok(())), Err(e)) => {
+                discard(None);
+                return Err(e);
+            }
+            (outcome, graph) => {
+                discard(graph.ok());
+                match outcome {
+                    Ok(Err(e)) => return Err(e),
+                    Err(panic) => resume_unwind(panic),
+                    Ok(Ok(())) => unreachable!("matched above"),
+                }
+            }
+        };
+        // SAFETY: `graph` is a live graph from the capture.
+        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(Graph { parts: Some(GraphParts { exec, graph, stream: stream.clone(), memory }) }),
+            Err(e) => {
+                discard(Some(graph));
+                Err(Error::Driver { call: "cuGraphInstantiate", source: e })
+            }
+        }
+    }
+}
