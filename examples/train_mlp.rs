@@ -4,6 +4,9 @@
 //! training samples/s, then the same throughput on the CPU backend for comparison (`--no-cpu`
 //! skips that), and writes the curves to `target/train_mlp.svg`. Runs on the GPU, or on the CPU
 //! backend where there is none (`--cpu` forces it).
+//! `--profile FILE` profiles the training run: the per-kernel table, copies and pool activity
+//! are printed at the end, the Chrome trace (Perfetto) goes to FILE and the JSON summary to FILE
+//! with `.json` replaced by `.summary.json`.
 mod common;
 use common::{Example, CLASSES, PIXELS};
 use ferrocuda::layers::{Linear, Relu};

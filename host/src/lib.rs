@@ -53,5 +53,8 @@ pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};
 pub use runtime::module::{ModuleSource, DISABLE_SM90A_VAR};
 pub use runtime::pool::PoolStats;
+pub use runtime::profiler::{
+    CopyDirection, CopyStats, KernelStats, PoolSummary, ProfileGuard, ProfileReport, ProfiledKind, ProfiledOp,
+};
 pub use runtime::stream::{Event, PinnedBuffer};
 pub use tensor::{DType, Element, Tensor};

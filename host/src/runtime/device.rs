@@ -1,8 +1,9 @@
 //! CUDA devices: discovery, properties, and the per-device state every context on it shares
-//! (primary context, kernel module, memory pool).
+//! (primary context, kernel module, memory pool, profiler).
 use super::error::{DriverResultExt, Error, Result};
 use super::module::KernelModules;
 use super::pool::MemoryPool;
+use super::profiler::Profiler;
 use cudarc::driver::{result, sys, DriverError};
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -127,6 +128,7 @@ pub(crate) struct CudaDevice {
     raw: RawContext,
     pub(crate) modules: KernelModules,
     pub(crate) pool: MemoryPool,
+    pub(crate) profiler: Profiler,
 }
 
 impl CudaDevice {
@@ -162,7 +164,8 @@ impl CudaDevice {
                 return Err(e);
             }
         };
-        let dev = Arc::new(CudaDevice { info, raw, modules, pool: MemoryPool::new() });
+        let dev =
+            Arc::new(CudaDevice { info, raw, modules, pool: MemoryPool::new(), profiler: Profiler::new() });
         open[ordinal] = Some(dev.clone());
         Ok(dev)
     }

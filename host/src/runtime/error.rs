@@ -43,6 +43,13 @@ pub enum Error {
     KernelUnavailable { kernel: &'static str, module: &'static str },
     #[error("embedded kernel module {module} is corrupt: {reason}")]
     CorruptModule { module: &'static str, reason: String },
+    #[error("{op}: {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// An op inside a layer failed; `layer` describes the layer (type and sizes).
     #[error("{layer}: {source}")]
     Layer { layer: String, source: Box<Error> },
