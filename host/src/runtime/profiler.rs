@@ -193,6 +193,11 @@ impl Profiler {
         let recorded = unsafe { result::event::record(span.end.0, stream.raw()) }.call("cuEventRecord");
         let mut st = self.lock();
         match recorded {
+            // Reset and switched off meanwhile: the record belongs to no window.
+            Ok(()) if st.window.is_none() => {
+                st.free.extend([span.start, span.end]);
+                Ok(())
+            }
             Ok(()) => {
                 let record = Pending {
                     kind,
@@ -244,12 +249,8 @@ impl Profiler {
         let mut st = self.lock();
         let label = format!("cuda:{} {}", device.info.ordinal, device.info);
         let Some(window) = &st.window else {
-            return Ok(ProfileReport::empty(
-                label,
-                device.info.ordinal,
-                None,
-                "profiling was never switched on",
-            ));
+            let note = "profiling was not switched on since the device was opened or the last reset";
+            return Ok(ProfileReport::empty(label, device.info.ordinal, note));
         };
         let (base, host_base, pool_at_start) = (window.base, window.host_base, window.pool_at_start);
         // Every pending record's end event was recorded before it was pushed (under this lock).
@@ -401,8 +402,8 @@ pub struct ProfileReport {
 }
 
 impl ProfileReport {
-    fn empty(device: String, ordinal: usize, pool: Option<PoolSummary>, note: &str) -> Self {
-        let mut report = Self::new(device, ordinal, Vec::new(), pool, 0.0);
+    fn empty(device: String, ordinal: usize, note: &str) -> Self {
+        let mut report = Self::new(device, ordinal, Vec::new(), None, 0.0);
         report.note = Some(note.to_string());
         report
     }
@@ -497,7 +498,8 @@ impl ProfileReport {
 
     /// Total device time of the profiled kernels, ms.
     pub fn kernel_ms(&self) -> f64 {
-        self.kernels.iter().map(|k| k.total_ms).sum()
+        // A fold from +0.0: an empty f64 sum is -0.0.
+        self.kernels.iter().fold(0.0, |sum, k| sum + k.total_ms)
     }
 
     /// Every summary and record as JSON (one object: `device`, `note`, `wall_ms`, `kernel_ms`,
@@ -683,6 +685,9 @@ fn bytes_text(bytes: usize) -> String {
 
 impl fmt::Display for ProfileReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(note) = &self.note {
+            return writeln!(f, "profile of {}: nothing recorded ({note})", self.device);
+        }
         let launches: usize = self.kernels.iter().map(|k| k.calls).sum();
         writeln!(
             f,
@@ -691,9 +696,6 @@ impl fmt::Display for ProfileReport {
             self.kernel_ms(),
             self.wall_ms
         )?;
-        if let Some(note) = &self.note {
-            writeln!(f, "({note})")?;
-        }
         if !self.kernels.is_empty() {
             let w = self.kernels.iter().map(|k| k.name.len()).max().unwrap_or(0).max(6);
             writeln!(
@@ -765,8 +767,9 @@ const CPU_NOTE: &str = "CPU backend: the profiler records CUDA launches and copi
 impl Context {
     /// Switch the profiler of this context's device on or off. While on, every kernel launch and
     /// copy of every context on the device is timed with CUDA events (at most a few µs each);
-    /// pool activity is counted from the first switch on (or [`Context::reset_profile`]). Off
-    /// costs one atomic load per launch. On the CPU backend it does nothing.
+    /// pool activity is counted from the first switch on (or [`Context::reset_profile`]), which
+    /// also waits for the work queued on this context so far (the timeline's origin). Off costs
+    /// one atomic load per launch. On the CPU backend it does nothing.
     pub fn profile(&self, on: bool) -> Result<()> {
         match &self.backend {
             Backend::Cuda(s) => {
@@ -801,7 +804,7 @@ impl Context {
                 s.device.bind()?;
                 s.device.profiler.report(&s.device)
             }
-            Backend::Cpu => Ok(ProfileReport::empty(self.device().to_string(), 0, None, CPU_NOTE)),
+            Backend::Cpu => Ok(ProfileReport::empty(self.device().to_string(), 0, CPU_NOTE)),
         }
     }
 
