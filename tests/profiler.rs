@@ -193,6 +193,13 @@ fn four_threads_three_streams(gpu: &Context) {
     check_times(&r);
     let streams: HashSet<usize> = r.ops().iter().map(|op| op.stream).collect();
     assert_eq!(streams.len(), 3, "{streams:?}");
+    // Two threads shared one stream: their records still do not overlap on it.
+    for stream in streams {
+        let on: Vec<_> = r.ops().iter().filter(|op| op.stream == stream).collect();
+        for w in on.windows(2) {
+            assert!(w[1].start_us + 2.0 >= w[0].start_us + w[0].dur_us, "{:?} overlaps {:?}", w[0], w[1]);
+        }
+    }
     gpu.reset_profile().unwrap();
 }
 

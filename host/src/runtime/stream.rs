@@ -12,6 +12,9 @@ pub(crate) struct Stream {
     /// A zeroed `u32` that the whole-tensor reductions use as their block counter (they leave it
     /// zero); one per stream, since launches on one stream never overlap.
     reduce_counter: OnceLock<sys::CUdeviceptr>,
+    /// Held from the profiler's first event to its last around one operation, so that two
+    /// threads queueing on this stream do not land between each other's events.
+    profiled_order: Mutex<()>,
 }
 // SAFETY: a CUstream may be used from any thread; the driver serialises work submitted to it.
 unsafe impl Send for Stream {}
@@ -22,7 +25,7 @@ impl Stream {
     pub(crate) fn new(device: Arc<CudaDevice>) -> Result<Arc<Self>> {
         device.bind()?;
         let raw = result::stream::create(result::stream::StreamKind::NonBlocking).call("cuStreamCreate")?;
-        Ok(Arc::new(Self { raw, device, reduce_counter: OnceLock::new() }))
+        Ok(Arc::new(Self { raw, device, reduce_counter: OnceLock::new(), profiled_order: Mutex::new(()) }))
     }
 
     pub(crate) fn raw(&self) -> sys::CUstream {
@@ -177,6 +180,7 @@ impl Stream {
     ) -> Result<()> {
         let profiler = &self.device.profiler;
         if profiler.is_on() {
+            let _order = self.profiled_order.lock().unwrap_or_else(|p| p.into_inner());
             profiler.around(self, kind, queue)
         } else {
             queue()
