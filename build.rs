@@ -114,10 +114,14 @@ fn main() {
             ))
         })),
     };
-    let smem = out.join("shared_memory.ll");
-    fs::write(&smem, shared_memory_module(&kernels.join("src")))
-        .unwrap_or_else(|e| fail(&format!("writing {}: {e}", smem.display())));
+    // The shared-memory module's path is part of the kernel build's flags: one fixed path (written
+    // only when its text changes) keeps every configuration of this crate on one build of core.
     let target_dir = kernel_target_dir(&out);
+    let smem = target_dir.join("shared_memory.ll");
+    let smem_text = shared_memory_module(&kernels.join("src"));
+    if fs::read_to_string(&smem).ok().as_deref() != Some(smem_text.as_str()) {
+        fs::write(&smem, smem_text).unwrap_or_else(|e| fail(&format!("writing {}: {e}", smem.display())));
+    }
 
     // Each module's assembly runs on its own thread while the next module builds.
     let assemblies: Vec<_> = modules
@@ -350,10 +354,20 @@ impl KernelToolchain {
         Ok(Self { rustc, cargo, llvm_bin })
     }
 
-    /// `cargo build` of the kernel crate's `spec` module for nvptx64 with core built from source;
-    /// returns its PTX. An sm_90a module's link step targets sm_90a (rustc's flags, and so the
-    /// `core` build, stay those of `sm`).
+    /// `cargo build` of the `spec` module's package (`gpu-kernels/modules/<name>`: the kernel crate
+    /// with that module's feature) for nvptx64 with core built from source; returns its PTX. An
+    /// sm_90a module's link step targets sm_90a (rustc's flags, and so the `core` build, stay
+    /// those of `sm`).
     fn build(&self, kernels: &Path, target_dir: &Path, sm: &str, spec: &ModuleSpec, smem: &Path) -> PathBuf {
+        let manifest = kernels.join("modules").join(spec.name).join("Cargo.toml");
+        let wanted = format!("features = [\"{}\"]", spec.feature);
+        if !fs::read_to_string(&manifest).is_ok_and(|text| text.contains(&wanted)) {
+            fail(&format!(
+                "module {} of kernels.rs needs the package {} with the kernel crate's dependency {wanted}",
+                spec.name,
+                manifest.display()
+            ));
+        }
         let ptx = target_dir.join(format!("{}.ptx", spec.name));
         for attempt in 0..2 {
             self.cargo_build(kernels, target_dir, sm, spec, smem, &ptx);
@@ -365,7 +379,7 @@ impl KernelToolchain {
             if attempt == 0 {
                 let fingerprints = target_dir.join("nvptx64-nvidia-cuda/release/.fingerprint");
                 for entry in fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
-                    if entry.file_name().to_string_lossy().starts_with("gpu-kernels-") {
+                    if entry.file_name().to_string_lossy().starts_with(&module_package(spec)) {
                         let _ = fs::remove_dir_all(entry.path());
                     }
                 }
@@ -417,7 +431,7 @@ impl KernelToolchain {
             .arg(format!("target.nvptx64-nvidia-cuda.linker=\"{}\"", linker.display()))
             .arg("--config")
             .arg(format!("target.nvptx64-nvidia-cuda.rustflags={rustflags}"));
-        cmd.args(["--features", spec.feature]);
+        cmd.args(["--package", &module_package(spec)]);
         match spec.arch {
             "portable" => cmd.env_remove("NVPTX_TARGET_CPU"),
             cpu => cmd.env("NVPTX_TARGET_CPU", cpu),
@@ -427,6 +441,11 @@ impl KernelToolchain {
             fail("the kernel crate gpu-kernels failed to build (its errors are above)");
         }
     }
+}
+
+/// The cargo package of a module: `gpu-kernels/modules/<name>`.
+fn module_package(spec: &ModuleSpec) -> String {
+    format!("kernels-{}", spec.name.replace('_', "-"))
 }
 
 fn rustup_which(toolchain: &str, tool: &str) -> Result<PathBuf, String> {

@@ -2,9 +2,11 @@
 //! device-to-device copy bandwidth measured in the same run, and the ratio to PyTorch when given
 //! the JSON of `torch_ref.py` (and `torch_extra.py`) run in the same device call.
 //!
-//!     bench_report [torch.json ...]
+//!     bench_report [--json OUT.json] [torch.json ...]
 //!
-//! Ratio = PyTorch ms / ferrocuda ms: above 1.0 means ferrocuda is faster.
+//! Ratio = PyTorch ms / ferrocuda ms: above 1.0 means ferrocuda is faster. `--json` writes the
+//! rows (op, shape, ms, GB/s, torch ms, ratio), which `scripts/ratio_gate.py` compares with the
+//! committed ratios in `docs/bench-baseline.json`.
 use ferrocuda::timing::{gb_per_s, median_ms};
 use ferrocuda::{Context, Optimizer, Result, Tensor};
 use std::collections::HashMap;
@@ -70,7 +72,13 @@ fn measure(
 }
 
 fn main() -> Result<()> {
-    let torch = torch_times(&std::env::args().skip(1).collect::<Vec<_>>());
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let json_out = args.iter().position(|a| a == "--json").map(|i| {
+        let path = args.get(i + 1).cloned().unwrap_or_else(|| panic!("--json needs a file name"));
+        args.drain(i..i + 2);
+        path
+    });
+    let torch = torch_times(&args);
     let ctx = Context::new()?;
     println!("# ferrocuda bench_report on {}", ctx.device());
     let mut rows = vec![measure(&ctx, "copy", &[1 << 28], false, 8, |x| x.copy())?];
@@ -147,6 +155,7 @@ fn main() -> Result<()> {
         "op", "shape", "ms", "GB/s", "%copy", "torch ms", "ratio"
     );
     let mut missed = 0;
+    let mut json_rows = Vec::new();
     for r in &rows {
         let gbs = gb_per_s(r.bytes, r.ms);
         let frac = gbs / copy_gbs;
@@ -165,6 +174,9 @@ fn main() -> Result<()> {
             verdict.push(if q >= 1.0 { "≥1.0× torch ok".into() } else { "<1.0× torch MISSED".into() });
             missed += usize::from(q < 1.0 && r.op != "copy");
         }
+        json_rows.push(serde_json::json!({
+            "op": r.op, "shape": r.shape, "ms": r.ms, "GB/s": gbs, "torch_ms": torch_ms, "ratio": ratio,
+        }));
         println!(
             "{:<10} {:>14} {:>10.4} {:>9.1} {:>6.1}% {:>10} {:>7}  {}",
             r.op,
@@ -178,5 +190,9 @@ fn main() -> Result<()> {
         );
     }
     println!("# targets missed: {missed}");
+    if let Some(path) = json_out {
+        let text = serde_json::to_string_pretty(&json_rows).expect("rows serialise");
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
     Ok(())
 }

@@ -15,11 +15,17 @@ fn main() -> Result<()> {
     let n: usize = shape.iter().product();
 
     let started = Instant::now();
+    // Loads libcuda and runs cuInit, which Context::new would otherwise do first.
+    let gpus = ferrocuda::cuda_device_count();
+    let driver = started.elapsed();
     let ctx = Context::new()?;
-    println!("device: {}", ctx.device());
     let ready = started.elapsed();
+    println!("device: {}", ctx.device());
     println!(
-        "context ready in {:.1} ms{}",
+        "driver loaded and initialised ({gpus} GPUs) in {:.1} ms; Context::new() then took {:.1} ms \
+         (total {:.1} ms){}",
+        driver.as_secs_f64() * 1e3,
+        (ready - driver).as_secs_f64() * 1e3,
         ready.as_secs_f64() * 1e3,
         match (ctx.module_load_time(), ctx.module_source()) {
             (Some(t), Some(source)) => format!(

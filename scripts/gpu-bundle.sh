@@ -43,7 +43,7 @@ done
 cp scripts/bundle-run.sh "$out/run.sh"
 shared_baselines="$root/../shared/baselines"
 if [ -f "$shared_baselines/torch_ref.py" ]; then cp "$shared_baselines/torch_ref.py" "$out/"; fi
-cp scripts/torch_extra.py "$out/"
+cp scripts/torch_extra.py scripts/ratio_gate.py docs/bench-baseline.json "$out/"
 chmod +x "$out/run.sh"
 ls "$out"/*/
 # Every binary embeds the same kernel modules: one xz stream whose window spans a whole binary

@@ -63,6 +63,17 @@ macro_rules! check_kernels {
 }
 mod kernels;
 
+// A wrong declaration of a real kernel (its `value` is f32), compiled only by
+// scripts/check-kernel-signatures.sh, which expects this build to fail with a type mismatch.
+#[cfg(feature = "signature_mismatch_probe")]
+kernel_table! {
+    module elementwise("elementwise", portable) {
+        elementwise::fill {
+            [fill_f32](out: *mut f32, value: f64, n: usize);
+        }
+    }
+}
+
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
     prelude::trap()

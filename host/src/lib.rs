@@ -25,8 +25,57 @@ mod tensor;
 pub mod timing;
 
 /// One typed launcher per kernel, from the table the kernel crate checks its kernels against.
+#[doc(hidden)]
 #[path = "../../gpu-kernels/src/kernels.rs"]
-pub(crate) mod kernels;
+pub mod kernels;
+
+/// The typed launch API the ops use, reachable from outside only so that these compile-fail
+/// tests can show that a launch whose arguments differ from the kernel's table entry does not
+/// compile.
+///
+/// The right arguments compile:
+/// ```no_run
+/// use ferrocuda::typed_launch::{kernels, DevPtr, DevPtrMut, LaunchConfig, Stream};
+/// fn add(s: &Stream, cfg: LaunchConfig, a: DevPtr<f32>, b: DevPtr<f32>, out: DevPtrMut<f32>, n: usize) {
+///     let _ = unsafe { kernels::add_f32.launch(s, cfg, (a, b, out, n)) };
+/// }
+/// ```
+/// A 16-bit buffer where the kernel reads f32 does not:
+/// ```compile_fail,E0308
+/// use ferrocuda::typed_launch::{kernels, DevPtr, DevPtrMut, LaunchConfig, Stream};
+/// fn add(s: &Stream, cfg: LaunchConfig, a: DevPtr<u16>, b: DevPtr<f32>, out: DevPtrMut<f32>, n: usize) {
+///     let _ = unsafe { kernels::add_f32.launch(s, cfg, (a, b, out, n)) };
+/// }
+/// ```
+/// Nor an input where the kernel writes:
+/// ```compile_fail,E0308
+/// use ferrocuda::typed_launch::{kernels, DevPtr, LaunchConfig, Stream};
+/// fn add(s: &Stream, cfg: LaunchConfig, a: DevPtr<f32>, b: DevPtr<f32>, out: DevPtr<f32>, n: usize) {
+///     let _ = unsafe { kernels::add_f32.launch(s, cfg, (a, b, out, n)) };
+/// }
+/// ```
+/// Nor a missing argument, or a count where a scalar of another type goes:
+/// ```compile_fail,E0308
+/// use ferrocuda::typed_launch::{kernels, DevPtr, DevPtrMut, LaunchConfig, Stream};
+/// fn add(s: &Stream, cfg: LaunchConfig, a: DevPtr<f32>, b: DevPtr<f32>, out: DevPtrMut<f32>) {
+///     let _ = unsafe { kernels::add_f32.launch(s, cfg, (a, b, out)) };
+/// }
+/// ```
+/// ```compile_fail,E0308
+/// use ferrocuda::typed_launch::{kernels, DevPtr, DevPtrMut, LaunchConfig, Stream};
+/// fn add_scalar(s: &Stream, cfg: LaunchConfig, a: DevPtr<f32>, out: DevPtrMut<f32>, n: usize) {
+///     let _ = unsafe { kernels::add_scalar_f32.launch(s, cfg, (a, 0.5f64, out, n)) };
+/// }
+/// ```
+/// (The kernel side of the table is checked by the kernel build, and that a wrong entry fails it
+/// by `scripts/check-kernel-signatures.sh`, which CI runs.)
+#[doc(hidden)]
+pub mod typed_launch {
+    pub use crate::kernels;
+    pub use crate::runtime::kernel::{DevPtr, DevPtrMut};
+    pub use crate::runtime::launch::LaunchConfig;
+    pub use crate::runtime::stream::Stream;
+}
 
 // Some of these only the kernels use.
 #[allow(dead_code)]

@@ -16,7 +16,7 @@ use std::marker::PhantomData;
 const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
 
 /// Element types a kernel's pointers may point to.
-pub(crate) trait DeviceElement: Copy + 'static {}
+pub trait DeviceElement: Copy + 'static {}
 impl DeviceElement for f32 {}
 impl DeviceElement for u16 {}
 impl DeviceElement for u8 {}
@@ -25,14 +25,14 @@ impl DeviceElement for u64 {}
 
 /// A device address a kernel reads through (`*const T` in its signature); 0 is null.
 #[repr(transparent)]
-pub(crate) struct DevPtr<T> {
+pub struct DevPtr<T> {
     addr: u64,
     elem: PhantomData<fn() -> T>,
 }
 
 /// A device address a kernel writes through (`*mut T` in its signature); 0 is null.
 #[repr(transparent)]
-pub(crate) struct DevPtrMut<T> {
+pub struct DevPtrMut<T> {
     addr: u64,
     elem: PhantomData<fn() -> T>,
 }
@@ -73,7 +73,7 @@ impl<T: DeviceElement> From<DevPtrMut<T>> for DevPtr<T> {
 ///
 /// # Safety
 /// Implementors are plain data with exactly the layout of a PTX kernel parameter of their type.
-pub(crate) unsafe trait DeviceArg: Copy {}
+pub unsafe trait DeviceArg: Copy {}
 // SAFETY: scalars are passed by value with their own layout; the pointers are `repr(transparent)`
 // over a u64, the layout of a 64-bit PTX address.
 unsafe impl DeviceArg for f32 {}
@@ -89,7 +89,7 @@ unsafe impl<T: DeviceElement> DeviceArg for DevPtr<T> {}
 unsafe impl<T: DeviceElement> DeviceArg for DevPtrMut<T> {}
 
 /// The host type of a kernel parameter type of `kernels.rs`.
-pub(crate) trait KernelParam {
+pub trait KernelParam {
     type Arg: DeviceArg;
 }
 impl<T: DeviceElement> KernelParam for *const T {
@@ -108,7 +108,7 @@ macro_rules! scalar_params {
 scalar_params!(f32, u32, u64, usize);
 
 /// A kernel's whole argument list: a tuple of [`DeviceArg`]s.
-pub(crate) trait KernelArgs {
+pub trait KernelArgs {
     /// Call `f` with the address of each argument, as the driver takes them.
     fn with_addresses<Out>(&self, f: impl FnOnce(&mut [*mut c_void]) -> Out) -> Out;
 }
@@ -133,16 +133,16 @@ kernel_args_for_tuples!(A B C D E F G H I J K L M N O P Q R S T);
 
 /// What identifies a kernel at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct KernelInfo {
-    pub name: &'static str,
+pub struct KernelInfo {
+    pub(crate) name: &'static str,
     /// Index into `kernels::MODULES`.
-    pub module: usize,
+    pub(crate) module: usize,
     /// Index among all kernels of the table (the per-device function cache's slot).
-    pub index: usize,
+    pub(crate) index: usize,
 }
 
 /// A kernel of the embedded modules, launched with arguments of type `A`.
-pub(crate) struct Kernel<A> {
+pub struct Kernel<A> {
     pub(crate) info: KernelInfo,
     args: PhantomData<fn(A)>,
 }
@@ -167,7 +167,7 @@ impl<A: KernelArgs> Kernel<A> {
     /// finishes (buffers return to the stream-ordered pool, so holding them until this call
     /// returns suffices); the config satisfies what the kernel's documentation asks of its launch
     /// shape.
-    pub(crate) unsafe fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
+    pub unsafe fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
         args.with_addresses(|addresses| {
             // SAFETY: forwarded from this function's contract; the addresses point into `args`,
             // which outlives the call, and their types are the table's, which the kernel build
@@ -225,7 +225,7 @@ unsafe fn launch_raw(
 macro_rules! kernel_constants {
     ($module:ident; $args:ty; $first:ident $($rest:ident)*) => {
         #[allow(non_upper_case_globals, dead_code)]
-        pub(crate) const $first: crate::runtime::kernel::Kernel<$args> = crate::runtime::kernel::Kernel::new(
+        pub const $first: crate::runtime::kernel::Kernel<$args> = crate::runtime::kernel::Kernel::new(
             stringify!($first),
             ModuleIndex::$module as usize,
             KernelIndex::$first as usize,

@@ -6,7 +6,7 @@ use cudarc::driver::{result, sys};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A CUDA stream of one device. Work on one stream runs in order; different streams may overlap.
-pub(crate) struct Stream {
+pub struct Stream {
     raw: sys::CUstream,
     pub(crate) device: Arc<CudaDevice>,
     /// A zeroed `u32` that the whole-tensor reductions use as their block counter (they leave it
