@@ -4,6 +4,9 @@
 //! accuracy per epoch, the final accuracy and training samples/s, then the same throughput on the
 //! CPU backend (`--no-cpu` skips it), and writes the curves to `target/train_cnn.svg`. Runs on
 //! the GPU, or on the CPU backend where there is none (`--cpu` forces it).
+//! `--profile FILE` profiles the training run: the per-kernel table, copies and pool activity
+//! are printed at the end, the Chrome trace (Perfetto) goes to FILE and the JSON summary to FILE
+//! with `.json` replaced by `.summary.json`.
 mod common;
 use common::{Example, CLASSES};
 use ferrocuda::layers::{BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, Relu};

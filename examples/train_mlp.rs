@@ -5,6 +5,9 @@
 //! skips that), and writes the curves to `target/train_mlp.svg`. Runs on the GPU, or on the CPU
 //! backend where there is none (`--cpu` forces it). `--graph` captures the whole training step
 //! into a CUDA graph once and replays it for every batch.
+//! `--profile FILE` profiles the training run: the per-kernel table, copies and pool activity
+//! are printed at the end, the Chrome trace (Perfetto) goes to FILE and the JSON summary to FILE
+//! with `.json` replaced by `.summary.json`.
 mod common;
 use common::{Example, CLASSES, PIXELS};
 use ferrocuda::layers::{Linear, Relu};

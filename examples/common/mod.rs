@@ -309,9 +309,49 @@ pub struct Example {
     pub graphs: bool,
 }
 
+/// The file after `--profile`, if given.
+fn profile_path(args: &[String]) -> Option<String> {
+    let at = args.iter().position(|a| a == "--profile")?;
+    match args.get(at + 1) {
+        Some(file) if !file.starts_with("--") => Some(file.clone()),
+        _ => {
+            eprintln!("--profile needs a file name (the Chrome trace to write)");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Where the summary of `--profile trace.json` goes: `trace.summary.json` (the `.json` of the
+/// trace's name replaced, else appended to).
+pub fn summary_path(trace: &str) -> String {
+    format!("{}.summary.json", trace.strip_suffix(".json").unwrap_or(trace))
+}
+
+/// Print the profile of the training run, write its Chrome trace to `trace` and the summary
+/// beside it.
+fn write_profile(ctx: &Context, trace: &str) -> Result<()> {
+    let report = ctx.profile_report()?;
+    print!("{report}");
+    if let Some(dir) = std::path::Path::new(trace).parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| ferrocuda::Error::Io {
+            op: "--profile",
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    report.write_chrome_trace(trace)?;
+    let summary = summary_path(trace);
+    report.write_json(&summary)?;
+    println!("profile: Chrome trace {trace} (open in ui.perfetto.dev), summary {summary}");
+    Ok(())
+}
+
 /// The examples' `main`: train on the GPU (or the CPU backend with `--cpu`, or without a
-/// device; `--graph` replays each training step as a CUDA graph, see [`train_graph`]), report, time one epoch on the CPU backend for comparison (`--no-cpu` skips it),
-/// write the curves, and fail below the promised accuracy.
+/// device; `--graph` replays each training step as a CUDA graph, see [`train_graph`]), report, time
+/// one epoch on the CPU backend for comparison (`--no-cpu` skips it), write the curves, and fail
+/// below the promised accuracy. `--profile FILE` profiles the training run (every epoch, the
+/// evaluations included), prints the report, and writes the Chrome trace to FILE and the summary
+/// to [`summary_path`]`(FILE)`.
 pub fn run(example: Example) -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let ctx = if args.iter().any(|a| a == "--cpu") { Context::cpu() } else { Context::new()? };
@@ -320,6 +360,8 @@ pub fn run(example: Example) -> Result<()> {
     println!("{} training and {} test images", data.train.len(), data.test.len());
     let mut model = (example.build)(&ctx)?;
     println!("{model} with {} parameters", model.parameter_count());
+    let profile = profile_path(&args);
+    let guard = profile.as_ref().map(|_| ctx.profiler_guard()).transpose()?;
     let schedule = (example.sample_shape, example.batch, example.epochs);
     let graphs = ctx.is_cuda() && args.iter().any(|a| a == "--graph");
     if graphs && !example.graphs {
@@ -332,6 +374,10 @@ pub fn run(example: Example) -> Result<()> {
     } else {
         train(&ctx, &mut model, &mut Adam::new(example.learning_rate), &data, schedule, true)?
     };
+    if let Some(trace) = &profile {
+        drop(guard);
+        write_profile(&ctx, trace)?;
+    }
     let final_acc = history.accuracies.last().copied().unwrap_or(0.0);
     println!(
         "final test accuracy {:.2}% after {} epochs; {:.0} training samples/s on {}{}",

@@ -103,5 +103,8 @@ pub use runtime::error::{Error, Result};
 pub use runtime::graph::Graph;
 pub use runtime::module::{ModuleSource, DISABLE_SM90A_VAR};
 pub use runtime::pool::PoolStats;
+pub use runtime::profiler::{
+    CopyDirection, CopyStats, KernelStats, PoolSummary, ProfileGuard, ProfileReport, ProfiledKind, ProfiledOp,
+};
 pub use runtime::stream::{Event, PinnedBuffer};
 pub use tensor::{DType, Element, Tensor};

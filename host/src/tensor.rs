@@ -1,10 +1,9 @@
 //! `Tensor`: a contiguous row-major buffer with a shape and a dtype, on a context.
 use crate::runtime::context::{Backend, Context};
-use crate::runtime::error::{DriverResultExt, Error, Result};
+use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, DeviceElement};
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::PinnedBuffer;
-use cudarc::driver::sys;
 use half::{bf16, f16};
 use std::fmt;
 use std::sync::Arc;
@@ -188,12 +187,9 @@ impl Context {
         let t = Tensor::uninit(self, shape, "from_pinned")?;
         if n > 0 {
             src.begin_copy("from_pinned", &stream, |host| {
-                stream.device.bind()?;
                 // SAFETY: `host` is pinned memory of `n` floats that stays allocated and unwritten
                 // by the host until the copy is known complete; the fresh buffer holds `n` floats.
-                unsafe { sys::cuMemcpyHtoDAsync_v2(t.device_ptr(), host.cast(), n * 4, stream.raw()) }
-                    .result()
-                    .call("cuMemcpyHtoDAsync")
+                unsafe { stream.copy_htod_pinned(t.device_ptr(), host, n * 4) }
             })?;
         }
         Ok(t)
@@ -409,13 +405,10 @@ impl Tensor {
             return Ok(());
         }
         dst.begin_copy("copy_to_pinned", buf.stream(), |host| {
-            buf.stream().device.bind()?;
             // SAFETY: `host` is pinned memory of `len` floats that the host does not touch until
-            // the copy is known complete (`begin_copy` tracks it); the source block is only reused after the copy,
-            // in the order of the stream it was queued on.
-            unsafe { sys::cuMemcpyDtoHAsync_v2(host.cast(), buf.ptr(), buf.bytes(), buf.stream().raw()) }
-                .result()
-                .call("cuMemcpyDtoHAsync")
+            // the copy is known complete (`begin_copy` tracks it); the source block is only reused
+            // after the copy, in the order of the stream it was queued on.
+            unsafe { buf.stream().copy_dtoh_pinned(host, buf.ptr(), buf.bytes()) }
         })
     }
 

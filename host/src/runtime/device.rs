@@ -1,8 +1,9 @@
 //! CUDA devices: discovery, properties, and the per-device state every context on it shares
-//! (primary context, kernel module, memory pool).
+//! (primary context, kernel module, memory pool, profiler).
 use super::error::{DriverResultExt, Error, Result};
 use super::module::KernelModules;
 use super::pool::MemoryPool;
+use super::profiler::Profiler;
 use cudarc::driver::{result, sys, DriverError};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -130,6 +131,7 @@ pub(crate) struct CudaDevice {
     pub(crate) pool: MemoryPool,
     /// Streams of this device being captured into graphs right now.
     pub(crate) captures: AtomicUsize,
+    pub(crate) profiler: Profiler,
 }
 
 impl CudaDevice {
@@ -171,6 +173,7 @@ impl CudaDevice {
             modules,
             pool: MemoryPool::new(),
             captures: AtomicUsize::new(0),
+            profiler: Profiler::new(),
         });
         open[ordinal] = Some(dev.clone());
         Ok(dev)

@@ -47,6 +47,13 @@ pub enum Error {
     /// upload from pageable memory, ...) was called on a stream while it was being captured.
     #[error("{op} cannot run while its stream is being captured into a CUDA graph (it would synchronise with the host, or a replay would read host memory that is gone); do it before the capture or between replays")]
     NotCapturable { op: &'static str },
+    #[error("{op}: {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// An op inside a layer failed; `layer` describes the layer (type and sizes).
     #[error("{layer}: {source}")]
     Layer { layer: String, source: Box<Error> },

@@ -6,6 +6,7 @@
 //! wrong count, or a pointer of the wrong element type does not compile.
 use super::error::{DriverResultExt, Error, Result};
 use super::launch::LaunchConfig;
+use super::profiler::ProfiledKind;
 use super::stream::Stream;
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
@@ -199,14 +200,23 @@ unsafe fn launch_raw(
         }
         .call("cuFuncSetAttribute")?;
     }
-    result::launch_kernel(f.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args).map_err(|source| {
-        Error::Launch {
-            kernel: kernel.name,
-            grid: cfg.grid,
-            block: cfg.block,
-            shared_bytes: cfg.shared_bytes,
-            source,
-        }
+    let kind = || ProfiledKind::Kernel {
+        name: kernel.name,
+        grid: cfg.grid,
+        block: cfg.block,
+        shared_bytes: cfg.shared_bytes,
+    };
+    stream.profiled(kind, || {
+        // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle in the
+        // stream's context.
+        unsafe { result::launch_kernel(f.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args) }
+            .map_err(|source| Error::Launch {
+                kernel: kernel.name,
+                grid: cfg.grid,
+                block: cfg.block,
+                shared_bytes: cfg.shared_bytes,
+                source,
+            })
     })
 }
 

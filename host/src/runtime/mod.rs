@@ -1,4 +1,5 @@
-//! The host runtime: devices, streams and events, the memory pool, the kernel module, launches.
+//! The host runtime: devices, streams and events, the memory pool, the kernel module, launches,
+//! the profiler.
 pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod error;
@@ -8,4 +9,5 @@ pub(crate) mod kernel;
 pub(crate) mod launch;
 pub(crate) mod module;
 pub(crate) mod pool;
+pub(crate) mod profiler;
 pub(crate) mod stream;

@@ -51,6 +51,8 @@ struct CachedBlock {
 struct PoolState {
     free: HashMap<usize, Vec<CachedBlock>>,
     stats: PoolStats,
+    /// Highest `bytes_in_use` since the profiler last opened a window.
+    window_peak: usize,
 }
 
 pub(crate) struct MemoryPool {
@@ -221,6 +223,19 @@ impl MemoryPool {
         self.lock().stats
     }
 
+    /// The counters now, and the peak restarted from the bytes in use (the profiler's window).
+    pub(crate) fn start_window(&self) -> PoolStats {
+        let mut st = self.lock();
+        st.window_peak = st.stats.bytes_in_use;
+        st.stats
+    }
+
+    /// The counters and the peak since [`MemoryPool::start_window`].
+    pub(crate) fn window_stats(&self) -> (PoolStats, usize) {
+        let st = self.lock();
+        (st.stats, st.window_peak)
+    }
+
     /// A buffer of at least `bytes` for work on `stream`. Zero bytes allocate nothing.
     pub(crate) fn alloc(&self, stream: &Arc<Stream>, bytes: usize, op: &'static str) -> Result<DeviceBuffer> {
         if bytes == 0 {
@@ -273,6 +288,7 @@ impl MemoryPool {
         let mut st = self.lock();
         st.stats.bytes_in_use += class;
         st.stats.peak_bytes_in_use = st.stats.peak_bytes_in_use.max(st.stats.bytes_in_use);
+        st.window_peak = st.window_peak.max(st.stats.bytes_in_use);
         Ok(DeviceBuffer { ptr, bytes, class, stream: stream.clone(), graph })
     }
 

@@ -2,6 +2,7 @@
 use super::device::{elapsed_fn, CudaDevice};
 use super::error::{DriverResultExt, Error, Result};
 use super::pool::GraphMemory;
+use super::profiler::{CopyDirection, ProfiledKind};
 use cudarc::driver::{result, sys};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,6 +18,9 @@ pub struct Stream {
     capture: Mutex<Option<Arc<GraphMemory>>>,
     /// Whether `capture` is set: the one check every host-synchronising op makes.
     capturing: Arc<AtomicBool>,
+    /// Held from the profiler's first event to its last around one operation, so that two
+    /// threads queueing on this stream do not land between each other's events.
+    profiled_order: Mutex<()>,
 }
 // SAFETY: a CUstream may be used from any thread; the driver serialises work submitted to it.
 unsafe impl Send for Stream {}
@@ -33,6 +37,7 @@ impl Stream {
             reduce_counter: OnceLock::new(),
             capture: Mutex::new(None),
             capturing: Arc::new(AtomicBool::new(false)),
+            profiled_order: Mutex::new(()),
         }))
     }
 
@@ -160,8 +165,11 @@ impl Stream {
     ) -> Result<()> {
         self.refuse_in_capture(op)?;
         self.device.bind()?;
-        // SAFETY: the caller's contract; the stream is live.
-        unsafe { result::memcpy_htod_async(dst, src, self.raw) }.call("cuMemcpyHtoDAsync")
+        let kind = || copy(CopyDirection::HostToDevice, false, std::mem::size_of_val(src));
+        self.profiled(kind, || {
+            // SAFETY: the caller's contract; the stream is live.
+            unsafe { result::memcpy_htod_async(dst, src, self.raw) }.call("cuMemcpyHtoDAsync")
+        })
     }
 
     /// [`Stream::copy_htod`] of launch metadata (addresses, tensor maps): values fixed by the
@@ -201,10 +209,16 @@ impl Stream {
     ) -> Result<()> {
         self.refuse_in_capture(op)?;
         self.device.bind()?;
-        // SAFETY: the caller's contract; the synchronisation below ends the copy before `dst`'s
-        // borrow does, whatever the driver does with a pageable destination.
-        unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }.call("cuMemcpyDtoHAsync")?;
-        self.synchronize()
+        let bytes = std::mem::size_of_val(dst);
+        let kind = || copy(CopyDirection::DeviceToHost, false, bytes);
+        // Whatever happens to the copy, the synchronisation below runs before `dst`'s borrow ends.
+        let queued = self.profiled(kind, || {
+            // SAFETY: the caller's contract; the synchronisation below ends the copy before
+            // `dst`'s borrow does, whatever the driver does with a pageable destination.
+            unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }.call("cuMemcpyDtoHAsync")
+        });
+        let synced = self.synchronize();
+        queued.and(synced)
     }
 
     /// Queue a device-to-device copy of `bytes`.
@@ -219,8 +233,77 @@ impl Stream {
         bytes: usize,
     ) -> Result<()> {
         self.device.bind()?;
-        // SAFETY: the caller's contract.
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.raw) }.call("cuMemcpyDtoDAsync")
+        self.profiled(
+            || copy(CopyDirection::DeviceToDevice, false, bytes),
+            // SAFETY: the caller's contract.
+            || unsafe { result::memcpy_dtod_async(dst, src, bytes, self.raw) }.call("cuMemcpyDtoDAsync"),
+        )
+    }
+
+    /// Queue a copy of `bytes` from page-locked host memory at `src` to device memory at `dst`.
+    ///
+    /// # Safety
+    /// `src` is page-locked host memory of at least `bytes` that stays allocated and unwritten
+    /// until the copy is known complete; `dst` as for [`Stream::copy_htod`].
+    pub(crate) unsafe fn copy_htod_pinned(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: *const f32,
+        bytes: usize,
+    ) -> Result<()> {
+        self.device.bind()?;
+        self.profiled(
+            || copy(CopyDirection::HostToDevice, true, bytes),
+            // SAFETY: the caller's contract; the stream is live.
+            || {
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw) }
+                    .result()
+                    .call("cuMemcpyHtoDAsync")
+            },
+        )
+    }
+
+    /// Queue a copy of `bytes` from device memory at `src` to page-locked host memory at `dst`.
+    ///
+    /// # Safety
+    /// `dst` is page-locked host memory of at least `bytes` that the host does not touch until the
+    /// copy is known complete; `src` as for [`Stream::copy_dtoh_sync`], and not handed out again
+    /// by the pool before the copy (stream order does that for a buffer of this stream).
+    pub(crate) unsafe fn copy_dtoh_pinned(
+        &self,
+        dst: *mut f32,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        self.device.bind()?;
+        self.profiled(
+            || copy(CopyDirection::DeviceToHost, true, bytes),
+            // SAFETY: the caller's contract; the stream is live.
+            || {
+                unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.raw) }
+                    .result()
+                    .call("cuMemcpyDtoHAsync")
+            },
+        )
+    }
+
+    /// Queue work on this stream with `queue`; while the device's profiler is on, it is timed and
+    /// recorded as `kind`. The device's context is current.
+    #[inline]
+    pub(crate) fn profiled(
+        &self,
+        kind: impl FnOnce() -> ProfiledKind,
+        queue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let profiler = &self.device.profiler;
+        // A capture records launches into a graph instead of running them: nothing to time, and
+        // an event recorded inside it would become part of the graph.
+        if profiler.is_on() && !self.capturing() {
+            let _order = self.profiled_order.lock().unwrap_or_else(|p| p.into_inner());
+            profiler.around(self, kind, queue)
+        } else {
+            queue()
+        }
     }
 
     /// Make later work on this stream wait for all work submitted to `other` so far. Refused
@@ -254,6 +337,10 @@ impl Drop for Stream {
             }
         }
     }
+}
+
+fn copy(direction: CopyDirection, pinned: bool, bytes: usize) -> ProfiledKind {
+    ProfiledKind::Copy { direction, pinned, bytes }
 }
 
 /// A CUDA event recorded on a stream.
