@@ -11,6 +11,7 @@
 #[macro_use]
 pub mod prelude;
 
+pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod layout;

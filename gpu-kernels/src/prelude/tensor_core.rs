@@ -102,3 +102,19 @@ macro_rules! mma_16bit {
 
 mma_16bit!(super::F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
 mma_16bit!(super::BF16, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
+
+/// `ldmatrix.x4.trans`: four 8×8 16-bit matrices from shared memory, transposed; lanes 8i..8i+7
+/// give the row addresses (16 bytes each) of matrix i, which lands in register i. Lane 4g + t
+/// gets (rows 2t, 2t+1; column g) of each: the `b` fragment of [`MmaInput::mma_16x8x16`] from a
+/// k-major (`[k][n]`) tile.
+///
+/// # Safety
+/// `addr` is a 16-byte-aligned shared address of 16 readable bytes; every lane executes it.
+#[inline(always)]
+pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(readonly, nostack));
+    [a, b, c, d]
+}
