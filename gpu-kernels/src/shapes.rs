@@ -137,9 +137,24 @@ pub const fn attn_row(d: usize) -> usize {
     d + 8
 }
 
+/// 16-row m-tiles per warp in the forward: two (a block of 128 query rows) up to D = 64, else
+/// one (with two, D = 96 and 128 spill: 76 and 140 bytes under ptxas 13).
+pub const fn attn_fwd_m_tiles(d: usize) -> usize {
+    if d <= 64 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Query rows of a forward block.
+pub const fn attn_fwd_rows(d: usize) -> usize {
+    ATTN_BLOCK_M * attn_fwd_m_tiles(d)
+}
+
 /// Dynamic shared memory of the forward block: the Q tile, then two stages of K and V tiles.
 pub const fn attn_fwd_shared_bytes(d: usize) -> usize {
-    (ATTN_BLOCK_M + 4 * ATTN_BLOCK_N) * attn_row(d) * 2
+    (attn_fwd_rows(d) + 4 * ATTN_BLOCK_N) * attn_row(d) * 2
 }
 
 /// Dynamic shared memory of the dQ block: the Q and dO tiles, then two stages of K and V.

@@ -98,7 +98,7 @@ unsafe fn dq<H: MmaInput, const D: usize, const NO: usize>(
             dl[i] = *delta.add(head + rows[i]);
         }
     });
-    let mut acc = [[0.0f32; 4]; NO];
+    let mut acc = [[[0.0f32; 4]; NO]];
     for j in 0..tiles {
         cp_async_wait::<0>();
         sync_threads();
@@ -107,9 +107,10 @@ unsafe fn dq<H: MmaInput, const D: usize, const NO: usize>(
         }
         cp_async_commit();
         let k0 = j * BN;
-        let (mut s, mut dp) = ([[0.0f32; 4]; 8], [[0.0f32; 4]; 8]);
-        rows_by_rows::<H, D, 8>(tq, w * 16, tk(j % 2), &mut s);
-        rows_by_rows::<H, D, 8>(tdo, w * 16, tv(j % 2), &mut dp);
+        let (mut s, mut dp) = ([[[0.0f32; 4]; 8]], [[[0.0f32; 4]; 8]]);
+        rows_by_rows::<H, D, 1, 8>(tq, w * 16, tk(j % 2), &mut s);
+        rows_by_rows::<H, D, 1, 8>(tdo, w * 16, tv(j % 2), &mut dp);
+        let (s, dp) = (&mut s[0], &dp[0]);
         let edge = k0 + BN > sk || (causal && (k0 + BN - 1) as isize > (q0 + w * 16) as isize + offset);
         unroll!(nt in [0, 1, 2, 3, 4, 5, 6, 7] => {
             unroll!(e in [0, 1, 2, 3] => {
@@ -122,10 +123,10 @@ unsafe fn dq<H: MmaInput, const D: usize, const NO: usize>(
                 s[nt][e] = p * (dp[nt][e] - dl[e / 2]);
             });
         });
-        strip_by_tile::<H, D, 8, NO>(&s, tk(j % 2), pass * NO * 8, &mut acc);
+        strip_by_tile::<H, D, 1, 8, NO>(&[*s], tk(j % 2), pass * NO * 8, &mut acc);
     }
     cp_async_wait::<0>();
-    store_strip::<H, NO>(&acc, [scale; 2], dq.add(head * D), (rows, sq, D, pass * NO * 8));
+    store_strip::<H, NO>(&acc[0], [scale; 2], dq.add(head * D), (rows, sq, D, pass * NO * 8));
 }
 
 #[inline(always)]
@@ -188,7 +189,7 @@ unsafe fn dkdv<H: MmaInput, const D: usize, const NO: usize>(
 
     let (w, g, t) = (warp_in_block(), lane() / 4, lane() % 4);
     let keys = [k0 + w * 16 + g, k0 + w * 16 + g + 8];
-    let (mut acc_dk, mut acc_dv) = ([[0.0f32; 4]; NO], [[0.0f32; 4]; NO]);
+    let (mut acc_dk, mut acc_dv) = ([[[0.0f32; 4]; NO]], [[[0.0f32; 4]; NO]]);
     for i in first..last {
         cp_async_wait::<0>();
         // Query tile i and its statistics are in place, and every warp is done with i − 1's
@@ -200,9 +201,10 @@ unsafe fn dkdv<H: MmaInput, const D: usize, const NO: usize>(
         cp_async_commit();
         let stage = (i - first) % 2;
         let r0 = i * BQ;
-        let (mut st, mut dpt) = ([[0.0f32; 4]; 4], [[0.0f32; 4]; 4]);
-        rows_by_rows::<H, D, 4>(tk, w * 16, tq(stage), &mut st);
-        rows_by_rows::<H, D, 4>(tv, w * 16, tdo(stage), &mut dpt);
+        let (mut st, mut dpt) = ([[[0.0f32; 4]; 4]], [[[0.0f32; 4]; 4]]);
+        rows_by_rows::<H, D, 1, 4>(tk, w * 16, tq(stage), &mut st);
+        rows_by_rows::<H, D, 1, 4>(tv, w * 16, tdo(stage), &mut dpt);
+        let (st, dpt) = (&mut st[0], &mut dpt[0]);
         let edge = causal && (k0 + w * 16 + 15) as isize > r0 as isize + offset;
         unroll!(nt in [0, 1, 2, 3] => {
             unroll!(e in [0, 1, 2, 3] => {
@@ -216,12 +218,13 @@ unsafe fn dkdv<H: MmaInput, const D: usize, const NO: usize>(
                 dpt[nt][e] = p * (dpt[nt][e] - *dl_s(stage).add(col));
             });
         });
-        strip_by_tile::<H, D, 4, NO>(&st, tdo(stage), pass * NO * 8, &mut acc_dv);
-        strip_by_tile::<H, D, 4, NO>(&dpt, tq(stage), pass * NO * 8, &mut acc_dk);
+        strip_by_tile::<H, D, 1, 4, NO>(&[*st], tdo(stage), pass * NO * 8, &mut acc_dv);
+        strip_by_tile::<H, D, 1, 4, NO>(&[*dpt], tq(stage), pass * NO * 8, &mut acc_dk);
     }
     cp_async_wait::<0>();
     let part = (b * hq + h) * sk * D;
     let (dk, dv) = (dk.add(part), dv.add(part));
+    let (acc_dk, acc_dv) = (&acc_dk[0], &acc_dv[0]);
     unroll!(half in [0, 1] => {
         if keys[half] < sk {
             let at = keys[half] * D + pass * NO * 8 + 2 * t;

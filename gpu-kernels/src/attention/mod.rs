@@ -37,39 +37,41 @@ pub(crate) unsafe fn load_tile<const D: usize>(tile: *mut u16, src: *const u16, 
     }
 }
 
-/// The pair (r, c), (r, c + 1) of a shared tile, low half first.
-#[inline(always)]
-unsafe fn pair<const D: usize>(tile: *const u16, r: usize, c: usize) -> u32 {
-    *(tile.add(r * attn_row(D) + c) as *const u32)
-}
-
-/// `s[nt] += A[r0..r0 + 16, :] · B[nt·8..nt·8 + 8, :]ᵀ` over all D columns of two row-major
-/// tiles (both contiguous along D): Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ.
+/// `s[mt][nt] += A[r0 + 16·mt.., :] · B[8·nt.., :]ᵀ` over all D columns of two row-major tiles
+/// (both contiguous along D): Q Kᵀ, dO Vᵀ, K Qᵀ, V dOᵀ. Fragments come by `ldmatrix.x4`: A's
+/// 16×16 per m-tile and k-step, B's two 8-row tiles per k-step, each B fragment used by all MT
+/// m-tiles.
 ///
 /// # Safety
-/// Both tiles are shared tiles of head dim D with at least `r0 + 16` and `8·NT` rows; every lane
-/// of the warp calls it.
+/// Both tiles are shared tiles of head dim D with at least `r0 + 16·MT` and `8·NT` rows (NT
+/// even); every lane of the warp calls it.
 #[inline(always)]
-pub(crate) unsafe fn rows_by_rows<H: MmaInput, const D: usize, const NT: usize>(
+pub(crate) unsafe fn rows_by_rows<H: MmaInput, const D: usize, const MT: usize, const NT: usize>(
     a: *const u16,
     r0: usize,
     b: *const u16,
-    s: &mut [[f32; 4]; NT],
+    s: &mut [[[f32; 4]; NT]; MT],
 ) {
-    let (g, t) = (lane() / 4, lane() % 4);
+    let l = lane();
+    let a_lane = a.add((r0 + (l & 15)) * attn_row(D) + (l >> 4) * 8);
+    let b_lane = b.add(((l & 7) + (l >> 4) * 8) * attn_row(D) + (l >> 3 & 1) * 8);
     unroll!(ks in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
         if ks < D / 16 {
-            let k = ks * 16 + 2 * t;
-            let fa = [
-                pair::<D>(a, r0 + g, k),
-                pair::<D>(a, r0 + g + 8, k),
-                pair::<D>(a, r0 + g, k + 8),
-                pair::<D>(a, r0 + g + 8, k + 8),
-            ];
-            unroll!(nt in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                if nt < NT {
-                    let fb = [pair::<D>(b, nt * 8 + g, k), pair::<D>(b, nt * 8 + g, k + 8)];
-                    H::mma_16x8x16(&mut s[nt], fa, fb);
+            let mut fa = [[0u32; 4]; MT];
+            unroll!(mt in [0, 1] => {
+                if mt < MT {
+                    fa[mt] = ldmatrix_x4(shared_addr(a_lane.add(mt * 16 * attn_row(D) + ks * 16)));
+                }
+            });
+            unroll!(n2 in [0, 1, 2, 3] => {
+                if 2 * n2 < NT {
+                    let f = ldmatrix_x4(shared_addr(b_lane.add(n2 * 16 * attn_row(D) + ks * 16)));
+                    unroll!(mt in [0, 1] => {
+                        if mt < MT {
+                            H::mma_16x8x16(&mut s[mt][2 * n2], fa[mt], [f[0], f[1]]);
+                            H::mma_16x8x16(&mut s[mt][2 * n2 + 1], fa[mt], [f[2], f[3]]);
+                        }
+                    });
                 }
             });
         }
@@ -82,32 +84,47 @@ fn pack<H: HalfFloat>(lo: f32, hi: f32) -> u32 {
     H::from_f32(lo) as u32 | (H::from_f32(hi) as u32) << 16
 }
 
-/// `acc[n] += P · B[:, c0 + 8n..]`: P is the warp's 16 × 8·NT strip held as accumulators (the
-/// accumulator layout of two adjacent 8-column tiles is the A fragment of one k16 step), B a
-/// shared tile whose rows are P's columns (k-major), read with `ldmatrix.trans`.
+/// `acc[mt][n] += P[mt] · B[:, c0 + 8n..]`: P is the warp's MT strips of 16 × 8·NT held as
+/// accumulators (the accumulator layout of two adjacent 8-column tiles is the A fragment of one
+/// k16 step), B a shared tile whose rows are P's columns (k-major), read with `ldmatrix.trans`.
 ///
 /// # Safety
 /// `b` is a shared tile of head dim D with at least `8·NT` rows, `c0 + 8·NO ≤ D`; every lane of
 /// the warp calls it.
 #[inline(always)]
-pub(crate) unsafe fn strip_by_tile<H: MmaInput, const D: usize, const NT: usize, const NO: usize>(
-    p: &[[f32; 4]; NT],
+pub(crate) unsafe fn strip_by_tile<
+    H: MmaInput,
+    const D: usize,
+    const MT: usize,
+    const NT: usize,
+    const NO: usize,
+>(
+    p: &[[[f32; 4]; NT]; MT],
     b: *const u16,
     c0: usize,
-    acc: &mut [[f32; 4]; NO],
+    acc: &mut [[[f32; 4]; NO]; MT],
 ) {
     let l = lane();
     let (row, col) = ((l & 7) + (l >> 3 & 1) * 8, (l >> 4) * 8);
     unroll!(kk in [0, 1, 2, 3] => {
         if 2 * kk < NT {
-            let (p0, p1) = (p[2 * kk], p[2 * kk + 1]);
-            let fa = [pack::<H>(p0[0], p0[1]), pack::<H>(p0[2], p0[3]), pack::<H>(p1[0], p1[1]), pack::<H>(p1[2], p1[3])];
+            let mut fa = [[0u32; 4]; MT];
+            unroll!(mt in [0, 1] => {
+                if mt < MT {
+                    let (p0, p1) = (p[mt][2 * kk], p[mt][2 * kk + 1]);
+                    fa[mt] = [pack::<H>(p0[0], p0[1]), pack::<H>(p0[2], p0[3]), pack::<H>(p1[0], p1[1]), pack::<H>(p1[2], p1[3])];
+                }
+            });
             unroll!(n2 in [0, 1, 2, 3, 4, 5, 6, 7] => {
                 if 2 * n2 < NO {
                     let at = b.add((kk * 16 + row) * attn_row(D) + c0 + n2 * 16 + col);
                     let f = ldmatrix_x4_trans(shared_addr(at));
-                    H::mma_16x8x16(&mut acc[2 * n2], fa, [f[0], f[1]]);
-                    H::mma_16x8x16(&mut acc[2 * n2 + 1], fa, [f[2], f[3]]);
+                    unroll!(mt in [0, 1] => {
+                        if mt < MT {
+                            H::mma_16x8x16(&mut acc[mt][2 * n2], fa[mt], [f[0], f[1]]);
+                            H::mma_16x8x16(&mut acc[mt][2 * n2 + 1], fa[mt], [f[2], f[3]]);
+                        }
+                    });
                 }
             });
         }

@@ -118,3 +118,19 @@ pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
          options(readonly, nostack));
     [a, b, c, d]
 }
+
+/// `ldmatrix.x4`: four 8×8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+/// addresses (16 bytes each) of matrix i, which lands in register i. Lane 4g + t gets (row g;
+/// columns 2t, 2t + 1) of each: the `a` fragment of [`MmaInput::mma_16x8x16`] (matrices: rows
+/// 0-7 and 8-15 at k 0-7, then at k 8-15), or two `b` fragments from an n-major (`[n][k]`) tile.
+///
+/// # Safety
+/// As [`ldmatrix_x4_trans`].
+#[inline(always)]
+pub unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(readonly, nostack));
+    [a, b, c, d]
+}

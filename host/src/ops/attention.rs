@@ -17,8 +17,8 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::{kernel_args, launch, LaunchConfig};
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_shared_bytes, ATTN_AUX_BLOCK, ATTN_BLOCK_M,
-    ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS,
+    attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_rows, attn_fwd_shared_bytes, ATTN_AUX_BLOCK,
+    ATTN_BLOCK_M, ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS,
 };
 use crate::tensor::{DType, Storage, Tensor};
 use rayon::prelude::*;
@@ -145,7 +145,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, params: AttentionParams) ->
                 ));
             }
             let stream = ctx.stream(OP)?;
-            let cfg = block_grid(OP, &d, d.sq.div_ceil(ATTN_BLOCK_M), attn_fwd_shared_bytes(d.d))?;
+            let cfg = block_grid(OP, &d, d.sq.div_ceil(attn_fwd_rows(d.d)), attn_fwd_shared_bytes(d.d))?;
             let kernel = FWD_KERNELS[q.dtype().index() - 1][d.d_index()];
             let (pq, pk, pv, po, pl) =
                 (q.device_ptr(), k.device_ptr(), v.device_ptr(), out.device_ptr(), lse.device_ptr());
