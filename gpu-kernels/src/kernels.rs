@@ -63,6 +63,52 @@ kernel_table! {
             );
         }
     }
+    module attention("attention", portable) {
+        attention::forward {
+            [
+                attention_fwd_f16_d32, attention_fwd_f16_d64, attention_fwd_f16_d96, attention_fwd_f16_d128,
+                attention_fwd_f16_d256, attention_fwd_bf16_d32, attention_fwd_bf16_d64, attention_fwd_bf16_d96,
+                attention_fwd_bf16_d128, attention_fwd_bf16_d256
+            ](
+                q: *const u16, k: *const u16, v: *const u16, out: *mut u16, lse: *mut f32, sq: usize,
+                sk: usize, hq: usize, hkv: usize, scale_log2: f32, causal: u32
+            );
+        }
+        attention::backward {
+            [attention_bwd_dot_f16, attention_bwd_dot_bf16](
+                dout: *const u16, out: *const u16, delta: *mut f32, rows: usize, d: usize
+            );
+            [attention_bwd_heads_f16, attention_bwd_heads_bf16](
+                part: *const f32, out: *mut u16, n: usize, per_head: usize, hkv: usize, group: usize
+            );
+            [
+                attention_bwd_dq_f16_d32, attention_bwd_dq_f16_d64, attention_bwd_dq_f16_d96,
+                attention_bwd_dq_f16_d128, attention_bwd_dq_f16_d256, attention_bwd_dq_bf16_d32,
+                attention_bwd_dq_bf16_d64, attention_bwd_dq_bf16_d96, attention_bwd_dq_bf16_d128,
+                attention_bwd_dq_bf16_d256
+            ](
+                q: *const u16, k: *const u16, v: *const u16, dout: *const u16, lse: *const f32,
+                delta: *const f32, dq_out: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize,
+                scale: f32, scale_log2: f32, causal: u32
+            );
+            [
+                attention_bwd_dkdv_f16_d32, attention_bwd_dkdv_f16_d64, attention_bwd_dkdv_f16_d96,
+                attention_bwd_dkdv_f16_d128, attention_bwd_dkdv_f16_d256, attention_bwd_dkdv_bf16_d32,
+                attention_bwd_dkdv_bf16_d64, attention_bwd_dkdv_bf16_d96, attention_bwd_dkdv_bf16_d128,
+                attention_bwd_dkdv_bf16_d256
+            ](
+                q: *const u16, k: *const u16, v: *const u16, dout: *const u16, lse: *const f32,
+                delta: *const f32, dk: *mut f32, dv: *mut f32, sq: usize, sk: usize, hq: usize,
+                hkv: usize, scale: f32, scale_log2: f32, causal: u32
+            );
+        }
+        attention::heads {
+            [attention_heads](
+                src: *const u16, dst: *mut u16, b: usize, s: usize, htot: usize, h0: usize, h: usize,
+                d: usize, to_heads: u32
+            );
+        }
+    }
     module conv("conv", portable) {
         conv::forward {
             [conv2d_fwd_f32_large, conv2d_fwd_f32_medium, conv2d_fwd_f32_small, conv2d_fwd_tf32](

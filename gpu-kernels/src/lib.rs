@@ -15,6 +15,8 @@ pub mod prelude;
 
 // Each module build (a cargo feature named after a `module` of `kernels.rs`) compiles only its
 // families; helpers that another module's kernels share are unused there.
+#[cfg(feature = "attention")]
+pub mod attention;
 #[cfg(feature = "conv")]
 pub mod conv;
 #[cfg(any(feature = "elementwise", feature = "nn"))]

@@ -135,3 +135,52 @@ pub const WGMMA_SHARED_BYTES: usize = 1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + 
 /// Output tiles along M that consecutive blocks walk before moving along N, so that the blocks
 /// resident at once share A and B panels in L2.
 pub const WGMMA_GROUP_M: usize = 8;
+
+/// Flash attention (`mma.sync` path): 4 warps per block, 16 query (or key) rows each; tiles of
+/// 64 query rows and 64 keys; the dK/dV kernel walks query tiles of 32. Shared tiles are
+/// `[rows][D + 8]` 16-bit elements: the 16-byte pad makes the fragment reads conflict-free.
+pub const ATTN_THREADS: usize = 128;
+pub const ATTN_BLOCK_M: usize = 64;
+pub const ATTN_BLOCK_N: usize = 64;
+pub const ATTN_BWD_BLOCK_Q: usize = 32;
+/// Output columns one attention block accumulates: head dims above it (256) run in
+/// `D / ATTN_MAX_OUT_COLS` passes that each recompute the scores.
+pub const ATTN_MAX_OUT_COLS: usize = 128;
+/// Threads per block of the attention backward's row-dot and head-reduction kernels.
+pub const ATTN_AUX_BLOCK: usize = 256;
+
+/// Halves of one shared row of head dim `d`.
+pub const fn attn_row(d: usize) -> usize {
+    d + 8
+}
+
+/// 16-row m-tiles per warp in the forward: two (a block of 128 query rows) up to D = 64, else
+/// one (with two, D = 96 and 128 spill: 76 and 140 bytes under ptxas 13).
+pub const fn attn_fwd_m_tiles(d: usize) -> usize {
+    if d <= 64 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Query rows of a forward block.
+pub const fn attn_fwd_rows(d: usize) -> usize {
+    ATTN_BLOCK_M * attn_fwd_m_tiles(d)
+}
+
+/// Dynamic shared memory of the forward block: the Q tile, then two stages of K and V tiles.
+pub const fn attn_fwd_shared_bytes(d: usize) -> usize {
+    (attn_fwd_rows(d) + 4 * ATTN_BLOCK_N) * attn_row(d) * 2
+}
+
+/// Dynamic shared memory of the dQ block: the Q and dO tiles, then two stages of K and V.
+pub const fn attn_dq_shared_bytes(d: usize) -> usize {
+    (2 * ATTN_BLOCK_M + 4 * ATTN_BLOCK_N) * attn_row(d) * 2
+}
+
+/// Dynamic shared memory of the dK/dV block: the K and V tiles, two stages of Q and dO tiles,
+/// then two stages of the query tile's log-sum-exp and row dots (f32).
+pub const fn attn_dkdv_shared_bytes(d: usize) -> usize {
+    (2 * ATTN_BLOCK_N + 4 * ATTN_BWD_BLOCK_Q) * attn_row(d) * 2 + 4 * ATTN_BWD_BLOCK_Q * 4
+}

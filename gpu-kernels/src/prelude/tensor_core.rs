@@ -102,3 +102,35 @@ macro_rules! mma_16bit {
 
 mma_16bit!(super::F16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
 mma_16bit!(super::BF16, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
+
+/// `ldmatrix.x4.trans`: four 8×8 16-bit matrices from shared memory, transposed; lanes 8i..8i+7
+/// give the row addresses (16 bytes each) of matrix i, which lands in register i. Lane 4g + t
+/// gets (rows 2t, 2t+1; column g) of each: the `b` fragment of [`MmaInput::mma_16x8x16`] from a
+/// k-major (`[k][n]`) tile.
+///
+/// # Safety
+/// `addr` is a 16-byte-aligned shared address of 16 readable bytes; every lane executes it.
+#[inline(always)]
+pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(readonly, nostack));
+    [a, b, c, d]
+}
+
+/// `ldmatrix.x4`: four 8×8 16-bit matrices from shared memory; lanes 8i..8i+7 give the row
+/// addresses (16 bytes each) of matrix i, which lands in register i. Lane 4g + t gets (row g;
+/// columns 2t, 2t + 1) of each: the `a` fragment of [`MmaInput::mma_16x8x16`] (matrices: rows
+/// 0-7 and 8-15 at k 0-7, then at k 8-15), or two `b` fragments from an n-major (`[n][k]`) tile.
+///
+/// # Safety
+/// As [`ldmatrix_x4_trans`].
+#[inline(always)]
+pub unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(readonly, nostack));
+    [a, b, c, d]
+}

@@ -20,6 +20,7 @@ macro_rules! params_builders {
 }
 
 mod activation;
+mod attention;
 mod conv;
 mod dropout;
 mod linear;
@@ -28,6 +29,7 @@ mod pool;
 mod sequential;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
+pub use attention::MultiHeadAttention;
 pub use conv::Conv2d;
 pub use dropout::Dropout;
 pub use linear::Linear;

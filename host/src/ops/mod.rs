@@ -2,6 +2,7 @@
 //!
 //! Every op is a method on [`Tensor`](crate::Tensor) or [`Context`](crate::Context); these modules
 //! hold their implementations, one per kernel family in `gpu-kernels/src/`.
+pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod layout;

@@ -1,0 +1,651 @@
+//! Attention: [`attention`] (forward) and [`attention_backward`], exact
+//! `softmax(Q Kᵀ · scale) V` without ever writing the Sq × Sk score matrix. Kernels:
+//! `gpu-kernels/src/attention/`.
+//!
+//! Layout (contiguous, row-major): q `[B, Hq, Sq, D]`, k and v `[B, Hkv, Sk, D]`, out like q,
+//! lse f32 `[B, Hq, Sq]`. `Hkv` divides `Hq` (grouped-query / multi-query attention: query head
+//! `h` reads kv head `h / (Hq / Hkv)`). Inputs are f16 or bf16 (all of one dtype), accumulation
+//! is f32, outputs are in the input dtype. Head dims 32, 64, 96, 128 and 256 (256 runs in two
+//! passes over the output columns). Under `causal`, query `i` sees key `j` iff
+//! `j ≤ i + Sk − Sq` (the mask aligned to the bottom right, as FlashAttention-2); a row that sees
+//! no key (only when Sq > Sk) gets output 0 and log-sum-exp +∞.
+//!
+//! The CPU twin computes in f64 (softmax and both products) and rounds once to the dtype; it is
+//! the tests' oracle. The GPU backward is deterministic in every mode: dQ and dK/dV come from two
+//! kernels that each sum in a fixed order (no atomics), see `backward.rs`.
+use crate::kernels;
+use crate::runtime::error::{Error, Result};
+use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
+use crate::runtime::launch::LaunchConfig;
+use crate::runtime::stream::Stream;
+use crate::shapes::{
+    attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_rows, attn_fwd_shared_bytes, ATTN_AUX_BLOCK,
+    ATTN_BLOCK_M, ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS,
+};
+use crate::tensor::{DType, Storage, Tensor};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Options of [`attention`] and [`attention_backward`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttentionParams {
+    /// Mask keys after the (bottom-right aligned) diagonal.
+    pub causal: bool,
+    /// The softmax scale; `None` is 1/√D.
+    pub scale: Option<f32>,
+    /// Ask for a backward pass whose result does not depend on scheduling. The current kernels
+    /// are deterministic whatever this says (they use no atomics); the flag is kept so that a
+    /// faster atomic dQ can be added without changing what callers who need it get.
+    pub deterministic: bool,
+}
+
+impl AttentionParams {
+    pub fn causal(mut self, yes: bool) -> Self {
+        self.causal = yes;
+        self
+    }
+    pub fn scale(mut self, scale: f32) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+    pub fn deterministic(mut self, yes: bool) -> Self {
+        self.deterministic = yes;
+        self
+    }
+}
+
+/// Head dims with kernels, in the order of the kernel tables.
+const HEAD_DIMS: [usize; 5] = [32, 64, 96, 128, 256];
+
+/// Sizes of one attention call after validation.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    b: usize,
+    hq: usize,
+    hkv: usize,
+    sq: usize,
+    sk: usize,
+    d: usize,
+}
+
+impl Dims {
+    fn scale(&self, params: &AttentionParams) -> f32 {
+        params.scale.unwrap_or(1.0 / (self.d as f32).sqrt())
+    }
+    fn group(&self) -> usize {
+        self.hq / self.hkv
+    }
+    /// Passes over the output columns (head dims above `ATTN_MAX_OUT_COLS`).
+    fn passes(&self) -> usize {
+        self.d.div_ceil(ATTN_MAX_OUT_COLS)
+    }
+    fn d_index(&self) -> usize {
+        HEAD_DIMS.iter().position(|&x| x == self.d).expect("checked by dims()")
+    }
+    fn lse_shape(&self) -> [usize; 3] {
+        [self.b, self.hq, self.sq]
+    }
+}
+
+/// Check q, k, v (dtype, ranks, shapes, head counts, head dim) and return their sizes.
+fn dims(op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Dims> {
+    q.check_peer(op, k)?;
+    q.check_peer(op, v)?;
+    if !matches!(q.dtype(), DType::F16 | DType::BF16) {
+        return Err(Error::UnsupportedDType { op, dtype: q.dtype() });
+    }
+    let rank4 = |t: &Tensor, what: &str| -> Result<[usize; 4]> {
+        <[usize; 4]>::try_from(t.shape()).map_err(|_| Error::InvalidArgument {
+            op,
+            shape: t.shape().to_vec(),
+            reason: format!("{what} must be [batch, heads, seq, head_dim]"),
+        })
+    };
+    let [b, hq, sq, d] = rank4(q, "q")?;
+    let [bk, hkv, sk, dk] = rank4(k, "k")?;
+    if k.shape() != v.shape() {
+        return Err(Error::ShapeMismatch { op, lhs: k.shape().to_vec(), rhs: v.shape().to_vec() });
+    }
+    if bk != b || dk != d {
+        return Err(Error::ShapeMismatch { op, lhs: q.shape().to_vec(), rhs: k.shape().to_vec() });
+    }
+    if hkv == 0 || hq % hkv != 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: vec![hq, hkv],
+            reason: format!("the kv heads ({hkv}) must divide the query heads ({hq})"),
+        });
+    }
+    if !HEAD_DIMS.contains(&d) {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: q.shape().to_vec(),
+            reason: format!("head dim {d} is not supported (one of {HEAD_DIMS:?})"),
+        });
+    }
+    Ok(Dims { b, hq, hkv, sq, sk, d })
+}
+
+/// `softmax(q kᵀ · scale) v` and the per-row log-sum-exp (natural log, f32 `[B, Hq, Sq]`) that
+/// [`attention_backward`] needs; see the module documentation for layouts and dtypes.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, params: AttentionParams) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "attention";
+    let d = dims(OP, q, k, v)?;
+    let ctx = q.context();
+    match q.storage() {
+        Storage::Cpu(_) => cpu_forward(d, q, k, v, &params),
+        Storage::Cuda(_) => {
+            let out = Tensor::uninit_as(ctx, q.shape(), q.dtype(), OP)?;
+            let lse = Tensor::uninit(ctx, &d.lse_shape(), OP)?;
+            if out.is_empty() {
+                return Ok((out, lse));
+            }
+            if d.sk == 0 {
+                return Ok((
+                    ctx.full_as(q.shape(), 0.0, q.dtype())?,
+                    ctx.full(&d.lse_shape(), f32::INFINITY)?,
+                ));
+            }
+            let stream = ctx.stream(OP)?;
+            let cfg = block_grid(OP, &d, d.sq.div_ceil(attn_fwd_rows(d.d)), attn_fwd_shared_bytes(d.d))?;
+            let kernel = FWD_KERNELS[q.dtype().index() - 1][d.d_index()];
+            let scale_log2 = d.scale(&params) * std::f32::consts::LOG2_E;
+            let causal = u32::from(params.causal);
+            // SAFETY: `attention_fwd_<dtype>_d<D>(q, k, v, out, lse, sq, sk, hq, hkv, scale_log2,
+            // causal)`: q, k, v are live buffers of this stream whose shapes `dims()` checked
+            // ([B, Hq, Sq, D], [B, Hkv, Sk, D], Hkv dividing Hq, D the kernel's), out and lse are
+            // fresh buffers of [B, Hq, Sq, D] and [B, Hq, Sq]; block, grid (z = B · passes) and
+            // dynamic shared memory are the kernel's; Sq, Sk > 0.
+            let args = (
+                q.ptr(),
+                k.ptr(),
+                v.ptr(),
+                out.ptr_mut(),
+                lse.ptr_mut(),
+                d.sq,
+                d.sk,
+                d.hq,
+                d.hkv,
+                scale_log2,
+                causal,
+            );
+            unsafe { kernel.launch(stream, cfg, args)? };
+            Ok((out, lse))
+        }
+    }
+}
+
+/// The gradients `(dq, dk, dv)` of [`attention`] from `dout` (like `out`), the forward's `out`
+/// and `lse`, and the same `params`.
+pub fn attention_backward(
+    dout: &Tensor,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    out: &Tensor,
+    lse: &Tensor,
+    params: AttentionParams,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    const OP: &str = "attention_backward";
+    let d = dims(OP, q, k, v)?;
+    q.check_pair(OP, dout)?;
+    q.check_pair(OP, out)?;
+    if !q.context().same_queue(lse.context()) {
+        return Err(q.context().mismatch(OP, lse.context()));
+    }
+    if lse.dtype() != DType::F32 {
+        return Err(Error::DTypeMismatch { op: OP, lhs: lse.dtype(), rhs: DType::F32 });
+    }
+    if lse.shape() != d.lse_shape() {
+        return Err(Error::ShapeMismatch { op: OP, lhs: lse.shape().to_vec(), rhs: d.lse_shape().to_vec() });
+    }
+    let ctx = q.context();
+    match q.storage() {
+        Storage::Cpu(_) => cpu_backward(d, (dout, q, k, v, out, lse), &params),
+        Storage::Cuda(_) => {
+            let dtype = q.dtype();
+            if d.b * d.hq == 0 || d.sq == 0 || d.sk == 0 {
+                return Ok((
+                    ctx.full_as(q.shape(), 0.0, dtype)?,
+                    ctx.full_as(k.shape(), 0.0, dtype)?,
+                    ctx.full_as(v.shape(), 0.0, dtype)?,
+                ));
+            }
+            let stream = ctx.stream(OP)?;
+            gpu_backward(stream, d, (dout, q, k, v, out, lse), &params)
+        }
+    }
+}
+
+/// Grid `(tiles, Hq, B · passes)` of 128-thread blocks with `shared` bytes.
+fn block_grid(op: &'static str, d: &Dims, tiles: usize, shared: usize) -> Result<LaunchConfig> {
+    let z = d.b * d.passes();
+    if d.hq > 65_535 || z > 65_535 || tiles > i32::MAX as usize {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: vec![d.b, d.hq, d.sq, d.sk, d.d],
+            reason: "too many heads, batches or rows for one launch".into(),
+        });
+    }
+    Ok(LaunchConfig {
+        grid: (tiles as u32, d.hq as u32, z as u32),
+        block: (ATTN_THREADS as u32, 1, 1),
+        shared_bytes: shared as u32,
+    })
+}
+
+fn gpu_backward(
+    stream: &Arc<Stream>,
+    d: Dims,
+    (dout, q, k, v, out, lse): (&Tensor, &Tensor, &Tensor, &Tensor, &Tensor, &Tensor),
+    params: &AttentionParams,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    const OP: &str = "attention_backward";
+    let ctx = q.context();
+    let dtype = q.dtype();
+    let di = dtype.index() - 1;
+    let rows = d.b * d.hq * d.sq;
+    let delta = Tensor::uninit(ctx, &d.lse_shape(), OP)?;
+    let dq = Tensor::uninit_as(ctx, q.shape(), dtype, OP)?;
+    let part_shape = [d.b, d.hq, d.sk, d.d];
+    let (dk_part, dv_part) = (Tensor::uninit(ctx, &part_shape, OP)?, Tensor::uninit(ctx, &part_shape, OP)?);
+    let (dk, dv) =
+        (Tensor::uninit_as(ctx, k.shape(), dtype, OP)?, Tensor::uninit_as(ctx, v.shape(), dtype, OP)?);
+    let scale = d.scale(params);
+    let scale_log2 = scale * std::f32::consts::LOG2_E;
+    let causal = u32::from(params.causal);
+
+    let cfg = LaunchConfig::grid_stride(&stream.device.info, rows * 32, ATTN_AUX_BLOCK, 4);
+    // SAFETY: `attention_bwd_dot_<dtype>(dout, out, delta, rows, d)`: dout and out hold `rows`
+    // rows of D elements of the dtype (checked against q), delta is a fresh f32 buffer of `rows`;
+    // any 1-D grid of whole warps is valid (the block is 256 threads).
+    unsafe { DOT_KERNELS[di].launch(stream, cfg, (dout.ptr(), out.ptr(), delta.ptr_mut(), rows, d.d))? };
+
+    let cfg = block_grid(OP, &d, d.sq.div_ceil(ATTN_BLOCK_M), attn_dq_shared_bytes(d.d))?;
+    // SAFETY: `attention_bwd_dq_<dtype>_d<D>(q, k, v, dout, lse, delta, dq, sq, sk, hq, hkv,
+    // scale, scale_log2, causal)`: q, dout and the fresh dq are [B, Hq, Sq, D], k and v
+    // [B, Hkv, Sk, D], lse and delta f32 [B, Hq, Sq], all checked live buffers of this stream;
+    // block, grid and shared memory are the kernel's; Sq, Sk > 0.
+    let args = (
+        q.ptr(),
+        k.ptr(),
+        v.ptr(),
+        dout.ptr(),
+        lse.ptr(),
+        delta.ptr(),
+        dq.ptr_mut(),
+        d.sq,
+        d.sk,
+        d.hq,
+        d.hkv,
+        scale,
+        scale_log2,
+        causal,
+    );
+    unsafe { DQ_KERNELS[di][d.d_index()].launch(stream, cfg, args)? };
+
+    let cfg = block_grid(OP, &d, d.sk.div_ceil(ATTN_BLOCK_N), attn_dkdv_shared_bytes(d.d))?;
+    // SAFETY: `attention_bwd_dkdv_<dtype>_d<D>(q, k, v, dout, lse, delta, dk, dv, sq, sk, hq, hkv,
+    // scale, scale_log2, causal)`: as the dQ launch, with dk and dv fresh f32 [B, Hq, Sk, D]
+    // buffers; block, grid and shared memory are the kernel's.
+    let args = (
+        q.ptr(),
+        k.ptr(),
+        v.ptr(),
+        dout.ptr(),
+        lse.ptr(),
+        delta.ptr(),
+        dk_part.ptr_mut(),
+        dv_part.ptr_mut(),
+        d.sq,
+        d.sk,
+        d.hq,
+        d.hkv,
+        scale,
+        scale_log2,
+        causal,
+    );
+    unsafe { DKDV_KERNELS[di][d.d_index()].launch(stream, cfg, args)? };
+
+    let n = d.b * d.hkv * d.sk * d.d;
+    let per_head = d.sk * d.d;
+    let group = d.group();
+    let cfg = LaunchConfig::grid_stride(&stream.device.info, n, ATTN_AUX_BLOCK, 4);
+    for (part, grad) in [(&dk_part, &dk), (&dv_part, &dv)] {
+        // SAFETY: `attention_bwd_heads_<dtype>(part, out, n, per_head, hkv, group)`: part is an
+        // f32 [B, Hq, Sk, D] buffer written by the dK/dV kernel, out a fresh [B, Hkv, Sk, D]
+        // buffer of the dtype, n its length, Hq = Hkv · group; any 1-D grid.
+        let args = (part.ptr(), grad.ptr_mut(), n, per_head, d.hkv, group);
+        unsafe { HEADS_KERNELS[di].launch(stream, cfg, args)? };
+    }
+    Ok((dq, dk, dv))
+}
+
+type ForwardArgs = (
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtrMut<u16>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    u32,
+);
+/// q, k, v, dout, lse, delta, dq, sq, sk, hq, hkv, scale, scale_log2, causal.
+type DqArgs = (
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<u16>,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+);
+/// q, k, v, dout, lse, delta, dk, dv, sq, sk, hq, hkv, scale, scale_log2, causal.
+type DkDvArgs = (
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+);
+
+/// `[f16, bf16][head dim]`.
+const FWD_KERNELS: [[Kernel<ForwardArgs>; 5]; 2] = [
+    [
+        kernels::attention_fwd_f16_d32,
+        kernels::attention_fwd_f16_d64,
+        kernels::attention_fwd_f16_d96,
+        kernels::attention_fwd_f16_d128,
+        kernels::attention_fwd_f16_d256,
+    ],
+    [
+        kernels::attention_fwd_bf16_d32,
+        kernels::attention_fwd_bf16_d64,
+        kernels::attention_fwd_bf16_d96,
+        kernels::attention_fwd_bf16_d128,
+        kernels::attention_fwd_bf16_d256,
+    ],
+];
+const DQ_KERNELS: [[Kernel<DqArgs>; 5]; 2] = [
+    [
+        kernels::attention_bwd_dq_f16_d32,
+        kernels::attention_bwd_dq_f16_d64,
+        kernels::attention_bwd_dq_f16_d96,
+        kernels::attention_bwd_dq_f16_d128,
+        kernels::attention_bwd_dq_f16_d256,
+    ],
+    [
+        kernels::attention_bwd_dq_bf16_d32,
+        kernels::attention_bwd_dq_bf16_d64,
+        kernels::attention_bwd_dq_bf16_d96,
+        kernels::attention_bwd_dq_bf16_d128,
+        kernels::attention_bwd_dq_bf16_d256,
+    ],
+];
+const DKDV_KERNELS: [[Kernel<DkDvArgs>; 5]; 2] = [
+    [
+        kernels::attention_bwd_dkdv_f16_d32,
+        kernels::attention_bwd_dkdv_f16_d64,
+        kernels::attention_bwd_dkdv_f16_d96,
+        kernels::attention_bwd_dkdv_f16_d128,
+        kernels::attention_bwd_dkdv_f16_d256,
+    ],
+    [
+        kernels::attention_bwd_dkdv_bf16_d32,
+        kernels::attention_bwd_dkdv_bf16_d64,
+        kernels::attention_bwd_dkdv_bf16_d96,
+        kernels::attention_bwd_dkdv_bf16_d128,
+        kernels::attention_bwd_dkdv_bf16_d256,
+    ],
+];
+const DOT_KERNELS: [Kernel<(DevPtr<u16>, DevPtr<u16>, DevPtrMut<f32>, usize, usize)>; 2] =
+    [kernels::attention_bwd_dot_f16, kernels::attention_bwd_dot_bf16];
+const HEADS_KERNELS: [Kernel<(DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize)>; 2] =
+    [kernels::attention_bwd_heads_f16, kernels::attention_bwd_heads_bf16];
+
+/// Whether query `i` sees key `j`.
+fn visible(i: usize, j: usize, d: &Dims, causal: bool) -> bool {
+    !causal || j as isize <= i as isize + d.sk as isize - d.sq as isize
+}
+
+/// Per (batch, query head): the f64 probabilities `P[i][j]` of one head (0 where hidden) from
+/// its scores and `lse` (f64, the forward's own where given).
+fn probabilities(
+    d: &Dims,
+    (q, k): (&[f32], &[f32]),
+    (b, h): (usize, usize),
+    scale: f64,
+    causal: bool,
+    lse: Option<&[f32]>,
+) -> (Vec<f64>, Vec<f64>) {
+    let hk = h / d.group();
+    let (qh, kh) = (&q[((b * d.hq + h) * d.sq) * d.d..], &k[((b * d.hkv + hk) * d.sk) * d.d..]);
+    let mut p = vec![0.0f64; d.sq * d.sk];
+    let mut lse_out = vec![f64::INFINITY; d.sq];
+    for i in 0..d.sq {
+        let row = &mut p[i * d.sk..(i + 1) * d.sk];
+        let mut m = f64::NEG_INFINITY;
+        for (j, s) in row.iter_mut().enumerate() {
+            if visible(i, j, d, causal) {
+                let dot: f64 = (0..d.d).map(|e| qh[i * d.d + e] as f64 * kh[j * d.d + e] as f64).sum();
+                *s = dot * scale;
+                m = m.max(*s);
+            } else {
+                *s = f64::NEG_INFINITY;
+            }
+        }
+        let l = match lse {
+            Some(lse) => lse[(b * d.hq + h) * d.sq + i] as f64,
+            None if m == f64::NEG_INFINITY => f64::INFINITY,
+            None => m + row.iter().map(|s| (s - m).exp()).sum::<f64>().ln(),
+        };
+        lse_out[i] = l;
+        for s in row.iter_mut() {
+            *s = if l.is_finite() { (*s - l).exp() } else { 0.0 };
+        }
+    }
+    (p, lse_out)
+}
+
+/// The CPU twin of the forward: f64 scores, softmax and product, rounded once.
+fn cpu_forward(
+    d: Dims,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    params: &AttentionParams,
+) -> Result<(Tensor, Tensor)> {
+    let (qh, kh, vh) = (q.to_vec()?, k.to_vec()?, v.to_vec()?);
+    let scale = d.scale(params) as f64;
+    let dtype = q.dtype();
+    let heads: Vec<(Vec<f32>, Vec<f32>)> = (0..d.b * d.hq)
+        .into_par_iter()
+        .map(|bh| {
+            let (b, h) = (bh / d.hq, bh % d.hq);
+            let (p, lse) = probabilities(&d, (&qh, &kh), (b, h), scale, params.causal, None);
+            let vb = &vh[((b * d.hkv + h / d.group()) * d.sk) * d.d..];
+            let mut out = vec![0.0f32; d.sq * d.d];
+            for i in 0..d.sq {
+                for e in 0..d.d {
+                    let o: f64 = (0..d.sk).map(|j| p[i * d.sk + j] * vb[j * d.d + e] as f64).sum();
+                    out[i * d.d + e] = dtype.round(o);
+                }
+            }
+            (out, lse.iter().map(|&l| l as f32).collect())
+        })
+        .collect();
+    let (out, lse): (Vec<Vec<f32>>, Vec<Vec<f32>>) = heads.into_iter().unzip();
+    let ctx = q.context();
+    Ok((
+        Tensor::from_cpu_as(ctx, q.shape(), dtype, out.concat()),
+        Tensor::from_cpu(ctx, &d.lse_shape(), lse.concat()),
+    ))
+}
+
+/// The CPU twin of the backward, in f64 from the given `out` and `lse` (as the kernels).
+fn cpu_backward(
+    d: Dims,
+    (dout, q, k, v, out, lse): (&Tensor, &Tensor, &Tensor, &Tensor, &Tensor, &Tensor),
+    params: &AttentionParams,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (doh, qh, kh, vh, oh, lh) =
+        (dout.to_vec()?, q.to_vec()?, k.to_vec()?, v.to_vec()?, out.to_vec()?, lse.to_vec()?);
+    let scale = d.scale(params) as f64;
+    let dtype = q.dtype();
+    let (sq, sk, dd) = (d.sq, d.sk, d.d);
+    // One task per (batch, kv head): the dQ of its group's query heads and its dK, dV.
+    let per_kv: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = (0..d.b * d.hkv)
+        .into_par_iter()
+        .map(|bk| {
+            let (b, hk) = (bk / d.hkv, bk % d.hkv);
+            let kb = &kh[bk * sk * dd..];
+            let vb = &vh[bk * sk * dd..];
+            let (mut dk, mut dv) = (vec![0.0f64; sk * dd], vec![0.0f64; sk * dd]);
+            let mut dq_all = Vec::with_capacity(d.group() * sq * dd);
+            for h in hk * d.group()..(hk + 1) * d.group() {
+                let (p, _) = probabilities(&d, (&qh, &kh), (b, h), scale, params.causal, Some(&lh));
+                let base = (b * d.hq + h) * sq * dd;
+                let (qb, dob, ob) = (&qh[base..], &doh[base..], &oh[base..]);
+                let mut dq = vec![0.0f64; sq * dd];
+                for i in 0..sq {
+                    let delta: f64 = (0..dd).map(|e| dob[i * dd + e] as f64 * ob[i * dd + e] as f64).sum();
+                    for j in 0..sk {
+                        let pij = p[i * sk + j];
+                        if pij == 0.0 {
+                            continue;
+                        }
+                        let dp: f64 = (0..dd).map(|e| dob[i * dd + e] as f64 * vb[j * dd + e] as f64).sum();
+                        let ds = pij * (dp - delta) * scale;
+                        for e in 0..dd {
+                            dq[i * dd + e] += ds * kb[j * dd + e] as f64;
+                            dk[j * dd + e] += ds * qb[i * dd + e] as f64;
+                            dv[j * dd + e] += pij * dob[i * dd + e] as f64;
+                        }
+                    }
+                }
+                dq_all.extend(dq.iter().map(|&x| dtype.round(x)));
+            }
+            let round = |x: Vec<f64>| x.into_iter().map(|x| dtype.round(x)).collect::<Vec<f32>>();
+            (dq_all, round(dk), round(dv))
+        })
+        .collect();
+    // The tasks' dQ blocks are in (batch, kv head, group member) order = (batch, query head).
+    let mut dq = Vec::with_capacity(q.len());
+    let (mut dk, mut dv) = (Vec::with_capacity(k.len()), Vec::with_capacity(v.len()));
+    for (a, b, c) in per_kv {
+        dq.extend(a);
+        dk.extend(b);
+        dv.extend(c);
+    }
+    let ctx = q.context();
+    Ok((
+        Tensor::from_cpu_as(ctx, q.shape(), dtype, dq),
+        Tensor::from_cpu_as(ctx, k.shape(), dtype, dk),
+        Tensor::from_cpu_as(ctx, v.shape(), dtype, dv),
+    ))
+}
+
+/// Heads `h0..h0 + H` of a token-major `[B, S, Htot, D]` tensor (a projection's output) as a
+/// head-major `[B, H, S, D]` one.
+pub(crate) fn to_heads(src: &Tensor, (h0, h): (usize, usize)) -> Result<Tensor> {
+    let &[b, s, htot, d] = src.shape() else {
+        return Err(heads_error(src.shape()));
+    };
+    let mut dst = Tensor::uninit_as(src.context(), &[b, h, s, d], src.dtype(), HEADS_OP)?;
+    copy_heads(src, &mut dst, [b, s, htot, d], (h0, h), true)?;
+    Ok(dst)
+}
+
+/// Write the head-major `[B, H, S, D]` `src` into heads `h0..h0 + H` of the token-major
+/// `[B, S, Htot, D]` `dst` (its other heads are kept).
+pub(crate) fn from_heads(src: &Tensor, dst: &mut Tensor, h0: usize) -> Result<()> {
+    let (&[b, h, s, d], &[_, _, htot, _]) = (src.shape(), dst.shape()) else {
+        return Err(heads_error(src.shape()));
+    };
+    copy_heads(src, dst, [b, s, htot, d], (h0, h), false)
+}
+
+const HEADS_OP: &str = "attention_heads";
+
+fn heads_error(shape: &[usize]) -> Error {
+    Error::InvalidArgument { op: HEADS_OP, shape: shape.to_vec(), reason: "expects rank 4".into() }
+}
+
+/// The copy of [`to_heads`] (`to_heads`) or [`from_heads`]: `[b, s, htot, d]` are the
+/// token-major tensor's sizes.
+fn copy_heads(
+    src: &Tensor,
+    dst: &mut Tensor,
+    [b, s, htot, d]: [usize; 4],
+    (h0, h): (usize, usize),
+    to_heads: bool,
+) -> Result<()> {
+    let (token_shape, head_shape) = ([b, s, htot, d], [b, h, s, d]);
+    let (src_want, dst_want) = if to_heads { (token_shape, head_shape) } else { (head_shape, token_shape) };
+    src.check_peer(HEADS_OP, dst)?;
+    if src.shape() != src_want || dst.shape() != dst_want || h0 + h > htot {
+        return Err(Error::ShapeMismatch {
+            op: HEADS_OP,
+            lhs: src.shape().to_vec(),
+            rhs: dst.shape().to_vec(),
+        });
+    }
+    let token = |bb: usize, t: usize, hh: usize| ((bb * s + t) * htot + h0 + hh) * d;
+    let head = |bb: usize, hh: usize, t: usize| ((bb * h + hh) * s + t) * d;
+    let x = match src.storage() {
+        Storage::Cpu(x) => Some(x.clone()),
+        Storage::Cuda(_) => None,
+    };
+    let out = dst.make_unique()?;
+    if let (Some(x), Some(out)) = (x, out) {
+        for bb in 0..b {
+            for hh in 0..h {
+                for t in 0..s {
+                    let (tk, hd) = (token(bb, t, hh), head(bb, hh, t));
+                    if to_heads {
+                        out[hd..hd + d].copy_from_slice(&x[tk..tk + d]);
+                    } else {
+                        out[tk..tk + d].copy_from_slice(&x[hd..hd + d]);
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
+    if src.dtype() == DType::F32 {
+        return Err(Error::UnsupportedDType { op: HEADS_OP, dtype: DType::F32 });
+    }
+    let n = b * h * s * d;
+    if n > 0 {
+        let stream = src.context().stream(HEADS_OP)?;
+        let cfg = LaunchConfig::grid_stride(&stream.device.info, n, ATTN_AUX_BLOCK, 4);
+        let flag = u32::from(to_heads);
+        // SAFETY: `attention_heads(src, dst, b, s, htot, h0, h, d, to_heads)`: the head-major
+        // tensor is [B, H, S, D] and the token-major one [B, S, Htot, D] with h0 + H ≤ Htot
+        // (checked above), both 16-bit live buffers of this stream, `dst` unshared; any 1-D grid.
+        let args = (src.ptr(), dst.ptr_mut(), b, s, htot, h0, h, d, flag);
+        unsafe { kernels::attention_heads.launch(stream, cfg, args)? };
+    }
+    Ok(())
+}
