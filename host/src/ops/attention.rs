@@ -419,9 +419,12 @@ const DKDV_KERNELS: [[Kernel<DkDvArgs>; 5]; 2] = [
         kernels::attention_bwd_dkdv_bf16_d256,
     ],
 ];
-const DOT_KERNELS: [Kernel<(DevPtr<u16>, DevPtr<u16>, DevPtrMut<f32>, usize, usize)>; 2] =
-    [kernels::attention_bwd_dot_f16, kernels::attention_bwd_dot_bf16];
-const HEADS_KERNELS: [Kernel<(DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize)>; 2] =
+/// dout, out, delta, rows, D.
+type DotArgs = (DevPtr<u16>, DevPtr<u16>, DevPtrMut<f32>, usize, usize);
+/// The f32 per-query-head gradient, the 16-bit per-KV-head one, n, per_head, hkv, group.
+type HeadsArgs = (DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize);
+const DOT_KERNELS: [Kernel<DotArgs>; 2] = [kernels::attention_bwd_dot_f16, kernels::attention_bwd_dot_bf16];
+const HEADS_KERNELS: [Kernel<HeadsArgs>; 2] =
     [kernels::attention_bwd_heads_f16, kernels::attention_bwd_heads_bf16];
 
 /// Whether query `i` sees key `j`.
