@@ -392,12 +392,26 @@ fn batch_limit_on_every_kernel(gpu: &Context) {
 /// TF32 with K past the transpose's row limit (64 · 65,535) takes `mma.sync` instead of failing in
 /// the transpose that the `wgmma` path needs for B `[K, N]`.
 fn tf32_long_k_falls_back(gpu: &Context) {
+    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+        // 4 Mi-long dot products under the sanitizer take longer than its runs allow; the
+        // mma.sync TF32 kernel it falls back to is checked there by gpu_tf32_matches_cpu.
+        println!("    skipped under the sanitizer");
+        return;
+    }
     let k = 65_535 * 64 + 4;
     let (ag, ac) = operand(gpu, 2, k, 70);
     let (bg, bc) = operand(gpu, k, 3, 71);
-    let got = Gemm::new(&ag, &bg).allow_tf32(true).run().unwrap();
-    let want = ac.matmul(&bc).unwrap();
-    assert_close("tf32 K = 4 Mi", &got.to_vec().unwrap(), &want.to_vec().unwrap(), 1e-2);
+    let got = Gemm::new(&ag, &bg).allow_tf32(true).run().unwrap().to_vec().unwrap();
+    let want = ac.matmul(&bc).unwrap().to_vec().unwrap();
+    // A sum of 4 Mi products of random signs is ~2000 times smaller than the sum of their
+    // magnitudes, which is what TF32's rounding error scales with: compare the error with that.
+    let (a, b) = (ac.to_vec().unwrap(), bc.to_vec().unwrap());
+    for (idx, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (i, j) = (idx / 3, idx % 3);
+        let magnitude: f64 = (0..k).map(|p| (a[i * k + p] as f64 * b[p * 3 + j] as f64).abs()).sum();
+        let err = (*g as f64 - *w as f64).abs() / magnitude;
+        assert!(err <= 1e-3, "tf32 K = 4 Mi, C[{i}][{j}]: error {err:.2e} of the sum of magnitudes");
+    }
 }
 
 /// Many small 16-bit products in a row, each with other operands and shapes: on sm_90a each call's
