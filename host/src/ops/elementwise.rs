@@ -268,30 +268,28 @@ impl Tensor {
                 if n > 0 {
                     let stream = self.context().stream(OP)?;
                     let cfg = LaunchConfig::covering(n, ELEMENTWISE_BLOCK);
-                    let (x, out_) = (self, &out);
+                    // The conversion kernel for each (from, to) pair, launched with the same
+                    // arguments (each infers its own pointer types).
+                    macro_rules! convert {
+                        ($($from:ident => $to:ident: $kernel:ident,)*) => {
+                            match (from, dtype) {
+                                $((DType::$from, DType::$to) => {
+                                    kernels::$kernel.launch(stream, cfg, (self.ptr(), out.ptr_mut(), n))
+                                })*
+                                _ => unreachable!("same dtype returned a copy above"),
+                            }
+                        };
+                    }
                     // SAFETY: `convert_<from>_<to>(x, out, n)`: `x` holds `n` elements of `from`,
                     // `out` `n` of `to`, distinct; any grid is valid.
                     unsafe {
-                        match (from, dtype) {
-                            (DType::F32, DType::F16) => {
-                                kernels::convert_f32_f16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
-                            }
-                            (DType::F32, DType::BF16) => {
-                                kernels::convert_f32_bf16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
-                            }
-                            (DType::F16, DType::F32) => {
-                                kernels::convert_f16_f32.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
-                            }
-                            (DType::BF16, DType::F32) => {
-                                kernels::convert_bf16_f32.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
-                            }
-                            (DType::F16, DType::BF16) => {
-                                kernels::convert_f16_bf16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
-                            }
-                            (DType::BF16, DType::F16) => {
-                                kernels::convert_bf16_f16.launch(stream, cfg, (x.ptr(), out_.ptr_mut(), n))
-                            }
-                            _ => unreachable!("same dtype returned a copy above"),
+                        convert! {
+                            F32 => F16: convert_f32_f16,
+                            F32 => BF16: convert_f32_bf16,
+                            F16 => F32: convert_f16_f32,
+                            BF16 => F32: convert_bf16_f32,
+                            F16 => BF16: convert_f16_bf16,
+                            BF16 => F16: convert_bf16_f16,
                         }?
                     };
                 }
