@@ -4,9 +4,10 @@
 //! - the kernel crate checks each entry against the real kernel (a function-pointer coercion per
 //!   kernel, compiled only into the entry's module build): a kernel whose parameters differ from
 //!   its entry fails the kernel build;
-//! - `build.rs` builds one PTX module per `module` (the cargo feature of the same name selects its
-//!   kernels), refuses a module whose `.entry` list differs from its entries, and assembles it for
-//!   the `arch` given (an `sm_90a` module exists only as a cubin for compute capability 9.0);
+//! - `build.rs` builds one PTX module per `module` (its package in `gpu-kernels/modules/` enables
+//!   the kernel crate's feature of the same name, which selects its kernels), refuses a module
+//!   whose `.entry` list differs from its entries, and assembles it for the `arch` given (an
+//!   `sm_90a` module exists only as a cubin for compute capability 9.0);
 //! - the host crate gets one typed launcher per kernel (`kernels::add_f32.launch(stream, cfg,
 //!   (a, b, out, n))`), whose argument tuple is built from these types: a pointer becomes a
 //!   `DevPtr<T>` / `DevPtrMut<T>`, a scalar stays itself. A launcher whose arguments drift from

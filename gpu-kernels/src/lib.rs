@@ -1,9 +1,10 @@
 //! Every ferrocuda GPU kernel, in Rust.
 //!
-//! Built for `nvptx64-nvidia-cuda` by the root crate's `build.rs` into one PTX module that the host
-//! embeds. Kernels are `extern "ptx-kernel"` functions named `<op>_<dtype>`; they reach the hardware
-//! only through [`prelude`], which holds every intrinsic, inline PTX string and shared-memory
-//! declaration once.
+//! Built for `nvptx64-nvidia-cuda` by the root crate's `build.rs`, one module of
+//! `src/kernels.rs` at a time (each a package of `modules/` that enables that module's feature),
+//! into PTX and cubins that the host embeds. Kernels are `extern "ptx-kernel"` functions named
+//! `<op>_<dtype>`, each declared in `src/kernels.rs`; they reach the hardware only through
+//! [`prelude`], which holds every intrinsic, inline PTX string and shared-memory declaration once.
 #![no_std]
 #![feature(abi_ptx, stdarch_nvptx, link_llvm_intrinsics, asm_experimental_arch, stmt_expr_attributes)]
 #![allow(internal_features, clippy::missing_safety_doc)]
