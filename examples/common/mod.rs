@@ -116,16 +116,9 @@ pub fn train(
     let (mut seen, mut busy) = (0usize, 0.0f64);
     model.train();
     for epoch in 1..=epochs {
-        let order: Vec<usize> =
-            permutation(data.train.len(), epoch as u64).iter().map(|&i| data.train[i]).collect();
+        let order = epoch_order(data, epoch);
         let batches: Vec<&[usize]> = order.chunks(batch).collect();
-        let bar = if progress { ProgressBar::new(batches.len() as u64) } else { ProgressBar::hidden() };
-        bar.set_style(
-            ProgressStyle::with_template("epoch {prefix:>2} [{bar:30}] {pos}/{len} batches, loss {msg}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(epoch.to_string());
+        let bar = epoch_bar(epoch, batches.len(), progress, ", loss {msg}");
         let started = Instant::now();
         let mut total = 0.0f64;
         for idx in &batches {
@@ -143,14 +136,46 @@ pub fn train(
         ctx.synchronize()?;
         busy += started.elapsed().as_secs_f64();
         bar.finish_and_clear();
-        let acc = accuracy(ctx, model, data, &data.test, shape)?;
-        let loss = total / batches.len() as f64;
-        history.losses.push(loss);
-        history.accuracies.push(acc);
-        println!("epoch {epoch:>2}: loss {loss:.4}  test accuracy {:.2}%", acc * 100.0);
+        end_epoch(ctx, model, data, shape, &mut history, epoch, total / batches.len() as f64)?;
     }
     history.samples_per_s = seen as f64 / busy;
     Ok(history)
+}
+
+/// The training images of `epoch`, shuffled (the same order for every run).
+fn epoch_order(data: &Digits, epoch: usize) -> Vec<usize> {
+    permutation(data.train.len(), epoch as u64).iter().map(|&i| data.train[i]).collect()
+}
+
+/// The epoch's progress bar over `batches` (hidden without `progress`); `tail` ends its template.
+fn epoch_bar(epoch: usize, batches: usize, progress: bool, tail: &str) -> ProgressBar {
+    let bar = if progress { ProgressBar::new(batches as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "epoch {{prefix:>2}} [{{bar:30}}] {{pos}}/{{len}} batches{tail}"
+        ))
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(epoch.to_string());
+    bar
+}
+
+/// Test accuracy after `epoch`, recorded with its mean training `loss` and printed.
+fn end_epoch(
+    ctx: &Context,
+    model: &mut Sequential,
+    data: &Digits,
+    shape: &[usize],
+    history: &mut History,
+    epoch: usize,
+    loss: f64,
+) -> Result<()> {
+    let acc = accuracy(ctx, model, data, &data.test, shape)?;
+    history.losses.push(loss);
+    history.accuracies.push(acc);
+    println!("epoch {epoch:>2}: loss {loss:.4}  test accuracy {:.2}%", acc * 100.0);
+    Ok(())
 }
 
 /// A batch size's static inputs and its captured step.
@@ -194,16 +219,9 @@ pub fn train_graph(
     let (mut sum, mut loss_sum, mut warmed) = (Sgd::new(-1.0), ctx.zeros(&[])?, false);
     model.train();
     for epoch in 1..=epochs {
-        let order: Vec<usize> =
-            permutation(data.train.len(), epoch as u64).iter().map(|&i| data.train[i]).collect();
+        let order = epoch_order(data, epoch);
         let batches: Vec<&[usize]> = order.chunks(batch).collect();
-        let bar = if progress { ProgressBar::new(batches.len() as u64) } else { ProgressBar::hidden() };
-        bar.set_style(
-            ProgressStyle::with_template("epoch {prefix:>2} [{bar:30}] {pos}/{len} batches (CUDA graph)")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(epoch.to_string());
+        let bar = epoch_bar(epoch, batches.len(), progress, " (CUDA graph)");
         let started = Instant::now();
         loss_sum.copy_from_slice(&[0.0f32])?;
         for idx in &batches {
@@ -242,11 +260,7 @@ pub fn train_graph(
         let total = loss_sum.to_scalar()? as f64;
         busy += started.elapsed().as_secs_f64();
         bar.finish_and_clear();
-        let acc = accuracy(ctx, model, data, &data.test, shape)?;
-        let loss = total / batches.len() as f64;
-        history.losses.push(loss);
-        history.accuracies.push(acc);
-        println!("epoch {epoch:>2}: loss {loss:.4}  test accuracy {:.2}%", acc * 100.0);
+        end_epoch(ctx, model, data, shape, &mut history, epoch, total / batches.len() as f64)?;
     }
     history.samples_per_s = seen as f64 / busy;
     Ok(history)
