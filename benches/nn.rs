@@ -1,10 +1,12 @@
 //! Batch norm (training forward, eval, backward) at (32, 64, 32, 32), the elementwise losses at
-//! 2^24 elements and dropout at 2^26, timed with CUDA events. Throughput counts torch_ref's
-//! bytes for batch norm (8 B per element: read x, write y) and read/write once for the rest.
+//! 2^24 elements, dropout at 2^26, and cross-entropy (forward and gradient) at torch_ref's
+//! (8192, 50257) and (16384, 73), timed with CUDA events. Throughput counts torch_ref's bytes for
+//! batch norm and cross-entropy (8 B per element: read x, write y or the gradient) and read/write
+//! once for the rest.
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferrocuda::{
-    batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy_with_logits, dropout,
-    mse_loss, Tensor,
+    batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy_with_logits,
+    cross_entropy_labels, dropout, mse_loss, Tensor,
 };
 use std::cell::RefCell;
 mod common;
@@ -35,6 +37,13 @@ fn nn(c: &mut Criterion) {
         binary_cross_entropy_with_logits(p, &target).map(|r| r.1)
     });
     common::bench_op(c, &ctx, "dropout", &[1 << 26], 8, |x| dropout(x, 0.1, 7));
+    for (rows, classes) in [(8192, 50257), (16384, 73)] {
+        let ids: Vec<u32> = (0..rows).map(|r| (r * 7919 % classes) as u32).collect();
+        let labels = ctx.labels(&ids, classes).unwrap();
+        common::bench_op(c, &ctx, "cross_entropy_fwd_bwd", &[rows, classes], 8, |x| {
+            cross_entropy_labels(x, &labels).map(|r| r.1)
+        });
+    }
 }
 
 criterion_group!(benches, nn);
