@@ -17,14 +17,18 @@ fn bench(c: &mut Criterion, ctx: &Context, group: &str, id: &str, bytes: usize, 
 
 fn embeddings(c: &mut Criterion) {
     let Some(ctx) = common::cuda() else { return };
-    for (n, vocab, width, dtype, t) in [(16384, 50257, 768, DType::F32, None), (16384, 75, 384, DType::BF16, Some(256))] {
+    for (n, vocab, width, dtype, t) in
+        [(16384, 50257, 768, DType::F32, None), (16384, 75, 384, DType::BF16, Some(256))]
+    {
         let table = ctx.randn(&[vocab, width], 1).unwrap().to_dtype(dtype).unwrap();
         let pos = t.map(|t| ctx.randn(&[t, width], 2).unwrap().to_dtype(dtype).unwrap());
         let ids: Vec<u32> = (0..n).map(|i| (i * 7919 % vocab) as u32).collect();
         let ids = ctx.labels(&ids, vocab).unwrap();
         let dy = ctx.randn(&[n, width], 3).unwrap().to_dtype(dtype).unwrap();
         let (id, size) = (format!("{n}x{vocab}x{width}_{dtype:?}"), dtype.size_bytes());
-        bench(c, &ctx, "embedding", &id, 2 * n * width * size, || embedding(&table, &ids, pos.as_ref()).map(drop));
+        bench(c, &ctx, "embedding", &id, 2 * n * width * size, || {
+            embedding(&table, &ids, pos.as_ref()).map(drop)
+        });
         bench(c, &ctx, "embedding_backward", &id, (n + vocab) * width * size, || {
             embedding_backward(&dy, &ids, vocab, t).map(drop)
         });

@@ -147,7 +147,8 @@ fn main() -> Result<()> {
     let shape = py_shape(&[n, vocab, width], true);
     rows.push(Row { op: "embedding", shape: shape.clone(), ms, bytes: n * width * 8, target: None });
     let dy = ctx.randn(&[n, width], 22)?;
-    let ms = median_ms(&ctx, WARMUP, REPS, || ferrocuda::embedding_backward(&dy, &ids, vocab, None).map(drop))?;
+    let ms =
+        median_ms(&ctx, WARMUP, REPS, || ferrocuda::embedding_backward(&dy, &ids, vocab, None).map(drop))?;
     rows.push(Row { op: "embedding_backward", shape, ms, bytes: (n + vocab) * width * 4, target: None });
     // Bytes as torch_ref counts them: pools read 4 and write 1 per input element (ferrocuda's
     // max pool also writes a 1-byte argmax per output, not counted); batch norm 8 per element.

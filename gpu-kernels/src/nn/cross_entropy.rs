@@ -253,7 +253,8 @@ unsafe fn cross_entropy_rows<E: Elem>(
         segment_gradient::<E>(logits, grad, &seg, core::ptr::null(), st, label_at, scale, loss);
         return;
     }
-    let cache = if phase == CE_FUSED && cached != 0 { dynamic_shared::<E::Vector>() } else { core::ptr::null_mut() };
+    let cache =
+        if phase == CE_FUSED && cached != 0 { dynamic_shared::<E::Vector>() } else { core::ptr::null_mut() };
     let st = block_merge(segment_stats::<E>(logits, &seg, cache));
     if phase == CE_STATS {
         if thread_x() == 0 {

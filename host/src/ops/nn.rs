@@ -11,9 +11,9 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_FUSED, CE_GRADIENT,
-    CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_STATS, CE_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK,
-    NN_ROW_BLOCK,
+    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_FUSED,
+    CE_GRADIENT, CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_STATS, CE_UNROLL, ELEMENTWISE_BLOCK,
+    LOSS_BLOCK, NN_ROW_BLOCK,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -393,7 +393,11 @@ fn cross_entropy_cuda(
         if blocks > i32::MAX as usize {
             return Err(too_many());
         }
-        let cfg = LaunchConfig { grid: (blocks as u32, 1, 1), block: (CE_NARROW_BLOCK as u32, 1, 1), shared_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid: (blocks as u32, 1, 1),
+            block: (CE_NARROW_BLOCK as u32, 1, 1),
+            shared_bytes: 0,
+        };
         // SAFETY: `cross_entropy_narrow_*(logits, labels, loss, grad, rows, cols, lanes, scale)`:
         // logits and grad hold rows·cols elements of the kernel's type (grad may be the logits:
         // each lane reads an element before it writes its gradient, and nothing else touches
@@ -409,7 +413,8 @@ fn cross_entropy_cuda(
         (elems.div_ceil(vec * CE_UNROLL)).next_power_of_two().clamp(CE_BLOCK_MIN, CE_BLOCK_MAX)
     };
     let resident = info.sm_count as usize * (info.max_threads_per_sm as usize / CE_BLOCK_MAX).max(1);
-    let segments = if rows >= resident { 1 } else { resident.div_ceil(rows).min(cols.div_ceil(CE_MIN_SEGMENT)) };
+    let segments =
+        if rows >= resident { 1 } else { resident.div_ceil(rows).min(cols.div_ceil(CE_MIN_SEGMENT)) };
     let seg_len = cols.div_ceil(segments).next_multiple_of(vec);
     let segments = cols.div_ceil(seg_len);
     let blocks = rows.checked_mul(segments).filter(|&b| b <= i32::MAX as usize).ok_or_else(too_many)?;
@@ -433,7 +438,19 @@ fn cross_entropy_cuda(
         // vector in the thread that then writes it), labels and loss `rows` u32 / f32, each
         // label < cols; partials unused; with `cached`, shared memory for every vector of a row.
         launch_by_dtype!(ce_rows, dtype, |k| unsafe {
-            let args = (logits.ptr(), lab, none, loss, grad.ptr_mut(), cols, seg_len, 1, scale, CE_FUSED, cached as u32);
+            let args = (
+                logits.ptr(),
+                lab,
+                none,
+                loss,
+                grad.ptr_mut(),
+                cols,
+                seg_len,
+                1,
+                scale,
+                CE_FUSED,
+                cached as u32,
+            );
             k.launch(stream, cfg, args)?
         });
         return Ok((losses.mean()?, grad));
@@ -445,8 +462,19 @@ fn cross_entropy_cuda(
         // logits only; the gradient phase, after it on this stream, reads its row's partials and
         // writes each gradient element after the same thread read its logit.
         launch_by_dtype!(ce_rows, dtype, |k| unsafe {
-            let args =
-                (logits.ptr(), lab, partials.dev_ptr_mut(), loss, grad.ptr_mut(), cols, seg_len, segments, scale, phase, 0);
+            let args = (
+                logits.ptr(),
+                lab,
+                partials.dev_ptr_mut(),
+                loss,
+                grad.ptr_mut(),
+                cols,
+                seg_len,
+                segments,
+                scale,
+                phase,
+                0,
+            );
             k.launch(stream, cfg(0), args)?
         });
     }
