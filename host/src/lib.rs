@@ -19,7 +19,9 @@
 #[macro_use]
 mod runtime;
 
+pub mod checkpoint;
 pub mod layers;
+pub mod models;
 pub mod ops;
 mod tensor;
 pub mod timing;
