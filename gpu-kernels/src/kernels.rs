@@ -264,21 +264,27 @@ kernel_table! {
     }
     module optim("optim", portable) {
         optim::sgd {
-            [sgd_f32](
+            [sgd_step](
                 slots: *const u64, chunks: *const u32, lr: f32, momentum: f32, weight_decay: f32,
-                nesterov: u32, first_step: u32
+                nesterov: u32, first_step: u32, clip: *const f32
             );
         }
         optim::adam {
-            [adam_f32](
+            [adam_step](
                 slots: *const u64, chunks: *const u32, lr: f32, beta1: f32, beta2: f32, eps: f32,
-                weight_decay: f32, bias_correction1: f32, bias_correction2: f32, decoupled: u32
+                weight_decay: f32, bias_correction1: f32, bias_correction2: f32, decoupled: u32,
+                clip: *const f32
             );
-            [adam_advance](state: *mut u32, beta1: f32, beta2: f32);
-            [adam_dev_f32](
-                slots: *const u64, chunks: *const u32, lr: f32, beta1: f32, beta2: f32, eps: f32,
-                weight_decay: f32, state: *const u32, decoupled: u32
+            [adam_advance](state: *mut u32, beta1: f32, beta2: f32, lrs: *const f32, lr_steps: u32);
+            [adam_step_dev](
+                slots: *const u64, chunks: *const u32, beta1: f32, beta2: f32, eps: f32,
+                weight_decay: f32, state: *const u32, decoupled: u32, clip: *const f32
             );
+        }
+        optim::clip {
+            [grad_sq_partials](slots: *const u64, chunks: *const u32, partials: *mut f32);
+            [grad_norm_finish](partials: *const f32, blocks: u32, max_norm: f32, out: *mut f32);
+            [grad_scale](slots: *const u64, chunks: *const u32, norm: *const f32);
         }
     }
     module reduce("reduce", portable) {

@@ -96,7 +96,7 @@ pub use ops::nn::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, dropout, dropout_backward,
     layer_norm, layer_norm_backward, mse_loss, BatchNormSaved, Labels, LayerNormSaved,
 };
-pub use ops::optim::{Adam, Optimizer, Sgd};
+pub use ops::optim::{clip_grad_norm, Adam, GradNorm, LrSchedule, Optimizer, Sgd};
 pub use ops::pool::{
     avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, MaxPoolSaved, Pool2dParams,
 };
