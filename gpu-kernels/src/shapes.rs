@@ -71,6 +71,18 @@ pub const NN_ROW_BLOCK: usize = 256;
 /// stay in registers between the passes of softmax; longer or unaligned rows are read twice.
 pub const NN_ROW_VECTORS: usize = 8;
 
+/// Modes of a row-kernel launch (softmax, layer norm, row reductions; see
+/// `gpu-kernels/src/prelude/rows.rs`): `ROW_WHOLE` handles whole rows; a row split across
+/// blocks runs `ROW_PARTIAL` (each block writes its chunk's statistic) then `ROW_APPLY` (each
+/// block merges its row's statistics and writes its chunk's outputs).
+pub const ROW_WHOLE: u32 = 0;
+/// See [`ROW_WHOLE`].
+pub const ROW_PARTIAL: u32 = 1;
+/// See [`ROW_WHOLE`].
+pub const ROW_APPLY: u32 = 2;
+/// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
+pub const ROW_THREAD_VALUES: usize = 32;
+
 /// Elements one block of a multi-tensor optimizer launch updates (one chunk of one tensor).
 pub const OPTIMIZER_CHUNK: usize = 4096;
 /// Threads per block of the optimizer kernels.
