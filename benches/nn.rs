@@ -1,12 +1,13 @@
 //! Batch norm (training forward, eval, backward) at (32, 64, 32, 32), the elementwise losses at
-//! 2^24 elements, dropout at 2^26, and cross-entropy (forward and gradient) at torch_ref's
-//! (8192, 50257) and (16384, 73), timed with CUDA events. Throughput counts torch_ref's bytes for
-//! batch norm and cross-entropy (8 B per element: read x, write y or the gradient) and read/write
-//! once for the rest.
+//! 2^24 elements, dropout at 2^26, softmax and layer norm (forward, backward) at the row shapes of
+//! issue 10, and cross-entropy (forward and gradient) at torch_ref's (8192, 50257) and
+//! (16384, 73), timed with CUDA events. Throughput counts torch_ref's bytes for batch norm and
+//! cross-entropy (8 B per element: read x, write y or the gradient) and read/write once for the
+//! rest.
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferrocuda::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy_with_logits,
-    cross_entropy_labels, dropout, mse_loss, Tensor,
+    cross_entropy_labels, dropout, layer_norm, layer_norm_backward, mse_loss, Tensor,
 };
 use std::cell::RefCell;
 mod common;
@@ -37,6 +38,19 @@ fn nn(c: &mut Criterion) {
         binary_cross_entropy_with_logits(p, &target).map(|r| r.1)
     });
     common::bench_op(c, &ctx, "dropout", &[1 << 26], 8, |x| dropout(x, 0.1, 7));
+    // Rows few and long, many and narrow, GPT-2's vocabulary, and model widths (issue 10).
+    for shape in [[16, 1 << 22], [1 << 20, 16], [64, 50257], [16384, 768]] {
+        let (gamma, beta) = (ctx.randn(&shape[1..], 13).unwrap(), ctx.randn(&shape[1..], 14).unwrap());
+        common::bench_op(c, &ctx, "softmax", &shape, 8, Tensor::softmax);
+        common::bench_op(c, &ctx, "layer_norm", &shape, 8, |x| {
+            layer_norm(x, Some(&gamma), Some(&beta), 1e-5).map(|r| r.0)
+        });
+        let x = ctx.randn(&shape, 15).unwrap();
+        let (_, saved) = layer_norm(&x, Some(&gamma), None, 1e-5).unwrap();
+        common::bench_op(c, &ctx, "layer_norm_backward", &shape, 12, |dy| {
+            layer_norm_backward(&x, Some(&gamma), dy, &saved).map(|r| r.0)
+        });
+    }
     for (rows, classes) in [(8192, 50257), (16384, 73)] {
         let ids: Vec<u32> = (0..rows).map(|r| (r * 7919 % classes) as u32).collect();
         let labels = ctx.labels(&ids, classes).unwrap();

@@ -1,5 +1,6 @@
 //! Reductions, timed with CUDA events: sum/max over 2^20 and 2^28 elements, sum along the last
-//! axis of 4096×4096.
+//! axis of 4096×4096 and the row shapes of issue 10, sum over the leading axes (bias and positional
+//! embedding gradients).
 use criterion::{criterion_group, criterion_main, Criterion};
 mod common;
 
@@ -9,7 +10,12 @@ fn reduce(c: &mut Criterion) {
         common::bench_op(c, &ctx, "sum", &[n], 4, |x| x.sum());
         common::bench_op(c, &ctx, "max", &[n], 4, |x| x.max());
     }
-    common::bench_op(c, &ctx, "sum_last", &[4096, 4096], 4, |x| x.sum_last());
+    for shape in [[4096, 4096], [16, 1 << 22], [1 << 20, 16], [64, 50257]] {
+        common::bench_op(c, &ctx, "sum_last", &shape, 4, |x| x.sum_last());
+    }
+    for shape in [[16384, 768], [64, 256 * 384]] {
+        common::bench_op(c, &ctx, "sum_leading", &shape, 4, |x| x.sum_leading());
+    }
 }
 
 criterion_group!(benches, reduce);

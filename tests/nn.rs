@@ -814,6 +814,188 @@ fn cpu_layer_ops_bad_input() {
     layer_ops_bad_input_on(&Context::cpu());
 }
 
+/// Softmax, log-softmax, their backward passes and layer norm (forward and backward) in every
+/// dtype, at a shape of each dispatch branch, against the CPU backend (f64, rounded once to the
+/// dtype); the backward passes take the CPU's forward output, so that only the op under test
+/// differs.
+fn row_ops_every_dtype_and_branch_match_cpu(gpu: &Context) {
+    for (s, [rows, cols]) in row_dispatch_shapes().into_iter().enumerate() {
+        let shape = [rows, cols];
+        let n = rows * cols;
+        let x: Vec<f32> = randn_host(n, 5000 + s as u64).iter().map(|v| 3.0 * v + 1.0).collect();
+        let d = randn_host(n, 5100 + s as u64);
+        let (g, b) = (randn_host(cols, 5200 + s as u64), randn_host(cols, 5300 + s as u64));
+        for dtype in DTYPES {
+            let tol = tol_of(dtype);
+            let (xg, xc) = pair_as(gpu, &x, &shape, dtype);
+            let (dg, dc) = pair_as(gpu, &d, &shape, dtype);
+            let what = |op: &str| format!("{op} {dtype:?} {shape:?}");
+            for log in [false, true] {
+                let op = if log { "log_softmax" } else { "softmax" };
+                poison_pool_as(gpu, &shape, dtype);
+                let (yg, yc) =
+                    if log { (xg.log_softmax(), xc.log_softmax()) } else { (xg.softmax(), xc.softmax()) };
+                let (yg, yc) = (yg.unwrap(), yc.unwrap());
+                assert_eq!(yg.dtype(), dtype);
+                assert_close(&what(op), &yg.to_vec().unwrap(), &yc.to_vec().unwrap(), tol);
+                let y_same = yc.to_context(gpu).unwrap();
+                poison_pool_as(gpu, &shape, dtype);
+                let (bg, bc) = if log {
+                    (y_same.log_softmax_backward(&dg), yc.log_softmax_backward(&dc))
+                } else {
+                    (y_same.softmax_backward(&dg), yc.softmax_backward(&dc))
+                };
+                let bwd_tol = if dtype == DType::F32 { 1e-4 } else { tol };
+                assert_close(
+                    &what(&format!("{op}_backward")),
+                    &bg.unwrap().to_vec().unwrap(),
+                    &bc.unwrap().to_vec().unwrap(),
+                    bwd_tol,
+                );
+            }
+            let (gg, gc) = pair_as(gpu, &g, &[cols], dtype);
+            let (bg, bc) = pair_as(gpu, &b, &[cols], dtype);
+            poison_pool_as(gpu, &shape, dtype);
+            let (yg, sg) = layer_norm(&xg, Some(&gg), Some(&bg), 1e-5).unwrap();
+            let (yc, sc) = layer_norm(&xc, Some(&gc), Some(&bc), 1e-5).unwrap();
+            assert_eq!((yg.dtype(), sg.mean.dtype(), sg.rstd.dtype()), (dtype, DType::F32, DType::F32));
+            assert_close(&what("layer_norm"), &yg.to_vec().unwrap(), &yc.to_vec().unwrap(), tol);
+            let stat_tol = if dtype == DType::F32 { 1e-5 } else { 1e-4 };
+            assert_close(
+                &what("layer_norm mean"),
+                &sg.mean.to_vec().unwrap(),
+                &sc.mean.to_vec().unwrap(),
+                stat_tol,
+            );
+            assert_close(
+                &what("layer_norm rstd"),
+                &sg.rstd.to_vec().unwrap(),
+                &sc.rstd.to_vec().unwrap(),
+                stat_tol,
+            );
+            let saved = ferrocuda::LayerNormSaved {
+                mean: sc.mean.to_context(gpu).unwrap(),
+                rstd: sc.rstd.to_context(gpu).unwrap(),
+            };
+            poison_pool_as(gpu, &shape, dtype);
+            let (dxg, dgg, dbg) = layer_norm_backward(&xg, Some(&gg), &dg, &saved).unwrap();
+            let (dxc, dgc, dbc) = layer_norm_backward(&xc, Some(&gc), &dc, &sc).unwrap();
+            assert_eq!((dxg.dtype(), dgg.dtype(), dbg.dtype()), (dtype, dtype, dtype));
+            let bwd_tol = if dtype == DType::F32 { 1e-4 } else { tol };
+            assert_close(&what("layer_norm dx"), &dxg.to_vec().unwrap(), &dxc.to_vec().unwrap(), bwd_tol);
+            assert_close(&what("layer_norm dgamma"), &dgg.to_vec().unwrap(), &dgc.to_vec().unwrap(), bwd_tol);
+            assert_close(&what("layer_norm dbeta"), &dbg.to_vec().unwrap(), &dbc.to_vec().unwrap(), bwd_tol);
+        }
+    }
+}
+
+/// Layer norm's parameter gradients come out bit for bit the same on every run (row groups added
+/// in a fixed order, no atomics).
+fn layer_norm_gradients_are_deterministic(gpu: &Context) {
+    let (rows, cols) = (5000, 384);
+    let x = gpu.randn(&[rows, cols], 31).unwrap();
+    let dy = gpu.randn(&[rows, cols], 32).unwrap();
+    let (_, saved) = layer_norm(&x, None, None, 1e-5).unwrap();
+    let first = layer_norm_backward(&x, None, &dy, &saved).unwrap();
+    let bits = |t: &Tensor| t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for _ in 0..3 {
+        let again = layer_norm_backward(&x, None, &dy, &saved).unwrap();
+        assert!(bits(&again.1) == bits(&first.1) && bits(&again.2) == bits(&first.2), "dgamma/dbeta changed");
+    }
+}
+
+/// Mixed dtypes are `DTypeMismatch`; the saved statistics must be f32.
+fn row_ops_dtype_errors_on(ctx: &Context) {
+    let h = ctx.full_as(&[4, 10], 1.0, DType::F16).unwrap();
+    let b = ctx.full_as(&[4, 10], 1.0, DType::BF16).unwrap();
+    let err = h.softmax_backward(&b).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "softmax_backward", .. }), "{err}");
+    let err = b.log_softmax_backward(&h).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "log_softmax_backward", .. }), "{err}");
+    let g32 = ctx.full(&[10], 1.0).unwrap();
+    let err = layer_norm(&b, Some(&g32), None, 1e-5).unwrap_err();
+    assert!(
+        matches!(err, Error::DTypeMismatch { op: "layer_norm", lhs: DType::BF16, rhs: DType::F32 }),
+        "{err}"
+    );
+    let (_, saved) = layer_norm(&b, None, None, 1e-5).unwrap();
+    let err = layer_norm_backward(&b, None, &h, &saved).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "layer_norm_backward", .. }), "{err}");
+    let bad = ferrocuda::LayerNormSaved {
+        mean: ctx.full_as(&[4], 0.0, DType::BF16).unwrap(),
+        rstd: ctx.full(&[4], 1.0).unwrap(),
+    };
+    let err = layer_norm_backward(&b, None, &b, &bad).unwrap_err();
+    assert!(matches!(err, Error::UnsupportedDType { op: "layer_norm_backward", .. }), "{err}");
+    let err = layer_norm(&ctx.full_as(&[4, 0], 1.0, DType::F16).unwrap(), None, None, 1e-5).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "layer_norm", .. }), "{err}");
+    let err = ctx.full_as(&[], 1.0, DType::BF16).unwrap().log_softmax().unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "log_softmax", .. }), "{err}");
+}
+
+fn gpu_row_ops_dtype_errors(gpu: &Context) {
+    row_ops_dtype_errors_on(gpu);
+}
+
+fn cpu_row_ops_dtype_errors() {
+    row_ops_dtype_errors_on(&Context::cpu());
+}
+
+/// The CPU twins in 16-bit: f64 math on the stored values, rounded once (softmax rows still sum
+/// to one within the rounding; layer norm matches an f64 loop).
+fn cpu_row_ops_16_bit() {
+    let cpu = Context::cpu();
+    let x: Vec<f32> = randn_host(3 * 77, 41);
+    for dtype in [DType::F16, DType::BF16] {
+        let t = cpu.from_slice(&x, &[3, 77]).unwrap().to_dtype(dtype).unwrap();
+        let xv = t.to_vec().unwrap();
+        let y = t.softmax().unwrap();
+        assert_eq!(y.dtype(), dtype);
+        let yv = y.to_vec().unwrap();
+        for r in 0..3 {
+            let row = &xv[r * 77..(r + 1) * 77];
+            let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+            let z: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+            for c in 0..77 {
+                let want = dtype.round((row[c] as f64 - m).exp() / z);
+                assert_eq!(yv[r * 77 + c], want, "{dtype:?} softmax [{r}, {c}]");
+            }
+        }
+        let (ln, _) = layer_norm(&t, None, None, 1e-5).unwrap();
+        let lv = ln.to_vec().unwrap();
+        let row = &xv[..77];
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 77.0;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 77.0;
+        for c in 0..77 {
+            assert_eq!(
+                lv[c],
+                dtype.round((row[c] as f64 - mean) / (var + 1e-5).sqrt()),
+                "{dtype:?} layer_norm [{c}]"
+            );
+        }
+    }
+}
+
+/// 16-bit dropout: the f32 mask bits (same seed), the kept values scaled in f32 and rounded once.
+fn dropout_16_bit_matches_cpu(gpu: &Context) {
+    for (s, n) in loss_sizes().into_iter().enumerate() {
+        let x = randn_host(n, 4400 + s as u64);
+        let mask = dropout(&gpu.full(&[n], 1.0).unwrap(), 0.3, 9).unwrap().to_vec().unwrap();
+        for dtype in [DType::F16, DType::BF16] {
+            let (xg, xc) = pair_as(gpu, &x, &[n], dtype);
+            poison_pool_as(gpu, &[n], dtype);
+            let yg = dropout(&xg, 0.3, 9).unwrap();
+            assert_eq!(yg.dtype(), dtype);
+            let (yg, yc) = (yg.to_vec().unwrap(), dropout(&xc, 0.3, 9).unwrap().to_vec().unwrap());
+            let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&yg) == bits(&yc), "dropout {dtype:?} n={n}: GPU and CPU differ");
+            assert!(yg.iter().zip(&mask).all(|(y, m)| *m != 0.0 || *y == 0.0), "dropped {dtype:?}");
+            let bg = dropout_backward(&xg, 0.3, 9).unwrap().to_vec().unwrap();
+            assert!(bits(&bg) == bits(&yg), "dropout_backward {dtype:?} n={n}");
+        }
+    }
+}
+
 fn main() {
     run(&[
         ("gpu_softmax_forward_backward_match_cpu", Case::Gpu(softmax_forward_backward_match_cpu)),
@@ -838,6 +1020,12 @@ fn main() {
         ("gpu_batch_norm_gradients_match_finite_differences", Case::Gpu(gpu_batch_norm_gradients)),
         ("cpu_batch_norm_gradients_match_finite_differences", Case::Cpu(cpu_batch_norm_gradients)),
         ("gpu_nn_layer_ops_bad_input", Case::Gpu(gpu_layer_ops_bad_input)),
+        ("gpu_row_ops_every_dtype_and_branch_match_cpu", Case::Gpu(row_ops_every_dtype_and_branch_match_cpu)),
+        ("gpu_layer_norm_gradients_are_deterministic", Case::Gpu(layer_norm_gradients_are_deterministic)),
+        ("gpu_row_ops_dtype_errors", Case::Gpu(gpu_row_ops_dtype_errors)),
+        ("cpu_row_ops_dtype_errors", Case::Cpu(cpu_row_ops_dtype_errors)),
+        ("cpu_row_ops_16_bit", Case::Cpu(cpu_row_ops_16_bit)),
+        ("gpu_dropout_16_bit_matches_cpu", Case::Gpu(dropout_16_bit_matches_cpu)),
         ("cpu_nn_layer_ops_bad_input", Case::Cpu(cpu_layer_ops_bad_input)),
     ]);
 }

@@ -2,7 +2,7 @@
 //! backend against plain f64 loops.
 mod common;
 use common::*;
-use ferrocuda::{Context, Error, Tensor};
+use ferrocuda::{Context, DType, Error, Tensor};
 
 type Reduction = fn(&Tensor) -> ferrocuda::Result<Tensor>;
 
@@ -19,6 +19,10 @@ const LAST: [(&str, Reduction); 4] = [
 const TOL: f64 = 1e-5;
 
 fn check_reduced(what: &str, got: &[f32], want: &[f32], magnitude: &[f64]) {
+    check_reduced_within(what, got, want, magnitude, TOL)
+}
+
+fn check_reduced_within(what: &str, got: &[f32], want: &[f32], magnitude: &[f64], tol: f64) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, ((&g, &w), &m)) in got.iter().zip(want).zip(magnitude).enumerate() {
         if w.is_nan() {
@@ -27,7 +31,7 @@ fn check_reduced(what: &str, got: &[f32], want: &[f32], magnitude: &[f64]) {
         }
         let err = (g as f64 - w as f64).abs();
         assert!(
-            err <= TOL * m.max(f64::MIN_POSITIVE),
+            err <= tol * m.max(f64::MIN_POSITIVE),
             "{what}[{i}]: {g} vs {w} (error {err:.3e}, magnitude {m:.3e})"
         );
     }
@@ -155,6 +159,112 @@ fn cpu_matches_f64_loops() {
     assert_eq!(cpu.zeros(&[0]).unwrap().sum().unwrap().to_scalar().unwrap(), 0.0);
 }
 
+/// The row reductions in every dtype at a shape of each dispatch branch, and the whole-tensor
+/// ones in 16-bit, against the CPU backend (f64, rounded once); results keep the input's dtype.
+fn every_dtype_and_branch_matches_cpu(gpu: &Context) {
+    for (s, [rows, cols]) in row_dispatch_shapes().into_iter().enumerate() {
+        let x = randn_host(rows * cols, 700 + s as u64);
+        for dtype in DTYPES {
+            let (xg, xc) = pair_as(gpu, &x, &[rows, cols], dtype);
+            let xv = xc.to_vec().unwrap();
+            let abs_rows: Vec<f64> =
+                xv.chunks(cols).map(|r| r.iter().map(|v| v.abs() as f64).sum()).collect();
+            for (name, op) in LAST {
+                poison_pool_as(gpu, &[rows], dtype);
+                let got = op(&xg).unwrap();
+                assert_eq!((got.shape(), got.dtype()), (&[rows][..], dtype), "{name}");
+                let want = op(&xc).unwrap().to_vec().unwrap();
+                let magnitude: Vec<f64> = match name {
+                    "sum_last" => abs_rows.clone(),
+                    "mean_last" => abs_rows.iter().map(|s| s / cols as f64).collect(),
+                    _ => want.iter().map(|w| w.abs() as f64).collect(),
+                };
+                let what = format!("{name} {dtype:?} [{rows}, {cols}]");
+                check_reduced_within(&what, &got.to_vec().unwrap(), &want, &magnitude, tol_of(dtype));
+                if name == "max_last" || name == "min_last" {
+                    assert_same(&what, &got.to_vec().unwrap(), &want);
+                }
+            }
+        }
+    }
+    for (seed, &n) in SIZES.iter().enumerate().skip(1) {
+        let x = randn_host(n, 800 + seed as u64);
+        for dtype in [DType::F16, DType::BF16] {
+            let (xg, xc) = pair_as(gpu, &x, &[n], dtype);
+            let abs_sum: f64 = xc.to_vec().unwrap().iter().map(|v| v.abs() as f64).sum();
+            for (name, op) in ALL {
+                poison_pool_as(gpu, &[1], dtype);
+                let got = op(&xg).unwrap();
+                assert_eq!(got.dtype(), dtype, "{name}");
+                let want = op(&xc).unwrap().to_vec().unwrap();
+                let magnitude = match name {
+                    "sum" => abs_sum,
+                    "mean" => abs_sum / n as f64,
+                    _ => want[0].abs() as f64,
+                };
+                let what = format!("{name} {dtype:?} n={n}");
+                check_reduced_within(&what, &got.to_vec().unwrap(), &want, &[magnitude], tol_of(dtype));
+            }
+        }
+    }
+}
+
+/// `sum_leading` in every dtype against the CPU backend: narrow and wide columns, one row group
+/// and many, unaligned widths, rank 1 and 3, empty inputs.
+fn sum_leading_matches_cpu(gpu: &Context) {
+    let tall = if under_sanitizer() { 4099 } else { (1 << 20) + 3 };
+    let shapes: [&[usize]; 10] = [
+        &[1, 1],
+        &[7],
+        &[3, 5, 7],
+        &[1000, 31],
+        &[tall, 16],
+        &[31, 1000],
+        &[16384, 384],
+        &[64, 50257],
+        &[0, 9],
+        &[4, 0],
+    ];
+    for (s, shape) in shapes.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let cols = *shape.last().unwrap();
+        let x = randn_host(n, 900 + s as u64);
+        for dtype in DTYPES {
+            let (xg, xc) = pair_as(gpu, &x, shape, dtype);
+            poison_pool_as(gpu, &[cols], dtype);
+            let got = xg.sum_leading().unwrap();
+            assert_eq!((got.shape(), got.dtype()), (&[cols][..], dtype));
+            let want = xc.sum_leading().unwrap().to_vec().unwrap();
+            let xv = xc.to_vec().unwrap();
+            let magnitude: Vec<f64> =
+                (0..cols).map(|c| xv.iter().skip(c).step_by(cols).map(|v| v.abs() as f64).sum()).collect();
+            let what = format!("sum_leading {dtype:?} {shape:?}");
+            check_reduced_within(&what, &got.to_vec().unwrap(), &want, &magnitude, tol_of(dtype));
+        }
+    }
+    let x = gpu.randn(&[20_000, 300], 5).unwrap();
+    let first: Vec<u32> = x.sum_leading().unwrap().to_vec().unwrap().iter().map(|v| v.to_bits()).collect();
+    let again: Vec<u32> = x.sum_leading().unwrap().to_vec().unwrap().iter().map(|v| v.to_bits()).collect();
+    assert!(first == again, "sum_leading changed between runs");
+}
+
+fn cpu_sum_leading_matches_f64_loops() {
+    let cpu = Context::cpu();
+    let x = randn_host(5 * 3 * 7, 12);
+    let t = cpu.from_slice(&x, &[5, 3, 7]).unwrap();
+    let got = t.sum_leading().unwrap().to_vec().unwrap();
+    for c in 0..7 {
+        let want: f64 = (0..15).map(|r| x[r * 7 + c] as f64).sum();
+        assert_eq!(got[c], want as f32, "column {c}");
+    }
+    let err = cpu.full(&[], 1.0).unwrap().sum_leading().unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "sum_leading", .. }), "{err}");
+    let b = t.to_dtype(DType::BF16).unwrap();
+    assert_eq!(b.sum_leading().unwrap().dtype(), DType::BF16);
+    assert_eq!(b.sum().unwrap().dtype(), DType::BF16);
+    assert_eq!(b.max_last().unwrap().shape(), &[5, 3]);
+}
+
 fn main() {
     run(&[
         ("gpu_whole_tensor_matches_cpu", Case::Gpu(whole_tensor_matches_cpu)),
@@ -164,5 +274,8 @@ fn main() {
         ("gpu_max_finds_the_planted_extreme", Case::Gpu(max_finds_the_planted_extreme)),
         ("gpu_scalar_input_has_no_last_axis", Case::Gpu(scalar_input_has_no_last_axis)),
         ("cpu_matches_f64_loops", Case::Cpu(cpu_matches_f64_loops)),
+        ("gpu_every_dtype_and_branch_matches_cpu", Case::Gpu(every_dtype_and_branch_matches_cpu)),
+        ("gpu_sum_leading_matches_cpu", Case::Gpu(sum_leading_matches_cpu)),
+        ("cpu_sum_leading_matches_f64_loops", Case::Cpu(cpu_sum_leading_matches_f64_loops)),
     ]);
 }

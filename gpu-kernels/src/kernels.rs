@@ -154,8 +154,22 @@ kernel_table! {
             ](saved: *const u16, dy: *const u16, dx: *mut u16, n: usize);
         }
         nn::softmax {
-            [softmax_f32, log_softmax_f32](x: *const f32, out: *mut f32, cols: usize);
-            [softmax_bwd_f32, log_softmax_bwd_f32](y: *const f32, dy: *const f32, dx: *mut f32, cols: usize);
+            [softmax_f32, log_softmax_f32](
+                x: *const f32, out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize,
+                chunk: usize, mode: u32
+            );
+            [softmax_f16, log_softmax_f16, softmax_bf16, log_softmax_bf16](
+                x: *const u16, out: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize,
+                chunk: usize, mode: u32
+            );
+            [softmax_bwd_f32, log_softmax_bwd_f32](
+                y: *const f32, dy: *const f32, dx: *mut f32, partials: *mut f32, rows: usize, cols: usize,
+                team: usize, chunk: usize, mode: u32
+            );
+            [softmax_bwd_f16, log_softmax_bwd_f16, softmax_bwd_bf16, log_softmax_bwd_bf16](
+                y: *const u16, dy: *const u16, dx: *mut u16, partials: *mut f32, rows: usize, cols: usize,
+                team: usize, chunk: usize, mode: u32
+            );
         }
         nn::cross_entropy {
             [cross_entropy_f32](
@@ -204,15 +218,39 @@ kernel_table! {
         nn::layernorm {
             [layernorm_fwd_f32](
                 x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, mean_out: *mut f32,
-                rstd_out: *mut f32, cols: usize, eps: f32
+                rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
+                mode: u32, eps: f32
             );
             [layernorm_bwd_dx_f32](
                 x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
-                dx: *mut f32, cols: usize
+                dx: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
+                mode: u32
             );
             [layernorm_bwd_params_f32](
-                x: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32, dgamma: *mut f32,
-                dbeta: *mut f32, rows: usize, cols: usize
+                x: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32, partials: *mut f32,
+                dgamma: *mut f32, dbeta: *mut f32, rows: usize, cols: usize, c_lanes: usize,
+                rows_per_group: usize
+            );
+            [layernorm_params_sum_f32](
+                partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut f32
+            );
+            [layernorm_fwd_f16, layernorm_fwd_bf16](
+                x: *const u16, gamma: *const u16, beta: *const u16, y: *mut u16, mean_out: *mut f32,
+                rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
+                mode: u32, eps: f32
+            );
+            [layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16](
+                x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,
+                dx: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
+                mode: u32
+            );
+            [layernorm_bwd_params_f16, layernorm_bwd_params_bf16](
+                x: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32, partials: *mut f32,
+                dgamma: *mut u16, dbeta: *mut u16, rows: usize, cols: usize, c_lanes: usize,
+                rows_per_group: usize
+            );
+            [layernorm_params_sum_f16, layernorm_params_sum_bf16](
+                partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut u16
             );
         }
         nn::batchnorm {
@@ -238,6 +276,7 @@ kernel_table! {
         }
         nn::dropout {
             [dropout_f32](x: *const f32, y: *mut f32, n: usize, seed: u64, p: f32, scale: f32);
+            [dropout_f16, dropout_bf16](x: *const u16, y: *mut u16, n: usize, seed: u64, p: f32, scale: f32);
         }
     }
     module elementwise("elementwise", portable) {
@@ -300,21 +339,27 @@ kernel_table! {
     }
     module optim("optim", portable) {
         optim::sgd {
-            [sgd_f32](
+            [sgd_step](
                 slots: *const u64, chunks: *const u32, lr: f32, momentum: f32, weight_decay: f32,
-                nesterov: u32, first_step: u32
+                nesterov: u32, first_step: u32, clip: *const f32
             );
         }
         optim::adam {
-            [adam_f32](
+            [adam_step](
                 slots: *const u64, chunks: *const u32, lr: f32, beta1: f32, beta2: f32, eps: f32,
-                weight_decay: f32, bias_correction1: f32, bias_correction2: f32, decoupled: u32
+                weight_decay: f32, bias_correction1: f32, bias_correction2: f32, decoupled: u32,
+                clip: *const f32
             );
-            [adam_advance](state: *mut u32, beta1: f32, beta2: f32);
-            [adam_dev_f32](
-                slots: *const u64, chunks: *const u32, lr: f32, beta1: f32, beta2: f32, eps: f32,
-                weight_decay: f32, state: *const u32, decoupled: u32
+            [adam_advance](state: *mut u32, beta1: f32, beta2: f32, lrs: *const f32, lr_steps: u32);
+            [adam_step_dev](
+                slots: *const u64, chunks: *const u32, beta1: f32, beta2: f32, eps: f32,
+                weight_decay: f32, state: *const u32, decoupled: u32, clip: *const f32
             );
+        }
+        optim::clip {
+            [grad_sq_partials](slots: *const u64, chunks: *const u32, partials: *mut f32);
+            [grad_norm_finish](partials: *const f32, blocks: u32, max_norm: f32, out: *mut f32);
+            [grad_scale](slots: *const u64, chunks: *const u32, norm: *const f32);
         }
     }
     module reduce("reduce", portable) {
@@ -322,10 +367,34 @@ kernel_table! {
             [sum_all_f32, max_all_f32, min_all_f32](
                 x: *const f32, n: usize, partials: *mut f32, counter: *mut u32, out: *mut f32, scale: f32
             );
+            [sum_all_f16, max_all_f16, min_all_f16, sum_all_bf16, max_all_bf16, min_all_bf16](
+                x: *const u16, n: usize, partials: *mut f32, counter: *mut u32, out: *mut u16, scale: f32
+            );
         }
         reduce::rows {
             [sum_rows_f32, max_rows_f32, min_rows_f32](
-                x: *const f32, rows: usize, cols: usize, out: *mut f32, scale: f32
+                x: *const f32, partials: *mut f32, out: *mut f32, rows: usize, cols: usize, team: usize,
+                chunk: usize, mode: u32, scale: f32
+            );
+            [sum_rows_f16, max_rows_f16, min_rows_f16, sum_rows_bf16, max_rows_bf16, min_rows_bf16](
+                x: *const u16, partials: *mut f32, out: *mut u16, rows: usize, cols: usize, team: usize,
+                chunk: usize, mode: u32, scale: f32
+            );
+        }
+        reduce::leading {
+            [sum_leading_f32](
+                x: *const f32, rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize,
+                partials: *mut f32, out: *mut f32
+            );
+            [sum_leading_f16, sum_leading_bf16](
+                x: *const u16, rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize,
+                partials: *mut f32, out: *mut u16
+            );
+            [sum_partials_f32](
+                partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut f32
+            );
+            [sum_partials_f16, sum_partials_bf16](
+                partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut u16
             );
         }
     }

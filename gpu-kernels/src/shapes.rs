@@ -84,11 +84,6 @@ pub const CE_NARROW_BLOCK: usize = 256;
 /// A row split across blocks (when rows are fewer than the device holds blocks) is cut into
 /// segments of at least this many elements.
 pub const CE_MIN_SEGMENT: usize = 16384;
-/// The `phase` argument of the row kernels: the whole row in one block (statistics, then the
-/// gradient); a segment's partial statistics; a segment's gradient from its row's partials.
-pub const CE_FUSED: u32 = 0;
-pub const CE_STATS: u32 = 1;
-pub const CE_GRADIENT: u32 = 2;
 
 /// Threads per block of the embedding kernels.
 pub const EMBEDDING_BLOCK: usize = 128;
@@ -99,13 +94,55 @@ pub const EMBEDDING_SORT_TILE: usize = 2048;
 /// more rows add one partial per tile they cross, in tile order.
 pub const EMBEDDING_SUM_TILE: usize = 32;
 
+/// Modes of a row-kernel launch (softmax, layer norm, row reductions; see
+/// `gpu-kernels/src/prelude/rows.rs`): `ROW_WHOLE` handles whole rows; a row split across
+/// blocks runs `ROW_PARTIAL` (each block writes its chunk's statistic) then `ROW_APPLY` (each
+/// block merges its row's statistics and writes its chunk's outputs).
+pub const ROW_WHOLE: u32 = 0;
+/// See [`ROW_WHOLE`].
+pub const ROW_PARTIAL: u32 = 1;
+/// See [`ROW_WHOLE`].
+pub const ROW_APPLY: u32 = 2;
+/// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
+pub const ROW_THREAD_VALUES: usize = 32;
+
 /// Elements one block of a multi-tensor optimizer launch updates (one chunk of one tensor).
 pub const OPTIMIZER_CHUNK: usize = 4096;
 /// Threads per block of the optimizer kernels.
 pub const OPTIMIZER_BLOCK: usize = 256;
-/// u64 words per tensor in an optimizer's slot table: parameter, gradient, two state buffers
-/// (addresses; 0 when unused) and the length.
-pub const OPTIMIZER_SLOT_WORDS: usize = 5;
+/// u64 words per tensor in an optimizer's slot table: parameter, gradient, two state buffers, the
+/// f32 master copy of a 16-bit parameter (addresses; 0 when unused) and the meta word
+/// ([`optimizer_slot_meta`]).
+pub const OPTIMIZER_SLOT_WORDS: usize = 6;
+/// Element types of an optimizer slot's parameter and gradient (the host's `DType` order).
+pub const OPTIMIZER_F32: u64 = 0;
+pub const OPTIMIZER_F16: u64 = 1;
+pub const OPTIMIZER_BF16: u64 = 2;
+/// Longest tensor an optimizer slot can describe: the meta word keeps the length in its low 48 bits.
+pub const OPTIMIZER_MAX_LEN: usize = (1 << 48) - 1;
+const OPTIMIZER_DECAY_BIT: u64 = 1 << 48;
+const OPTIMIZER_DTYPE_SHIFT: u32 = 56;
+
+/// A slot's meta word: the length (at most [`OPTIMIZER_MAX_LEN`]), whether weight decay applies
+/// to this tensor, and its element type (`OPTIMIZER_F32` ...).
+pub const fn optimizer_slot_meta(len: usize, decay: bool, dtype: u64) -> u64 {
+    len as u64 | if decay { OPTIMIZER_DECAY_BIT } else { 0 } | dtype << OPTIMIZER_DTYPE_SHIFT
+}
+
+/// The parts of [`optimizer_slot_meta`]: length, decay, element type.
+pub const fn optimizer_slot_parts(meta: u64) -> (usize, bool, u64) {
+    (
+        (meta & OPTIMIZER_MAX_LEN as u64) as usize,
+        meta & OPTIMIZER_DECAY_BIT != 0,
+        meta >> OPTIMIZER_DTYPE_SHIFT,
+    )
+}
+
+/// Threads of the gradient-norm finishing block (`grad_norm_finish`).
+pub const GRAD_NORM_FINISH_BLOCK: usize = 1024;
+/// Added to the norm before dividing (PyTorch's `clip_grad_norm_`): the factor is
+/// `min(1, max_norm / (norm + GRAD_NORM_EPS))`.
+pub const GRAD_NORM_EPS: f32 = 1e-6;
 
 /// Adam's bias correction `1 − β^t` in f64 (the CUDA kernels take it rounded to f32): `β^t` by
 /// binary powering (the algorithm of Rust's `powi`). The host (`Adam`) and the device (`adam_advance`, for graphs) both

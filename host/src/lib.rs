@@ -19,7 +19,9 @@
 #[macro_use]
 mod runtime;
 
+pub mod checkpoint;
 pub mod layers;
+pub mod models;
 pub mod ops;
 mod tensor;
 pub mod timing;
@@ -96,7 +98,7 @@ pub use ops::nn::{
     dropout, dropout_backward, layer_norm, layer_norm_backward, mse_loss, BatchNormSaved, Labels,
     LayerNormSaved,
 };
-pub use ops::optim::{Adam, Optimizer, Sgd};
+pub use ops::optim::{clip_grad_norm, Adam, GradNorm, LrSchedule, Optimizer, Sgd};
 pub use ops::pool::{
     avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, MaxPoolSaved, Pool2dParams,
 };

@@ -372,7 +372,7 @@ impl Tensor {
 
     /// The CPU data made unique (see [`Tensor::make_unique`]); `None` for CUDA storage, which is
     /// left shared.
-    fn make_unique_cpu(&mut self) -> Result<Option<&mut Vec<f32>>> {
+    pub(crate) fn make_unique_cpu(&mut self) -> Result<Option<&mut Vec<f32>>> {
         match &*self.storage {
             Storage::Cpu(_) => self.make_unique(),
             Storage::Cuda(_) => Ok(None),

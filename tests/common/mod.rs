@@ -137,3 +137,49 @@ pub fn poison_pool(ctx: &Context, shape: &[usize]) {
 pub fn pair(gpu: &Context, data: &[f32], shape: &[usize]) -> (Tensor, Tensor) {
     (gpu.from_slice(data, shape).expect("upload"), Context::cpu().from_slice(data, shape).expect("cpu"))
 }
+
+/// [`poison_pool`] for an output of `dtype` (its buffer's size class).
+pub fn poison_pool_as(ctx: &Context, shape: &[usize], dtype: ferrocuda::DType) {
+    drop(ctx.full_as(shape, f32::NAN, dtype).expect("poison"));
+}
+
+/// [`pair`] in `dtype`: the same values, rounded to it, on both backends.
+pub fn pair_as(gpu: &Context, data: &[f32], shape: &[usize], dtype: ferrocuda::DType) -> (Tensor, Tensor) {
+    let (g, c) = pair(gpu, data, shape);
+    (g.to_dtype(dtype).expect("convert"), c.to_dtype(dtype).expect("cpu convert"))
+}
+
+/// Norm-wise tolerance of an op's output in `dtype` (computed in f32 or wider, rounded once).
+pub fn tol_of(dtype: ferrocuda::DType) -> f64 {
+    match dtype {
+        ferrocuda::DType::F32 => 1e-5,
+        _ => 1e-2,
+    }
+}
+
+/// Whether the tests run under compute-sanitizer (`FERROCUDA_SANITIZER=1`): sizes shrink.
+pub fn under_sanitizer() -> bool {
+    std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1")
+}
+
+/// `[rows, cols]` shapes that reach every branch of the row kernels' dispatch: one value; one
+/// long row (split over blocks); rows of 2^22 (split, L2-sized groups); narrow rows (several per
+/// warp); a warp per row; a block per row split for want of rows; GPT-2's vocabulary.
+pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
+    if under_sanitizer() {
+        vec![[1, 1], [1, (1 << 16) + 3], [3, 1 << 16], [1000, 31], [1003, 16], [31, 1000], [8, 50257]]
+    } else {
+        vec![
+            [1, 1],
+            [1, (1 << 20) + 3],
+            [3, 1 << 22],
+            [1000, 31],
+            [(1 << 20) + 3, 16],
+            [31, 1000],
+            [64, 50257],
+        ]
+    }
+}
+
+pub const DTYPES: [ferrocuda::DType; 3] =
+    [ferrocuda::DType::F32, ferrocuda::DType::F16, ferrocuda::DType::BF16];

@@ -10,8 +10,8 @@
 //! buffer for rows of any length). The gradient pass then reads the row again: from shared
 //! memory when the host gave the block room for the whole row (the first pass keeps its 16-byte
 //! vectors there), else from L2, last-read vectors first (the likeliest still there).
-//! Rows fewer than the device holds blocks are cut into segments: a `CE_STATS` launch writes
-//! each segment's (max, sum), a `CE_GRADIENT` launch folds its row's in segment order and writes
+//! Rows fewer than the device holds blocks are cut into segments: a `ROW_PARTIAL` launch writes
+//! each segment's (max, sum), a `ROW_APPLY` launch folds its row's in segment order and writes
 //! its segment's gradient. Rows of at most `CE_NARROW_COLS` classes belong to a team of 1 to 32
 //! lanes. Every fold runs in an order fixed by the launch shape: results are the same on every
 //! run. The thread that writes the label's gradient writes the row's loss, from the logit it has
@@ -19,7 +19,7 @@
 //! gradient was written.
 use super::element::{Elem, F32};
 use crate::prelude::*;
-use crate::shapes::{CE_FUSED, CE_GRADIENT, CE_STATS, CE_UNROLL as UNROLL};
+use crate::shapes::{ROW_WHOLE, ROW_APPLY, ROW_PARTIAL, CE_UNROLL as UNROLL};
 
 const _: () = assert!(UNROLL == 4);
 
@@ -221,7 +221,7 @@ unsafe fn segment_gradient<E: Elem>(
 }
 
 /// One block per (row, segment) of `[rows, cols]`, `segments` per row of `seg_len` elements
-/// (the last may be shorter); `phase` one of `CE_FUSED` (one segment), `CE_STATS`, `CE_GRADIENT`.
+/// (the last may be shorter); `phase` one of `ROW_WHOLE` (one segment), `ROW_PARTIAL`, `ROW_APPLY`.
 /// `partials` holds two floats per block for the two-phase form; `cached` (fused form only) says
 /// the launch has dynamic shared memory for the row's vectors plus one.
 #[inline(always)]
@@ -244,7 +244,7 @@ unsafe fn cross_entropy_rows<E: Elem>(
     let seg = Segment::new(a, (a + seg_len).min((row + 1) * cols), E::VEC);
     let label_at = row * cols + *labels.add(row) as usize;
     let loss = loss.add(row);
-    if phase == CE_GRADIENT {
+    if phase == ROW_APPLY {
         let mut st = MaxSum::EMPTY;
         for j in 0..segments {
             let p = partials.add(2 * (row * segments + j));
@@ -254,9 +254,9 @@ unsafe fn cross_entropy_rows<E: Elem>(
         return;
     }
     let cache =
-        if phase == CE_FUSED && cached != 0 { dynamic_shared::<E::Vector>() } else { core::ptr::null_mut() };
+        if phase == ROW_WHOLE && cached != 0 { dynamic_shared::<E::Vector>() } else { core::ptr::null_mut() };
     let st = block_merge(segment_stats::<E>(logits, &seg, cache));
-    if phase == CE_STATS {
+    if phase == ROW_PARTIAL {
         if thread_x() == 0 {
             store_f32x2(partials.add(2 * block_x()), [st.max, st.sum]);
         }

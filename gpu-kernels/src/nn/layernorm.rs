@@ -1,180 +1,199 @@
-//! `layernorm_fwd_f32` and its backward (`layernorm_bwd_dx_f32`, `layernorm_bwd_params_f32`).
+//! Layer norm and its backward pass, for f32, f16 and bf16 (x, y, γ, β, dy, dx, dγ, dβ in the
+//! input's dtype, computed in f32; the saved mean and rstd in f32).
 //!
-//! Floor: forward reads 4 B and writes 4 B per element (the per-row mean and rstd are noise);
-//! backward reads x and dy and writes dx (12 B), and the parameter gradients read x and dy again.
-//! Forward: rows of at most 8192 floats whose length is a multiple of 4 are held in registers
-//! (one read, one write) with an exact two-pass mean and variance; other rows stream twice, with
-//! Welford per thread combined over the block (Chan). Then `y = (x - mean) · rstd · γ + β`; mean
-//! and rstd are saved for the backward pass.
+//! Floor: forward reads x and writes y (8 B per f32 element, 4 B per 16-bit one; mean, rstd, γ, β
+//! are noise); backward reads x and dy and writes dx (12 B / 6 B), and the parameter gradients
+//! read x and dy once more.
+//! Forward: a row team (see `prelude::rows`) holds its row in registers: each thread's exact
+//! two-pass (count, mean, M2) of its values, merged over the team by Chan's formula, then
+//! `y = (x - mean) · rstd · γ + β` from the registers; one read, one write. Rows split across
+//! blocks merge the chunks' (count, mean, M2) in a second launch that re-reads its chunk.
 //! Backward, per row with x̂ = (x - mean)·rstd and g = dy·γ:
-//! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`; per column `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy`.
+//! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`, the two sums merged the same way; per column
+//! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds
+//! the groups' partial sums in order (deterministic, no atomics).
 use crate::prelude::*;
-use crate::shapes::{NN_ROW_BLOCK as BLOCK, NN_ROW_VECTORS as VECS};
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 
-const _: () = assert!(VECS == 8);
-
-/// Forward for a row held in registers (16-byte loads, one read, one write): the exact two-pass
-/// mean and variance over the registers.
+/// Forward; `gamma`/`beta` may be null (no affine part).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_row_in_registers(
-    x: *const f32,
-    gamma: *const f32,
-    beta: *const f32,
-    y: *mut f32,
+unsafe fn layernorm_rows<F: Float>(
+    x: *const F::Raw,
+    gamma: *const F::Raw,
+    beta: *const F::Raw,
+    y: *mut F::Raw,
     mean_out: *mut f32,
     rstd_out: *mut f32,
-    cols: usize,
+    partials: *mut f32,
+    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
     eps: f32,
 ) {
-    let (t, n4) = (thread_x(), cols / 4);
-    let mut v = [F32x4([0.0; 4]); VECS];
-    let mut sum = 0.0f32;
-    unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-        if t + u * BLOCK < n4 {
-            v[u] = load_nc_f32x4(x.add(4 * (t + u * BLOCK)));
-            sum += (v[u].0[0] + v[u].0[1]) + (v[u].0[2] + v[u].0[3]);
-        }
-    });
-    let mean = block_reduce::<Sum>(sum) / cols as f32;
-    let mut squares = 0.0f32;
-    unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-        if t + u * BLOCK < n4 {
-            for e in v[u].0 {
-                squares += (e - mean) * (e - mean);
-            }
-        }
-    });
-    let rstd = 1.0 / sqrt_rn(block_reduce::<Sum>(squares) / cols as f32 + eps);
-    if t == 0 {
-        *mean_out = mean;
-        *rstd_out = rstd;
-    }
-    unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-        let i = t + u * BLOCK;
-        if i < n4 {
-            let g = if gamma.is_null() { F32x4([1.0; 4]) } else { load_nc_f32x4(gamma.add(4 * i)) };
-            let b = if beta.is_null() { F32x4([0.0; 4]) } else { load_nc_f32x4(beta.add(4 * i)) };
-            let mut out = [0.0f32; 4];
-            for j in 0..4 {
-                out[j] = (v[u].0[j] - mean) * rstd * g.0[j] + b.0[j];
-            }
-            store_f32x4(y.add(4 * i), F32x4(out));
-        }
-    });
-}
-
-#[inline(always)]
-unsafe fn param(p: *const f32, i: usize, default: f32) -> f32 {
-    if p.is_null() {
-        default
+    let t = RowTeam::new::<F>(rows, cols, team, chunk);
+    let offset = t.row * cols;
+    let v = t.load::<F>(x.wrapping_add(offset), 0.0);
+    let stat = if mode == ROW_APPLY {
+        t.merge_partials::<Welford>(partials)
     } else {
-        load_nc_f32(p.add(i))
+        let mut n = 0.0f32;
+        t.each(|_, _, _| n += 1.0);
+        let mean = if n > 0.0 { sum_slots(&t, &v) / n } else { 0.0 };
+        let m2 = fold_slots::<Sum>(&t, &v, |e| (e - mean) * (e - mean));
+        t.combine(Welford(n, mean, m2))
+    };
+    if mode == ROW_PARTIAL {
+        return t.write_partial(partials, stat);
     }
-}
-
-/// One block per row of `[rows, cols]`; `gamma`/`beta` may be null (no affine part).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn layernorm_fwd_f32(
-    x: *const f32,
-    gamma: *const f32,
-    beta: *const f32,
-    y: *mut f32,
-    mean_out: *mut f32,
-    rstd_out: *mut f32,
-    cols: usize,
-    eps: f32,
-) {
-    let row = block_x();
-    let (x, y) = (x.add(row * cols), y.add(row * cols));
-    if cols % 4 == 0 && cols <= BLOCK * 4 * VECS {
-        return layernorm_row_in_registers(
-            x,
-            gamma,
-            beta,
-            y,
-            mean_out.add(row),
-            rstd_out.add(row),
-            cols,
-            eps,
-        );
-    }
-    let mut state = (0.0f32, 0.0f32, 0.0f32);
-    let mut i = thread_x();
-    while i < cols {
-        state = welford_combine(state, (1.0, load_nc_f32(x.add(i)), 0.0));
-        i += BLOCK;
-    }
-    let (n, mean, m2) = block_welford(state);
+    let Welford(n, mean, m2) = stat;
     let rstd = 1.0 / sqrt_rn(m2 / n + eps);
-    if thread_x() == 0 {
-        *mean_out.add(row) = mean;
-        *rstd_out.add(row) = rstd;
+    if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
+        store_f32(mean_out.add(t.row), mean);
+        store_f32(rstd_out.add(t.row), rstd);
     }
-    let mut i = thread_x();
-    while i < cols {
-        let v = (load_nc_f32(x.add(i)) - mean) * rstd;
-        store_f32(y.add(i), v * param(gamma, i, 1.0) + param(beta, i, 0.0));
-        i += BLOCK;
-    }
+    let g = if gamma.is_null() { [[1.0; 8]; SLOTS] } else { t.load::<F>(gamma, 1.0) };
+    let b = if beta.is_null() { [[0.0; 8]; SLOTS] } else { t.load::<F>(beta, 0.0) };
+    let mut out = v;
+    unroll!(k in [0, 1, 2, 3] => {
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            out[k][e] = (v[k][e] - mean) * rstd * g[k][e] + b[k][e];
+        });
+    });
+    t.store::<F>(y.wrapping_add(offset), &out);
 }
 
-/// `dx` of layer norm; one block per row; `gamma` may be null.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn layernorm_bwd_dx_f32(
-    x: *const f32,
-    gamma: *const f32,
-    dy: *const f32,
+/// `dx`; `gamma` may be null.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn layernorm_bwd_dx_rows<F: Float>(
+    x: *const F::Raw,
+    gamma: *const F::Raw,
+    dy: *const F::Raw,
     mean: *const f32,
     rstd: *const f32,
-    dx: *mut f32,
-    cols: usize,
+    dx: *mut F::Raw,
+    partials: *mut f32,
+    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
 ) {
-    let row = block_x();
-    let (x, dy, dx) = (x.add(row * cols), dy.add(row * cols), dx.add(row * cols));
-    let (mu, r) = (*mean.add(row), *rstd.add(row));
-    let (mut sum_g, mut sum_gx) = (0.0f32, 0.0f32);
-    let mut i = thread_x();
-    while i < cols {
-        let g = load_nc_f32(dy.add(i)) * param(gamma, i, 1.0);
-        sum_g += g;
-        sum_gx += g * (load_nc_f32(x.add(i)) - mu) * r;
-        i += BLOCK;
+    let t = RowTeam::new::<F>(rows, cols, team, chunk);
+    let offset = t.row * cols;
+    let active = t.begin < t.end;
+    let (mu, r) = if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
+    let v = t.load::<F>(x.wrapping_add(offset), 0.0);
+    let mut gs = t.load::<F>(dy.wrapping_add(offset), 0.0);
+    if !gamma.is_null() {
+        let w = t.load::<F>(gamma, 1.0);
+        unroll!(k in [0, 1, 2, 3] => {
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { gs[k][e] *= w[k][e]; });
+        });
+    }
+    let Sum2(sum_g, sum_gx) = if mode == ROW_APPLY {
+        t.merge_partials(partials)
+    } else {
+        let (mut a, mut b) = (0.0f32, 0.0f32);
+        t.each(|k, e, _| {
+            a += gs[k][e];
+            b += gs[k][e] * (v[k][e] - mu) * r;
+        });
+        t.combine(Sum2(a, b))
+    };
+    if mode == ROW_PARTIAL {
+        return t.write_partial(partials, Sum2(sum_g, sum_gx));
     }
     let inv_n = 1.0 / cols as f32;
-    let mean_g = block_reduce::<Sum>(sum_g) * inv_n;
-    let mean_gx = block_reduce::<Sum>(sum_gx) * inv_n;
-    let mut i = thread_x();
-    while i < cols {
-        let g = load_nc_f32(dy.add(i)) * param(gamma, i, 1.0);
-        let xhat = (load_nc_f32(x.add(i)) - mu) * r;
-        store_f32(dx.add(i), r * (g - mean_g - xhat * mean_gx));
-        i += BLOCK;
-    }
+    let (mean_g, mean_gx) = (sum_g * inv_n, sum_gx * inv_n);
+    let mut d = v;
+    unroll!(k in [0, 1, 2, 3] => {
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            d[k][e] = r * (gs[k][e] - mean_g - (v[k][e] - mu) * r * mean_gx);
+        });
+    });
+    t.store::<F>(dx.wrapping_add(offset), &d);
 }
 
-/// `dγ` and `dβ` of layer norm: one thread per column, summing over the rows in order.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn layernorm_bwd_params_f32(
-    x: *const f32,
-    dy: *const f32,
+/// `dγ`, `dβ` of one row group (column teams; see `prelude::rows::ColumnTeam`): written to
+/// `dgamma`/`dbeta` when the grid has one group, else to `partials[g·2·cols ..]` (dγ) and
+/// `partials[g·2·cols + cols ..]` (dβ).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn layernorm_bwd_params_cols<F: Float>(
+    x: *const F::Raw,
+    dy: *const F::Raw,
     mean: *const f32,
     rstd: *const f32,
-    dgamma: *mut f32,
-    dbeta: *mut f32,
-    rows: usize,
-    cols: usize,
+    partials: *mut f32,
+    dgamma: *mut F::Raw,
+    dbeta: *mut F::Raw,
+    (rows, cols, c_lanes, rows_per_group): (usize, usize, usize, usize),
 ) {
-    let col = global_x();
-    if col >= cols {
-        return;
-    }
-    let (mut dg, mut db) = (0.0f32, 0.0f32);
-    for r in 0..rows {
-        let g = load_nc_f32(dy.add(r * cols + col));
-        dg += g * (load_nc_f32(x.add(r * cols + col)) - *mean.add(r)) * *rstd.add(r);
-        db += g;
-    }
-    *dgamma.add(col) = dg;
-    *dbeta.add(col) = db;
+    let t = ColumnTeam::new::<F>(rows, cols, c_lanes, rows_per_group);
+    let groups = grid_dim_y();
+    t.sum(
+        |r| {
+            let (mu, rs) = (load_nc_f32(mean.add(r)), load_nc_f32(rstd.add(r)));
+            let (xv, g) = (t.load::<F>(x.add(r * cols)), t.load::<F>(dy.add(r * cols)));
+            let mut dg = g;
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { dg[e] = g[e] * (xv[e] - mu) * rs; });
+            [dg, g]
+        },
+        |c, [dg, db]| {
+            if groups == 1 {
+                F::store(dgamma.add(c), dg);
+                F::store(dbeta.add(c), db);
+            } else {
+                let p = partials.add(block_y() * 2 * cols);
+                store_f32(p.add(c), dg);
+                store_f32(p.add(cols + c), db);
+            }
+        },
+    );
+}
+
+macro_rules! layernorm_kernels {
+    ($($fwd:ident, $dx:ident, $params:ident, $params_sum:ident: $f:ty;)*) => {$(
+        /// Layer norm forward; see the module documentation.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $fwd(
+            x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, beta: *const <$f as Float>::Raw,
+            y: *mut <$f as Float>::Raw, mean_out: *mut f32, rstd_out: *mut f32, partials: *mut f32,
+            rows: usize, cols: usize, team: usize, chunk: usize, mode: u32, eps: f32,
+        ) {
+            let shape = (rows, cols, team, chunk, mode);
+            layernorm_rows::<$f>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
+        }
+        /// `dx` of layer norm.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $dx(
+            x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw,
+            mean: *const f32, rstd: *const f32, dx: *mut <$f as Float>::Raw, partials: *mut f32,
+            rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
+        ) {
+            let shape = (rows, cols, team, chunk, mode);
+            layernorm_bwd_dx_rows::<$f>(x, gamma, dy, mean, rstd, dx, partials, shape)
+        }
+        /// `dγ`, `dβ` of layer norm, per row group.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $params(
+            x: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, mean: *const f32,
+            rstd: *const f32, partials: *mut f32, dgamma: *mut <$f as Float>::Raw,
+            dbeta: *mut <$f as Float>::Raw, rows: usize, cols: usize, c_lanes: usize,
+            rows_per_group: usize,
+        ) {
+            let shape = (rows, cols, c_lanes, rows_per_group);
+            layernorm_bwd_params_cols::<$f>(x, dy, mean, rstd, partials, dgamma, dbeta, shape)
+        }
+        /// The row groups' partial `dγ` (or `dβ`) added in order.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $params_sum(
+            partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize,
+            out: *mut <$f as Float>::Raw,
+        ) {
+            sum_column_partials::<$f>(partials, groups, cols, stride, c_lanes, out)
+        }
+    )*};
+}
+
+layernorm_kernels! {
+    layernorm_fwd_f32, layernorm_bwd_dx_f32, layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
+    layernorm_fwd_f16, layernorm_bwd_dx_f16, layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
+    layernorm_fwd_bf16, layernorm_bwd_dx_bf16, layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
 }

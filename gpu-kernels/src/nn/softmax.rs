@@ -1,144 +1,127 @@
-//! `softmax_f32`, `log_softmax_f32` along the last axis, and their backward passes.
+//! Softmax and log-softmax along the last axis, and their backward passes, for f32, f16 and
+//! bf16 (16-bit values are computed in f32 and rounded once).
 //!
-//! Floor: forward reads 4 B and writes 4 B per element (32768×4096: 1 GiB, ~0.36 ms at 3 TB/s);
-//! backward reads 8 B and writes 4 B.
-//! Forward: rows of at most 8192 floats whose length is a multiple of 4 are read once into
-//! registers (16-byte loads), reduced (block max, then block sum of exponentials) and written from
-//! registers: one pass over memory. Other rows use an online max/sum per thread in a first pass
-//! and a second pass that re-reads the row (from L2 for all but the longest rows).
+//! Floor: forward reads and writes each element once (4 + 4 B for f32, 2 + 2 B for 16-bit;
+//! 32768×4096 f32: 1 GiB, ~0.36 ms at 3 TB/s); backward reads y and dy and writes dx.
+//! Launch (see `prelude::rows` and the host's dispatch): a team of threads per row holds the row
+//! (or its chunk) in registers, so each element is read once and written once: the team's
+//! (max, Σ e^(x - max)) comes from the values held, then the outputs. Rows longer than a block
+//! holds are split into chunks over `gridDim.y` and take two launches (`ROW_PARTIAL`: each
+//! chunk's (max, sum), merged online; `ROW_APPLY`: re-read the chunk, merge the row's partials,
+//! write), the re-read coming from L2 where the host keeps the launches' rows within it.
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
-//! `dx = dy - e^y Σ dy`; two passes over the row.
+//! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;
-use crate::shapes::{NN_ROW_BLOCK as BLOCK, NN_ROW_VECTORS as VECS};
+use crate::shapes::{NN_ROW_BLOCK as BLOCK, ROW_APPLY, ROW_PARTIAL};
 
-const _: () = assert!(VECS == 8);
-
-/// Online (max, Σ e^(x - max)) of this thread's strided share of a row.
+/// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
-unsafe fn online_max_sum(x: *const f32, cols: usize) -> (f32, f32) {
-    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-    let mut i = thread_x();
-    while i < cols {
-        let v = load_nc_f32(x.add(i));
-        if v > m {
-            s = s * exp_fast(m - v) + 1.0;
-            m = v;
-        } else {
-            s += exp_fast(v - m);
-        }
-        i += BLOCK;
-    }
-    (m, s)
-}
-
-/// The row's (max, Σ e^(x - max)) from each thread's online pair.
-#[inline(always)]
-pub(crate) fn block_max_sum((m, s): (f32, f32)) -> (f32, f32) {
-    let row_max = block_reduce::<Max>(m);
-    let scaled = if s == 0.0 { 0.0 } else { s * exp_fast(m - row_max) };
-    (row_max, block_reduce::<Sum>(scaled))
-}
-
-/// (max, sum) of a row, from global memory in one pass per thread.
-#[inline(always)]
-pub(crate) unsafe fn row_max_sum(x: *const f32, cols: usize) -> (f32, f32) {
-    block_max_sum(online_max_sum(x, cols))
-}
-
-#[inline(always)]
-unsafe fn softmax_row<const LOG: bool>(x: *const f32, out: *mut f32, cols: usize) {
-    let row = block_x();
-    let (x, out) = (x.add(row * cols), out.add(row * cols));
-    let t = thread_x();
-    if cols % 4 == 0 && cols <= BLOCK * 4 * VECS {
-        let n4 = cols / 4;
-        let mut v = [F32x4([f32::NEG_INFINITY; 4]); VECS];
-        let mut m = f32::NEG_INFINITY;
-        unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            if t + u * BLOCK < n4 {
-                v[u] = load_nc_f32x4(x.add(4 * (t + u * BLOCK)));
-                for e in v[u].0 {
-                    m = Max::combine(m, e);
-                }
-            }
-        });
-        let m = block_reduce::<Max>(m);
-        let mut s = 0.0f32;
-        unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            for e in v[u].0 {
-                s += exp_fast(e - m);
-            }
-        });
-        let s = block_reduce::<Sum>(s);
-        let (shift, inv) = (m + ln_fast(s), 1.0 / s);
-        unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            if t + u * BLOCK < n4 {
-                let y = if LOG { v[u].map(|e| e - shift) } else { v[u].map(|e| exp_fast(e - m) * inv) };
-                store_f32x4(out.add(4 * (t + u * BLOCK)), y);
-            }
-        });
-    } else {
-        let (m, s) = row_max_sum(x, cols);
-        let (shift, inv) = (m + ln_fast(s), 1.0 / s);
-        let mut i = t;
-        while i < cols {
-            let e = load_nc_f32(x.add(i));
-            store_f32(out.add(i), if LOG { e - shift } else { exp_fast(e - m) * inv });
-            i += BLOCK;
-        }
-    }
-}
-
-/// Softmax of each row of `[rows, cols]`; one block per row.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn softmax_f32(x: *const f32, out: *mut f32, cols: usize) {
-    softmax_row::<false>(x, out, cols)
-}
-
-/// Log-softmax of each row of `[rows, cols]`; one block per row.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn log_softmax_f32(x: *const f32, out: *mut f32, cols: usize) {
-    softmax_row::<true>(x, out, cols)
-}
-
-/// Σ over this block's row of `f(y, dy)`.
-#[inline(always)]
-unsafe fn row_sum(y: *const f32, dy: *const f32, cols: usize, f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut acc = 0.0f32;
-    let mut i = thread_x();
-    while i < cols {
-        acc += f(load_nc_f32(y.add(i)), load_nc_f32(dy.add(i)));
-        i += BLOCK;
-    }
-    block_reduce::<Sum>(acc)
-}
-
-#[inline(always)]
-unsafe fn softmax_bwd_row<const LOG: bool>(y: *const f32, dy: *const f32, dx: *mut f32, cols: usize) {
-    let row = block_x();
-    let (y, dy, dx) = (y.add(row * cols), dy.add(row * cols), dx.add(row * cols));
-    let total = if LOG { row_sum(y, dy, cols, |_, g| g) } else { row_sum(y, dy, cols, |p, g| p * g) };
-    let mut i = thread_x();
-    while i < cols {
-        let (p, g) = (load_nc_f32(y.add(i)), load_nc_f32(dy.add(i)));
-        store_f32(dx.add(i), if LOG { g - exp_fast(p) * total } else { p * (g - total) });
-        i += BLOCK;
-    }
-}
-
-/// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn softmax_bwd_f32(y: *const f32, dy: *const f32, dx: *mut f32, cols: usize) {
-    softmax_bwd_row::<false>(y, dy, dx, cols)
-}
-
-/// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn log_softmax_bwd_f32(
-    y: *const f32,
-    dy: *const f32,
-    dx: *mut f32,
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_rows<F: Float, const LOG: bool>(
+    x: *const F::Raw,
+    out: *mut F::Raw,
+    partials: *mut f32,
+    rows: usize,
     cols: usize,
+    team: usize,
+    chunk: usize,
+    mode: u32,
 ) {
-    softmax_bwd_row::<true>(y, dy, dx, cols)
+    let t = RowTeam::new::<F>(rows, cols, team, chunk);
+    let offset = t.row * cols;
+    let v = t.load::<F>(x.wrapping_add(offset), f32::NEG_INFINITY);
+    let MaxSumExp(m, s) = if mode == ROW_APPLY {
+        t.merge_partials(partials)
+    } else {
+        let m = fold_slots::<Max>(&t, &v, |e| e);
+        t.combine(MaxSumExp(m, fold_slots::<Sum>(&t, &v, |e| exp_fast(e - m))))
+    };
+    if mode == ROW_PARTIAL {
+        return t.write_partial(partials, MaxSumExp(m, s));
+    }
+    let (shift, inv) = (m + ln_fast(s), 1.0 / s);
+    let y = v.map(|c| c.map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }));
+    t.store::<F>(out.wrapping_add(offset), &y);
+}
+
+/// Backward of softmax (`LOG = false`: `dx = y (dy - Σ dy·y)`) or log-softmax (`dx = dy - e^y Σ dy`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_bwd_rows<F: Float, const LOG: bool>(
+    y: *const F::Raw,
+    dy: *const F::Raw,
+    dx: *mut F::Raw,
+    partials: *mut f32,
+    rows: usize,
+    cols: usize,
+    team: usize,
+    chunk: usize,
+    mode: u32,
+) {
+    let t = RowTeam::new::<F>(rows, cols, team, chunk);
+    let offset = t.row * cols;
+    let p = t.load::<F>(y.wrapping_add(offset), 0.0);
+    let g = t.load::<F>(dy.wrapping_add(offset), 0.0);
+    let total = if mode == ROW_APPLY {
+        t.merge_partials::<Folded<Sum>>(partials)
+    } else {
+        let mut acc = 0.0f32;
+        t.each(|k, e, _| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
+        t.combine(Folded::<Sum>::new(acc))
+    };
+    if mode == ROW_PARTIAL {
+        return t.write_partial(partials, total);
+    }
+    let total = total.0;
+    let mut d = g;
+    unroll!(k in [0, 1, 2, 3] => {
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            let (pe, ge) = (p[k][e], g[k][e]);
+            d[k][e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
+        });
+    });
+    t.store::<F>(dx.wrapping_add(offset), &d);
+}
+
+macro_rules! softmax_kernels {
+    ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty;)*) => {$(
+        /// Softmax of each row; see the module documentation for the launch.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $fwd(
+            x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
+            cols: usize, team: usize, chunk: usize, mode: u32,
+        ) {
+            softmax_rows::<$f, false>(x, out, partials, rows, cols, team, chunk, mode)
+        }
+        /// Log-softmax of each row.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $log(
+            x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
+            cols: usize, team: usize, chunk: usize, mode: u32,
+        ) {
+            softmax_rows::<$f, true>(x, out, partials, rows, cols, team, chunk, mode)
+        }
+        /// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $bwd(
+            y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
+            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
+        ) {
+            softmax_bwd_rows::<$f, false>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+        }
+        /// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $log_bwd(
+            y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
+            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
+        ) {
+            softmax_bwd_rows::<$f, true>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+        }
+    )*};
+}
+
+softmax_kernels! {
+    softmax_f32, log_softmax_f32, softmax_bwd_f32, log_softmax_bwd_f32: f32;
+    softmax_f16, log_softmax_f16, softmax_bwd_f16, log_softmax_bwd_f16: F16;
+    softmax_bf16, log_softmax_bf16, softmax_bwd_bf16, log_softmax_bwd_bf16: BF16;
 }

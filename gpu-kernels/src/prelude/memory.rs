@@ -250,3 +250,27 @@ pub unsafe fn load_nc_u8(p: *const u8) -> u8 {
 pub unsafe fn store_u8(p: *mut u8, v: u8) {
     asm!("st.global.u8 [{p}], {v};", p = in(reg64) p, v = in(reg16) v as u16, options(nostack));
 }
+
+/// `ld.global.v2.u32` of four 16-bit values (8 bytes) through the coherent path, for buffers the
+/// kernel also writes.
+///
+/// # Safety
+/// `p` is 8-byte aligned and points into global memory.
+#[inline(always)]
+pub unsafe fn load_u16x4(p: *const u16) -> [u16; 4] {
+    let (a, b): (u32, u32);
+    asm!("ld.global.v2.u32 {{{a}, {b}}}, [{p}];", p = in(reg64) p, a = out(reg32) a, b = out(reg32) b,
+         options(readonly, nostack));
+    [a as u16, (a >> 16) as u16, b as u16, (b >> 16) as u16]
+}
+
+/// `st.global.v2.u32` of four 16-bit values.
+///
+/// # Safety
+/// `p` is 8-byte aligned and points to 8 writable bytes of global memory.
+#[inline(always)]
+pub unsafe fn store_u16x4(p: *mut u16, v: [u16; 4]) {
+    let (a, b) = (v[0] as u32 | (v[1] as u32) << 16, v[2] as u32 | (v[3] as u32) << 16);
+    asm!("st.global.v2.u32 [{p}], {{{a}, {b}}};", p = in(reg64) p, a = in(reg32) a, b = in(reg32) b,
+         options(nostack));
+}

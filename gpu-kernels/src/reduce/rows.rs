@@ -1,46 +1,61 @@
-//! `sum_rows_f32`, `max_rows_f32`, `min_rows_f32`: reduce along the last axis of `[rows, cols]`.
+//! `sum_rows_*`, `max_rows_*`, `min_rows_*` (f32, f16, bf16): reduce along the last axis of
+//! `[rows, cols]`, accumulated in f32, each result rounded once to the input's format.
 //!
-//! Floor: 4 B read per element (the `rows` outputs are noise); 4096×4096 is 64 MiB, about
+//! Floor: one read per element (the `rows` outputs are noise); 4096×4096 f32 is 64 MiB, about
 //! 22 µs at ~3.0 TB/s.
-//! Launch shape (chosen by the host): `blockDim = (32, k)` gives each warp its own row, for short
-//! rows; `blockDim = (t, 1)` with `t > 32` gives the whole block one row.
-use super::{fold_strided, fold_strided_scalar};
+//! Launch (see `prelude::rows` and the host's dispatch): a team of threads per row (several rows
+//! per warp when rows are narrow, a warp, or a block); rows longer than a block holds are split
+//! over `gridDim.y`: `ROW_PARTIAL` writes each chunk's fold to `partials[row · chunks + chunk]`,
+//! then `ROW_APPLY` (one chunk per row, `cols` = the chunk count) folds those rows of partials.
 use crate::prelude::*;
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 
 #[inline(always)]
-unsafe fn reduce_rows<R: ReduceOp>(x: *const f32, rows: usize, cols: usize, out: *mut f32, scale: f32) {
-    let warp_per_row = block_dim_x() == 32;
-    let row = if warp_per_row { block_x() * block_dim_y() + thread_y() } else { block_x() };
-    // A whole warp (or block) shares `row`, so this exit keeps every barrier below uniform.
-    if row >= rows {
-        return;
-    }
-    let base = x.add(row * cols);
-    let acc = if cols % 4 == 0 {
-        fold_strided::<R>(base, cols, thread_x(), block_dim_x())
+#[allow(clippy::too_many_arguments)]
+unsafe fn reduce_rows<F: Float, R: ReduceOp>(
+    x: *const F::Raw,
+    partials: *mut f32,
+    out: *mut F::Raw,
+    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
+    scale: f32,
+) {
+    let (t, v) = if mode == ROW_APPLY {
+        let t = RowTeam::new::<f32>(rows, cols, team, chunk);
+        (t, t.load::<f32>(partials.wrapping_add(t.row * cols), R::IDENTITY))
     } else {
-        fold_strided_scalar::<R>(base, cols, thread_x(), block_dim_x())
+        let t = RowTeam::new::<F>(rows, cols, team, chunk);
+        (t, t.load::<F>(x.wrapping_add(t.row * cols), R::IDENTITY))
     };
-    let total = if warp_per_row { warp_reduce::<R>(acc) } else { block_reduce::<R>(acc) };
-    if thread_x() == 0 {
-        *out.add(row) = total * scale;
+    let total = t.combine(Folded::<R>::new(fold_slots::<R>(&t, &v, |e| e)));
+    if mode == ROW_PARTIAL {
+        return t.write_partial(partials, total);
+    }
+    if t.lane == 0 && t.begin < t.end {
+        F::store(out.add(t.row), total.0 * scale);
     }
 }
 
 macro_rules! reduce_rows_kernels {
-    ($($name:ident: $op:ty;)*) => {$(
+    ($($name:ident: $f:ty, $op:ty;)*) => {$(
         /// Row reduction; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            x: *const f32, rows: usize, cols: usize, out: *mut f32, scale: f32,
+            x: *const <$f as Float>::Raw, partials: *mut f32, out: *mut <$f as Float>::Raw, rows: usize,
+            cols: usize, team: usize, chunk: usize, mode: u32, scale: f32,
         ) {
-            reduce_rows::<$op>(x, rows, cols, out, scale)
+            reduce_rows::<$f, $op>(x, partials, out, (rows, cols, team, chunk, mode), scale)
         }
     )*};
 }
 
 reduce_rows_kernels! {
-    sum_rows_f32: Sum;
-    max_rows_f32: Max;
-    min_rows_f32: Min;
+    sum_rows_f32: f32, Sum;
+    max_rows_f32: f32, Max;
+    min_rows_f32: f32, Min;
+    sum_rows_f16: F16, Sum;
+    max_rows_f16: F16, Max;
+    min_rows_f16: F16, Min;
+    sum_rows_bf16: BF16, Sum;
+    max_rows_bf16: BF16, Max;
+    min_rows_bf16: BF16, Min;
 }

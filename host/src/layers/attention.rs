@@ -1,5 +1,5 @@
 //! [`MultiHeadAttention`]: a fused QKV projection, flash attention, an output projection.
-use super::{layer_error, saved, uniform_init, InLayer, Layer, Param, WeightBias};
+use super::{bias_grad, layer_error, saved, uniform_init, InLayer, Layer, Param, WeightBias};
 use crate::ops::attention::{attention, attention_backward, from_heads, to_heads, AttentionParams};
 use crate::ops::matmul::{linear, Activation, Gemm};
 use crate::runtime::error::Result;
@@ -8,9 +8,10 @@ use crate::Context;
 
 /// Self-attention over `[batch, seq, embed]`: `x·Wqkvᵀ + b` gives Hq query heads and Hkv key
 /// and value heads of `head_dim` each (Hkv dividing Hq: grouped-query attention), attention
-/// (optionally causal, softmax scale 1/√head_dim) runs in bf16 with f32 accumulation, and
-/// `·Woᵀ + b` maps the Hq heads back to `embed`. Parameters and projections are f32; the
-/// attention's inputs are rounded to bf16 (its kernels take 16-bit inputs).
+/// (optionally causal, softmax scale 1/√head_dim) runs with f32 accumulation, and `·Woᵀ + b`
+/// maps the Hq heads back to `embed`. The layer computes in its parameters' dtype (f32 unless
+/// [`to_dtype`](MultiHeadAttention::to_dtype)); an f32 layer rounds the attention's inputs to
+/// bf16, since its kernels take 16-bit inputs.
 pub struct MultiHeadAttention {
     qkv: WeightBias,
     proj: WeightBias,
@@ -30,8 +31,6 @@ struct Kept {
     lse: Tensor,
     merged: Tensor,
 }
-
-const ATTENTION_DTYPE: DType = DType::BF16;
 
 impl MultiHeadAttention {
     /// `embed` features in and out, `q_heads` query heads and `kv_heads` key/value heads of
@@ -63,8 +62,32 @@ impl MultiHeadAttention {
         })
     }
 
+    /// The parameters converted to `dtype`.
+    pub fn to_dtype(mut self, dtype: DType) -> Result<Self> {
+        self.params_mut().into_iter().try_for_each(|p| p.convert(dtype))?;
+        Ok(self)
+    }
+    /// Weights from `N(0, std)`, zero biases, from `seed` (GPT-2's initialisation).
+    pub fn normal_init(mut self, std: f32, seed: u64) -> Result<Self> {
+        self.qkv.normal_init(std, seed)?;
+        self.proj.normal_init(std, seed ^ 0x7f4a_7c15)?;
+        Ok(self)
+    }
+
     fn embed(&self) -> usize {
         self.qkv.weight.value().shape()[1]
+    }
+
+    fn dtype(&self) -> DType {
+        self.qkv.weight.value().dtype()
+    }
+
+    /// The dtype the attention kernels run in: the layer's, or bf16 for an f32 layer.
+    fn attention_dtype(&self) -> DType {
+        match self.dtype() {
+            DType::F32 => DType::BF16,
+            d => d,
+        }
     }
 
     fn forward_parts(&self, x: &Tensor) -> Result<(Tensor, Kept)> {
@@ -72,13 +95,14 @@ impl MultiHeadAttention {
         let (b, s, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let x2 = x.reshape(&[b * s, e])?;
         let qkv = linear(&x2, self.qkv.weight.value(), self.qkv.bias_value(), Activation::None)?;
-        let qkv = qkv.reshape(&[b, s, hq + 2 * hkv, d])?.to_dtype(ATTENTION_DTYPE)?;
+        let qkv = to_dtype_if(qkv.reshape(&[b, s, hq + 2 * hkv, d])?, self.attention_dtype())?;
         let (q, k, v) =
             (to_heads(&qkv, (0, hq))?, to_heads(&qkv, (hq, hkv))?, to_heads(&qkv, (hq + hkv, hkv))?);
         let (out, lse) = attention(&q, &k, &v, self.params)?;
-        let mut merged = x.context().full_as(&[b, s, hq, d], 0.0, ATTENTION_DTYPE)?;
+        // Every head of `merged` and `dqkv` is written by `from_heads`.
+        let mut merged = Tensor::uninit_as(x.context(), &[b, s, hq, d], out.dtype(), "MultiHeadAttention")?;
         from_heads(&out, &mut merged, 0)?;
-        let merged = merged.to_dtype(DType::F32)?.reshape(&[b * s, hq * d])?;
+        let merged = to_dtype_if(merged, self.dtype())?.reshape(&[b * s, hq * d])?;
         let y = linear(&merged, self.proj.weight.value(), self.proj.bias_value(), Activation::None)?;
         Ok((y.reshape(&[b, s, e])?, Kept { x: x2, q, k, v, out, lse, merged }))
     }
@@ -88,25 +112,33 @@ impl MultiHeadAttention {
         let (b, s, e) = (dy.shape()[0], dy.shape()[1], dy.shape()[2]);
         let ctx = dy.context();
         let dy2 = dy.reshape(&[b * s, e])?;
-        let ones = ctx.full(&[1, b * s], 1.0)?;
         let dwo = Gemm::new(&dy2, &kept.merged).transpose_a(true).run()?;
-        let dbo = ones.matmul(&dy2)?;
+        let dbo = bias_grad(&dy2)?;
         let dmerged = dy2.matmul(self.proj.weight.value())?;
-        let dmerged = dmerged.reshape(&[b, s, hq, d])?.to_dtype(ATTENTION_DTYPE)?;
+        let dmerged = to_dtype_if(dmerged.reshape(&[b, s, hq, d])?, self.attention_dtype())?;
         let dout = to_heads(&dmerged, (0, hq))?;
         let (dq, dk, dv) =
             attention_backward(&dout, &kept.q, &kept.k, &kept.v, &kept.out, &kept.lse, self.params)?;
-        let mut dqkv = ctx.full_as(&[b, s, hq + 2 * hkv, d], 0.0, ATTENTION_DTYPE)?;
+        let mut dqkv = Tensor::uninit_as(ctx, &[b, s, hq + 2 * hkv, d], dq.dtype(), "MultiHeadAttention")?;
         from_heads(&dq, &mut dqkv, 0)?;
         from_heads(&dk, &mut dqkv, hq)?;
         from_heads(&dv, &mut dqkv, hq + hkv)?;
-        let dqkv = dqkv.to_dtype(DType::F32)?.reshape(&[b * s, (hq + 2 * hkv) * d])?;
+        let dqkv = to_dtype_if(dqkv, self.dtype())?.reshape(&[b * s, (hq + 2 * hkv) * d])?;
         let dw = Gemm::new(&dqkv, &kept.x).transpose_a(true).run()?;
-        let db = ones.matmul(&dqkv)?;
+        let db = bias_grad(&dqkv)?;
         let dx = dqkv.matmul(self.qkv.weight.value())?;
         self.proj.set_grads(dwo, Some(dbo))?;
         self.qkv.set_grads(dw, Some(db))?;
         dx.reshape(&[b, s, e])
+    }
+}
+
+/// `t` in `dtype`, converted only where it differs.
+fn to_dtype_if(t: Tensor, dtype: DType) -> Result<Tensor> {
+    if t.dtype() == dtype {
+        Ok(t)
+    } else {
+        t.to_dtype(dtype)
     }
 }
 
@@ -139,9 +171,10 @@ impl Layer for MultiHeadAttention {
     fn describe(&self) -> String {
         let (hq, hkv, d) = self.heads;
         format!(
-            "MultiHeadAttention({} → {hq}×{d} query, {hkv} kv heads{})",
+            "MultiHeadAttention({} → {hq}×{d} query, {hkv} kv heads{}{})",
             self.embed(),
-            if self.params.causal { ", causal" } else { "" }
+            if self.params.causal { ", causal" } else { "" },
+            if self.dtype() == DType::F32 { String::new() } else { format!(", {:?}", self.dtype()) }
         )
     }
 }

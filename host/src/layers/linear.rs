@@ -1,13 +1,18 @@
 //! [`Linear`]: `y = x·Wᵀ + b` on the fused GEMM.
-use super::{layer_error, saved, uniform_init, InLayer, Layer, Param, WeightBias};
+use super::{bias_grad, layer_error, saved, uniform_init, InLayer, Layer, Param, WeightBias};
 use crate::ops::matmul::{linear, Activation, Gemm};
 use crate::runtime::error::Result;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use crate::Context;
 
 /// Fully connected layer: input `[batch, in]`, weight `[out, in]`, bias `[out]`.
+///
+/// With an [`activation`](Linear::activation), `y = act(x·Wᵀ + b)` in one fused GEMM; backward
+/// then recomputes the pre-activation with one more GEMM instead of keeping it (a transformer's
+/// 4× MLP would otherwise keep its largest activation twice).
 pub struct Linear {
     weights: WeightBias,
+    activation: Activation,
     input: Option<Tensor>,
     training: bool,
 }
@@ -17,7 +22,27 @@ impl Linear {
     pub fn new(ctx: &Context, in_features: usize, out_features: usize, seed: u64) -> Result<Self> {
         let weight = uniform_init(ctx, &[out_features, in_features], in_features, seed)?;
         let bias = uniform_init(ctx, &[out_features], in_features, seed ^ 0x9e37_79b9)?;
-        Ok(Linear { weights: WeightBias::new(weight, Some(bias)), input: None, training: true })
+        Ok(Linear {
+            weights: WeightBias::new(weight, Some(bias)),
+            activation: Activation::None,
+            input: None,
+            training: true,
+        })
+    }
+    /// Apply `activation` in the GEMM's epilogue.
+    pub fn activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+    /// The parameters converted to `dtype` (a 16-bit layer takes and gives 16-bit tensors).
+    pub fn to_dtype(mut self, dtype: DType) -> Result<Self> {
+        self.weights.params_mut().into_iter().try_for_each(|p| p.convert(dtype))?;
+        Ok(self)
+    }
+    /// Weights from `N(0, std)` and a zero bias, from `seed` (GPT-2's initialisation).
+    pub fn normal_init(mut self, std: f32, seed: u64) -> Result<Self> {
+        self.weights.normal_init(std, seed)?;
+        Ok(self)
     }
     /// Without a bias term.
     pub fn without_bias(mut self) -> Self {
@@ -42,7 +67,7 @@ impl Layer for Linear {
         if x.rank() != 2 || x.shape()[1] != inputs {
             return Err(layer_error(self, x.shape(), format!("expects [batch, {inputs}]")));
         }
-        let y = linear(x, self.weights.weight.value(), self.weights.bias_value(), Activation::None)
+        let y = linear(x, self.weights.weight.value(), self.weights.bias_value(), self.activation)
             .in_layer(self)?;
         self.input = self.training.then(|| x.clone());
         Ok(y)
@@ -50,12 +75,15 @@ impl Layer for Linear {
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
         let x = saved(self.input.take(), self, dy)?;
         let grads = (|| {
-            let dw = Gemm::new(dy, &x).transpose_a(true).run()?;
-            let db = match self.weights.bias {
-                Some(_) => Some(dy.context().full(&[1, dy.shape()[0]], 1.0)?.matmul(dy)?),
-                None => None,
+            let (w, b) = (self.weights.weight.value(), self.weights.bias_value());
+            let dpre = match self.activation {
+                Activation::None => dy.clone(),
+                Activation::Relu => linear(&x, w, b, Activation::None)?.relu_backward(dy)?,
+                Activation::Gelu => linear(&x, w, b, Activation::None)?.gelu_backward(dy)?,
             };
-            Ok((dy.matmul(self.weights.weight.value())?, dw, db))
+            let dw = Gemm::new(&dpre, &x).transpose_a(true).run()?;
+            let db = b.map(|_| bias_grad(&dpre)).transpose()?;
+            Ok((dpre.matmul(w)?, dw, db))
         })();
         let (dx, dw, db) = grads.in_layer(self)?;
         self.weights.set_grads(dw, db)?;
@@ -70,6 +98,16 @@ impl Layer for Linear {
     }
     fn describe(&self) -> String {
         let (i, o) = self.sizes();
-        format!("Linear({i} → {o}{})", if self.weights.bias.is_some() { "" } else { ", no bias" })
+        let act = match self.activation {
+            Activation::None => "",
+            Activation::Relu => ", ReLU",
+            Activation::Gelu => ", GELU",
+        };
+        let bias = if self.weights.bias.is_some() { "" } else { ", no bias" };
+        let dtype = match self.weights.weight.value().dtype() {
+            DType::F32 => String::new(),
+            d => format!(", {d:?}"),
+        };
+        format!("Linear({i} → {o}{bias}{act}{dtype})")
     }
 }

@@ -23,22 +23,26 @@ mod activation;
 mod attention;
 mod conv;
 mod dropout;
+mod embedding;
 mod linear;
 mod norm;
 mod pool;
 mod sequential;
+mod transformer;
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
 pub use attention::MultiHeadAttention;
 pub use conv::Conv2d;
 pub use dropout::Dropout;
+pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::{BatchNorm2d, LayerNorm};
 pub use pool::{AvgPool2d, Flatten, MaxPool2d};
 pub use sequential::Sequential;
+pub use transformer::TransformerBlock;
 
 use crate::runtime::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use crate::Context;
 
 /// A trainable tensor and the gradient the last backward pass gave it.
@@ -63,6 +67,13 @@ impl Param {
     pub fn set_value(&mut self, value: Tensor) -> Result<()> {
         self.value.check_pair("Param::set_value", &value)?;
         self.value = value;
+        Ok(())
+    }
+    /// Replace the value by the same values in `dtype` (dropping the gradient): a layer built in
+    /// f32 becomes a 16-bit one.
+    pub(crate) fn convert(&mut self, dtype: DType) -> Result<()> {
+        self.value = self.value.to_dtype(dtype)?;
+        self.grad = None;
         Ok(())
     }
     pub(crate) fn set_grad(&mut self, grad: Tensor) {
@@ -93,21 +104,31 @@ pub trait Layer: Send {
 /// Errors of the ops inside a layer, named after the layer.
 pub(crate) trait InLayer<T> {
     fn in_layer(self, layer: &dyn Layer) -> Result<T>;
+    /// The same for a layer that is not a [`Layer`] (it takes token ids, say): `describe` names it.
+    fn in_described(self, describe: impl FnOnce() -> String) -> Result<T>;
 }
 
 impl<T> InLayer<T> for Result<T> {
     fn in_layer(self, layer: &dyn Layer) -> Result<T> {
+        self.in_described(|| layer.describe())
+    }
+    fn in_described(self, describe: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|e| match e {
             e @ Error::Layer { .. } => e,
-            e => Error::Layer { layer: layer.describe(), source: Box::new(e) },
+            e => Error::Layer { layer: describe(), source: Box::new(e) },
         })
     }
 }
 
 /// An argument error of `layer` itself (not of an op inside it).
 pub(crate) fn layer_error(layer: &dyn Layer, shape: &[usize], reason: impl Into<String>) -> Error {
+    described_error(layer.describe(), shape, reason)
+}
+
+/// An argument error of the layer that `describe` names.
+pub(crate) fn described_error(describe: String, shape: &[usize], reason: impl Into<String>) -> Error {
     Error::Layer {
-        layer: layer.describe(),
+        layer: describe,
         source: Box::new(Error::InvalidArgument {
             op: "forward",
             shape: shape.to_vec(),
@@ -159,11 +180,39 @@ impl WeightBias {
         }
         Ok(())
     }
+    /// GPT-2's initialisation: weight from `N(0, std)`, bias zero, in the weight's dtype.
+    pub fn normal_init(&mut self, std: f32, seed: u64) -> Result<()> {
+        let w = self.weight.value();
+        let (ctx, shape, dtype) = (w.context().clone(), w.shape().to_vec(), w.dtype());
+        self.weight.set_value(normal_init(&ctx, &shape, std, seed, dtype)?)?;
+        if let Some(b) = self.bias.as_mut() {
+            let v = b.value();
+            b.set_value(ctx.full_as(v.shape(), 0.0, v.dtype())?)?;
+        }
+        Ok(())
+    }
     pub fn params_mut(&mut self) -> Vec<&mut Param> {
         let mut p = vec![&mut self.weight];
         p.extend(self.bias.as_mut());
         p
     }
+}
+
+/// GPT-2's initialisation: normal with mean 0 and deviation `std`, in `dtype`.
+pub(crate) fn normal_init(
+    ctx: &Context,
+    shape: &[usize],
+    std: f32,
+    seed: u64,
+    dtype: DType,
+) -> Result<Tensor> {
+    ctx.randn(shape, seed)?.mul_scalar(std)?.to_dtype(dtype)
+}
+
+/// The gradient of a bias added to every row of `dy` `[rows, features]`: its column sums.
+pub(crate) fn bias_grad(dy: &Tensor) -> Result<Tensor> {
+    let rows = dy.shape()[0];
+    dy.context().full_as(&[1, rows], 1.0, dy.dtype())?.matmul(dy)
 }
 
 /// PyTorch's default initialisation of weights and biases: uniform in ±1/√fan_in.

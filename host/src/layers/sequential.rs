@@ -1,6 +1,6 @@
 //! [`Sequential`]: layers applied in order, trained with any [`Optimizer`].
 use super::{Layer, Param};
-use crate::ops::optim::Optimizer;
+use crate::ops::optim::{clip_grad_norm, GradNorm, Optimizer};
 use crate::runtime::error::{Error, Result};
 use crate::tensor::Tensor;
 use std::fmt;
@@ -41,6 +41,19 @@ impl Sequential {
     /// One optimizer step (one fused launch) over every parameter, from the last backward's
     /// gradients.
     pub fn step(&mut self, optimizer: &mut impl Optimizer) -> Result<()> {
+        let (mut values, grads) = self.values_and_grads()?;
+        optimizer.update(&mut values, &grads)
+    }
+    /// [`Sequential::step`] with the gradients clipped to a global norm of `max_norm` inside the
+    /// step ([`clip_grad_norm`] then [`Optimizer::step_clipped`]); returns the norm (on the device).
+    pub fn step_clipped(&mut self, optimizer: &mut impl Optimizer, max_norm: f32) -> Result<GradNorm> {
+        let (mut values, grads) = self.values_and_grads()?;
+        let norm = clip_grad_norm(&grads, max_norm)?;
+        optimizer.update_clipped(&mut values, &grads, Some(&norm))?;
+        Ok(norm)
+    }
+    /// Every parameter's value and gradient (an error naming the first without one).
+    fn values_and_grads(&mut self) -> Result<(Vec<&mut Tensor>, Vec<&Tensor>)> {
         let mut values = Vec::new();
         let mut grads = Vec::new();
         for (i, param) in self.params_mut().into_iter().enumerate() {
@@ -54,7 +67,7 @@ impl Sequential {
             values.push(value);
             grads.push(grad);
         }
-        optimizer.update(&mut values, &grads)
+        Ok((values, grads))
     }
 }
 

@@ -13,6 +13,7 @@ pub mod optim;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+mod rows;
 
 /// Elements per rayon task on the CPU backend; also the fixed chunking that keeps CPU reductions
 /// deterministic.

@@ -2,6 +2,7 @@
 //! norm; the elementwise losses (MSE, binary cross-entropy), dropout, and batch norm over
 //! channels; forward and backward. Kernels: `gpu-kernels/src/nn/`.
 use super::random::philox;
+use super::rows::{ColumnPlan, RowPlan};
 use super::CPU_CHUNK;
 use crate::kernels;
 use crate::runtime::context::{Backend, Context};
@@ -11,32 +12,100 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_FUSED,
-    CE_GRADIENT, CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_STATS, CE_UNROLL, ELEMENTWISE_BLOCK,
-    LOSS_BLOCK, NN_ROW_BLOCK,
+    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_MIN_SEGMENT,
+    CE_NARROW_BLOCK, CE_NARROW_COLS, CE_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, ROW_APPLY, ROW_PARTIAL,
+    ROW_WHOLE,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
 
-/// `(rows, cols)` of a tensor viewed as rows of its last axis; rank ≥ 1, f32.
-fn rows_cols(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
-    x.require_f32(op)?;
+/// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk, mode.
+type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+/// Their backward passes: y, dy, dx, partials, rows, cols, team, chunk, mode.
+type SoftmaxBwdArgs<T> =
+    (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+/// Layer norm: x, γ, β, y, mean, rstd, partials, rows, cols, team, chunk, mode, eps.
+type LayerNormArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtrMut<T>,
+    DevPtrMut<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    u32,
+    f32,
+);
+/// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk, mode.
+type LayerNormDxArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<T>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    u32,
+);
+/// Layer norm's dγ, dβ per row group: x, dy, mean, rstd, partials, dγ, dβ, rows, cols, c_lanes,
+/// rows per group.
+type LayerNormParamsArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<T>,
+    DevPtrMut<T>,
+    usize,
+    usize,
+    usize,
+    usize,
+);
+/// The final pass of a column sum: partials, groups, cols, stride, c_lanes, out.
+pub(crate) type ColumnPartialsArgs<T> = (DevPtr<f32>, usize, usize, usize, usize, DevPtrMut<T>);
+/// Dropout: x, y, n, seed, p, scale.
+type DropoutArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, u64, f32, f32);
+
+macro_rules! by_dtype {
+    ($f32:ident, $f16:ident, $bf16:ident) => {
+        ByDType { f32: kernels::$f32, f16: kernels::$f16, bf16: kernels::$bf16 }
+    };
+}
+
+const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
+    by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
+const LOG_SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
+    by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16);
+const SOFTMAX_BWD: ByDType<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> =
+    by_dtype!(softmax_bwd_f32, softmax_bwd_f16, softmax_bwd_bf16);
+const LOG_SOFTMAX_BWD: ByDType<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> =
+    by_dtype!(log_softmax_bwd_f32, log_softmax_bwd_f16, log_softmax_bwd_bf16);
+const LAYERNORM_FWD: ByDType<LayerNormArgs<f32>, LayerNormArgs<u16>> =
+    by_dtype!(layernorm_fwd_f32, layernorm_fwd_f16, layernorm_fwd_bf16);
+const LAYERNORM_DX: ByDType<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> =
+    by_dtype!(layernorm_bwd_dx_f32, layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16);
+const LAYERNORM_PARAMS: ByDType<LayerNormParamsArgs<f32>, LayerNormParamsArgs<u16>> =
+    by_dtype!(layernorm_bwd_params_f32, layernorm_bwd_params_f16, layernorm_bwd_params_bf16);
+const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
+    by_dtype!(layernorm_params_sum_f32, layernorm_params_sum_f16, layernorm_params_sum_bf16);
+const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> =
+    by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
+
+/// `(rows, cols)` of a tensor of any dtype viewed as rows of its last axis; rank ≥ 1.
+fn rows_cols_any(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
     match x.shape().split_last() {
         Some((&cols, lead)) => Ok((lead.iter().product(), cols)),
         None => Err(Error::InvalidArgument { op, shape: vec![], reason: "needs rank ≥ 1".into() }),
     }
-}
-
-/// One block of `NN_ROW_BLOCK` threads per row.
-fn per_row(op: &'static str, shape: &[usize], rows: usize) -> Result<LaunchConfig> {
-    if rows > i32::MAX as usize {
-        return Err(Error::InvalidArgument {
-            op,
-            shape: shape.to_vec(),
-            reason: "more than 2^31-1 rows".into(),
-        });
-    }
-    Ok(LaunchConfig { grid: (rows as u32, 1, 1), block: (NN_ROW_BLOCK as u32, 1, 1), shared_bytes: 0 })
 }
 
 /// The CPU twin's row map: `f(row) -> output row`, in parallel.
@@ -58,30 +127,49 @@ fn max_and_log_sum_exp(row: &[f32]) -> (f64, f64) {
 
 fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
     let op = if log { "log_softmax" } else { "softmax" };
-    let (rows, cols) = rows_cols(op, x)?;
+    let (rows, cols) = rows_cols_any(op, x)?;
+    let dtype = x.dtype();
     match x.storage() {
-        Storage::Cpu(v) => Ok(Tensor::from_cpu(
+        Storage::Cpu(v) => Ok(Tensor::from_cpu_as(
             x.context(),
             x.shape(),
+            dtype,
             cpu_rows(v, cols, |_, row, out| {
                 let (m, lse) = max_and_log_sum_exp(row);
                 for (o, &e) in out.iter_mut().zip(row) {
                     let l = e as f64 - m - lse;
-                    *o = if log { l as f32 } else { l.exp() as f32 };
+                    *o = dtype.round(if log { l } else { l.exp() });
                 }
             }),
         )),
         Storage::Cuda(_) => {
-            let out = Tensor::uninit(x.context(), x.shape(), op)?;
+            let out = Tensor::uninit_as(x.context(), x.shape(), dtype, op)?;
             if out.is_empty() {
                 return Ok(out);
             }
             let stream = x.context().stream(op)?;
-            let kernel = if log { kernels::log_softmax_f32 } else { kernels::softmax_f32 };
-            let cfg = per_row(op, x.shape(), rows)?;
-            // SAFETY: `<log_>softmax_f32(x, out, cols)`: both hold rows·cols floats, one block of
-            // NN_ROW_BLOCK threads per row.
-            unsafe { kernel.launch(stream, cfg, (x.ptr(), out.ptr_mut(), cols))? };
+            let plan = RowPlan::new(op, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
+            let table = if log { LOG_SOFTMAX } else { SOFTMAX };
+            plan.run(op, stream, 2, |l, partials| {
+                let at = l.row0 * cols;
+                launch_by_dtype!(table, dtype, |k| {
+                    let args = (
+                        x.ptr().offset(at),
+                        out.ptr_mut().offset(at),
+                        partials,
+                        l.rows,
+                        cols,
+                        l.team,
+                        l.chunk,
+                        l.mode,
+                    );
+                    // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
+                    // kernel's type, of which this launch's row group starts at `at`; partials
+                    // holds the plan's statistics per group (or is null and unread: mode
+                    // ROW_WHOLE); the launch shape is RowPlan's (team, chunk, grid).
+                    unsafe { k.launch(stream, l.cfg, args) }
+                })
+            })?;
             Ok(out)
         }
     }
@@ -90,11 +178,13 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
 fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
     let op = if log { "log_softmax_backward" } else { "softmax_backward" };
     y.check_pair(op, dy)?;
-    let (rows, cols) = rows_cols(op, y)?;
+    let (rows, cols) = rows_cols_any(op, y)?;
+    let dtype = y.dtype();
     match (y.storage(), dy.storage()) {
-        (Storage::Cpu(yv), Storage::Cpu(gv)) => Ok(Tensor::from_cpu(
+        (Storage::Cpu(yv), Storage::Cpu(gv)) => Ok(Tensor::from_cpu_as(
             y.context(),
             y.shape(),
+            dtype,
             cpu_rows(yv, cols, |r, yr, out| {
                 let gr = &gv[r * cols..(r + 1) * cols];
                 let total: f64 = if log {
@@ -104,21 +194,30 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                 };
                 for ((o, &p), &g) in out.iter_mut().zip(yr).zip(gr) {
                     let (p, g) = (p as f64, g as f64);
-                    *o = if log { g - p.exp() * total } else { p * (g - total) } as f32;
+                    *o = dtype.round(if log { g - p.exp() * total } else { p * (g - total) });
                 }
             }),
         )),
         _ => {
-            let dx = Tensor::uninit(y.context(), y.shape(), op)?;
+            let dx = Tensor::uninit_as(y.context(), y.shape(), dtype, op)?;
             if dx.is_empty() {
                 return Ok(dx);
             }
             let stream = y.context().stream(op)?;
-            let kernel = if log { kernels::log_softmax_bwd_f32 } else { kernels::softmax_bwd_f32 };
-            let cfg = per_row(op, y.shape(), rows)?;
-            // SAFETY: `<log_>softmax_bwd_f32(y, dy, dx, cols)`: three buffers of rows·cols floats
-            // (shapes checked equal), one block per row.
-            unsafe { kernel.launch(stream, cfg, (y.ptr(), dy.ptr(), dx.ptr_mut(), cols))? };
+            let plan =
+                RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
+            let table = if log { LOG_SOFTMAX_BWD } else { SOFTMAX_BWD };
+            plan.run(op, stream, 1, |l, partials| {
+                let at = l.row0 * cols;
+                launch_by_dtype!(table, dtype, |k| {
+                    let (y, dy, dx) = (y.ptr().offset(at), dy.ptr().offset(at), dx.ptr_mut().offset(at));
+                    let args = (y, dy, dx, partials, l.rows, cols, l.team, l.chunk, l.mode);
+                    // SAFETY: `<log_>softmax_bwd_<dtype>`: y, dy, dx hold rows·cols values of the
+                    // kernel's type (shapes and dtypes checked equal), this group from `at`;
+                    // partials and the launch shape as in the forward pass.
+                    unsafe { k.launch(stream, l.cfg, args) }
+                })
+            })?;
             Ok(dx)
         }
     }
@@ -246,10 +345,7 @@ impl Labels {
 
 /// `(rows, classes)` of cross-entropy logits (rank ≥ 1, f32, f16 or bf16), at least one row.
 fn ce_rows_cols(op: &'static str, logits: &Tensor) -> Result<(usize, usize)> {
-    let Some((&cols, lead)) = logits.shape().split_last() else {
-        return Err(Error::InvalidArgument { op, shape: vec![], reason: "needs rank ≥ 1".into() });
-    };
-    let rows: usize = lead.iter().product();
+    let (rows, cols) = rows_cols_any(op, logits)?;
     if rows == 0 || cols == 0 {
         let reason = if rows == 0 { "no rows" } else { "no classes" };
         return Err(Error::InvalidArgument { op, shape: logits.shape().to_vec(), reason: reason.into() });
@@ -432,7 +528,7 @@ fn cross_entropy_cuda(
         let cached = cache + 1024 <= info.max_shared_per_block_optin;
         let cfg = cfg(if cached { cache } else { 0 });
         // SAFETY: `cross_entropy_*(logits, labels, partials, loss, grad, cols, seg_len,
-        // segments, scale, CE_FUSED, cached)`: one block per row (segments = 1, seg_len ≥
+        // segments, scale, ROW_WHOLE, cached)`: one block per row (segments = 1, seg_len ≥
         // cols), logits and grad rows·cols elements (grad may be the logits: a block reads its
         // row before the barrier that precedes its first write, and the gradient pass reads each
         // vector in the thread that then writes it), labels and loss `rows` u32 / f32, each
@@ -448,7 +544,7 @@ fn cross_entropy_cuda(
                 seg_len,
                 1,
                 scale,
-                CE_FUSED,
+                ROW_WHOLE,
                 cached as u32,
             );
             k.launch(stream, cfg, args)?
@@ -456,7 +552,7 @@ fn cross_entropy_cuda(
         return Ok((losses.mean()?, grad));
     }
     let partials = stream.device.pool.alloc(stream, blocks * 2 * 4, op)?;
-    for phase in [CE_STATS, CE_GRADIENT] {
+    for phase in [ROW_PARTIAL, ROW_APPLY] {
         // SAFETY: as the fused launch, one block per (row, segment) of seg_len elements: the
         // stats phase writes two floats per block to `partials` (blocks·2 floats) and reads the
         // logits only; the gradient phase, after it on this stream, reads its row's partials and
@@ -501,7 +597,8 @@ fn check_param(op: &'static str, x: &Tensor, p: Option<&Tensor>, cols: usize) ->
 }
 
 /// Layer norm over the last axis: `(x - mean)/√(var + eps) · γ + β` (γ, β of shape `[cols]`,
-/// optional). Returns the output and what the backward pass needs.
+/// optional, in x's dtype). f32, f16 and bf16 (computed in f32, y rounded once); the saved mean
+/// and rstd are f32. Returns the output and what the backward pass needs.
 pub fn layer_norm(
     x: &Tensor,
     gamma: Option<&Tensor>,
@@ -509,7 +606,7 @@ pub fn layer_norm(
     eps: f32,
 ) -> Result<(Tensor, LayerNormSaved)> {
     const OP: &str = "layer_norm";
-    let (rows, cols) = rows_cols(OP, x)?;
+    let (rows, cols) = rows_cols_any(OP, x)?;
     check_param(OP, x, gamma, cols)?;
     check_param(OP, x, beta, cols)?;
     if cols == 0 {
@@ -519,6 +616,7 @@ pub fn layer_norm(
             reason: "empty rows".into(),
         });
     }
+    let dtype = x.dtype();
     match x.storage() {
         Storage::Cpu(v) => {
             let (g, b) = (gamma.map(Tensor::to_vec).transpose()?, beta.map(Tensor::to_vec).transpose()?);
@@ -535,34 +633,55 @@ pub fn layer_norm(
                 for (i, (o, &e)) in out.iter_mut().zip(row).enumerate() {
                     let w = g.as_ref().map_or(1.0, |g| g[i] as f64);
                     let c = b.as_ref().map_or(0.0, |b| b[i] as f64);
-                    *o = ((e as f64 - mean) * rstd * w + c) as f32;
+                    *o = dtype.round((e as f64 - mean) * rstd * w + c);
                 }
             });
             let ctx = x.context();
             let mean = Tensor::from_cpu(ctx, &[rows], stats.iter().map(|s| s.0 as f32).collect());
             let rstd = Tensor::from_cpu(ctx, &[rows], stats.iter().map(|s| s.1 as f32).collect());
-            Ok((Tensor::from_cpu(ctx, x.shape(), y), LayerNormSaved { mean, rstd }))
+            Ok((Tensor::from_cpu_as(ctx, x.shape(), dtype, y), LayerNormSaved { mean, rstd }))
         }
         Storage::Cuda(_) => {
             let ctx = x.context();
-            let y = Tensor::uninit(ctx, x.shape(), OP)?;
+            let y = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
             if rows > 0 {
                 let stream = ctx.stream(OP)?;
-                // SAFETY: `layernorm_fwd_f32(x, gamma, beta, y, mean, rstd, cols, eps)`: x and y
-                // hold rows·cols floats, gamma/beta cols floats or null, mean/rstd rows floats;
-                // one block per row.
-                let cfg = per_row(OP, x.shape(), rows)?;
-                let (gamma, beta) = (Tensor::ptr_or_null(gamma), Tensor::ptr_or_null(beta));
-                let args = (x.ptr(), gamma, beta, y.ptr_mut(), mean.ptr_mut(), rstd.ptr_mut(), cols, eps);
-                unsafe { kernels::layernorm_fwd_f32.launch(stream, cfg, args)? };
+                let plan =
+                    RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
+                plan.run(OP, stream, 3, |l, partials| {
+                    let at = l.row0 * cols;
+                    launch_by_dtype!(LAYERNORM_FWD, dtype, |k| {
+                        let args = (
+                            x.ptr().offset(at),
+                            Tensor::ptr_or_null(gamma),
+                            Tensor::ptr_or_null(beta),
+                            y.ptr_mut().offset(at),
+                            mean.ptr_mut().offset(l.row0),
+                            rstd.ptr_mut().offset(l.row0),
+                            partials,
+                            l.rows,
+                            cols,
+                            l.team,
+                            l.chunk,
+                            l.mode,
+                            eps,
+                        );
+                        // SAFETY: `layernorm_fwd_<dtype>`: x and y hold rows·cols values of the
+                        // kernel's type (this group from `at`), gamma/beta cols values of it (same
+                        // dtype, checked) or null, mean/rstd rows floats (from row0); partials
+                        // and the launch shape are RowPlan's.
+                        unsafe { k.launch(stream, l.cfg, args) }
+                    })
+                })?;
             }
             Ok((y, LayerNormSaved { mean, rstd }))
         }
     }
 }
 
-/// Gradients of [`layer_norm`]: `(dx, dγ, dβ)`; `dγ`/`dβ` are computed for shape `[cols]` whether
+/// Gradients of [`layer_norm`]: `(dx, dγ, dβ)` (dx in x's dtype, dγ/dβ in γ's, which is x's,
+/// summed over rows in f32 in a fixed order); `dγ`/`dβ` are computed for shape `[cols]` whether
 /// or not the forward pass had them.
 pub fn layer_norm_backward(
     x: &Tensor,
@@ -571,15 +690,19 @@ pub fn layer_norm_backward(
     saved: &LayerNormSaved,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     const OP: &str = "layer_norm_backward";
-    let (rows, cols) = rows_cols(OP, x)?;
+    let (rows, cols) = rows_cols_any(OP, x)?;
     x.check_pair(OP, dy)?;
     check_param(OP, x, gamma, cols)?;
     for s in [&saved.mean, &saved.rstd] {
-        x.check_peer(OP, s)?;
+        if !x.context().same_queue(s.context()) {
+            return Err(x.context().mismatch(OP, s.context()));
+        }
+        s.require_f32(OP)?;
         if s.shape() != [rows] {
             return Err(Error::ShapeMismatch { op: OP, lhs: s.shape().to_vec(), rhs: vec![rows] });
         }
     }
+    let dtype = x.dtype();
     match x.storage() {
         Storage::Cpu(v) => {
             let (g, gv, mean, rstd) = (
@@ -597,7 +720,7 @@ pub fn layer_norm_backward(
                 let mean_g = gs.iter().sum::<f64>() / cols as f64;
                 let mean_gx = gs.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / cols as f64;
                 for (i, o) in out.iter_mut().enumerate() {
-                    *o = (rs * (gs[i] - mean_g - xhat[i] * mean_gx)) as f32;
+                    *o = dtype.round(rs * (gs[i] - mean_g - xhat[i] * mean_gx));
                 }
             });
             let (mut dgamma, mut dbeta) = (vec![0.0f64; cols], vec![0.0f64; cols]);
@@ -609,33 +732,93 @@ pub fn layer_norm_backward(
                 }
             }
             let ctx = x.context();
-            let to32 = |v: Vec<f64>| v.into_iter().map(|e| e as f32).collect();
+            let round = |v: Vec<f64>| v.into_iter().map(|e| dtype.round(e)).collect();
             Ok((
-                Tensor::from_cpu(ctx, x.shape(), dx),
-                Tensor::from_cpu(ctx, &[cols], to32(dgamma)),
-                Tensor::from_cpu(ctx, &[cols], to32(dbeta)),
+                Tensor::from_cpu_as(ctx, x.shape(), dtype, dx),
+                Tensor::from_cpu_as(ctx, &[cols], dtype, round(dgamma)),
+                Tensor::from_cpu_as(ctx, &[cols], dtype, round(dbeta)),
             ))
         }
         Storage::Cuda(_) => {
             let ctx = x.context();
-            let dx = Tensor::uninit(ctx, x.shape(), OP)?;
-            let (dgamma, dbeta) = (Tensor::uninit(ctx, &[cols], OP)?, Tensor::uninit(ctx, &[cols], OP)?);
-            if cols > 0 {
-                let stream = ctx.stream(OP)?;
-                let (mean, rstd) = (saved.mean.ptr(), saved.rstd.ptr());
-                if rows > 0 {
-                    // SAFETY: `layernorm_bwd_dx_f32(x, gamma, dy, mean, rstd, dx, cols)`: x, dy, dx
-                    // hold rows·cols floats, gamma cols or null, mean/rstd rows; one block per row.
-                    let cfg = per_row(OP, x.shape(), rows)?;
-                    let args =
-                        (x.ptr(), Tensor::ptr_or_null(gamma), dy.ptr(), mean, rstd, dx.ptr_mut(), cols);
-                    unsafe { kernels::layernorm_bwd_dx_f32.launch(stream, cfg, args)? };
+            let dx = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
+            let (dgamma, dbeta) =
+                (Tensor::uninit_as(ctx, &[cols], dtype, OP)?, Tensor::uninit_as(ctx, &[cols], dtype, OP)?);
+            if cols == 0 {
+                return Ok((dx, dgamma, dbeta));
+            }
+            let stream = ctx.stream(OP)?;
+            let info = &stream.device.info;
+            let (mean, rstd) = (saved.mean.ptr(), saved.rstd.ptr());
+            if rows > 0 {
+                let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?;
+                plan.run(OP, stream, 2, |l, partials| {
+                    let at = l.row0 * cols;
+                    launch_by_dtype!(LAYERNORM_DX, dtype, |k| {
+                        let args = (
+                            x.ptr().offset(at),
+                            Tensor::ptr_or_null(gamma),
+                            dy.ptr().offset(at),
+                            mean.offset(l.row0),
+                            rstd.offset(l.row0),
+                            dx.ptr_mut().offset(at),
+                            partials,
+                            l.rows,
+                            cols,
+                            l.team,
+                            l.chunk,
+                            l.mode,
+                        );
+                        // SAFETY: `layernorm_bwd_dx_<dtype>`: x, dy, dx hold rows·cols values of
+                        // the kernel's type (this group from `at`), gamma cols or null,
+                        // mean/rstd rows floats (from row0); partials and launch shape RowPlan's.
+                        unsafe { k.launch(stream, l.cfg, args) }
+                    })
+                })?;
+            }
+            let plan = ColumnPlan::new(OP, x.shape(), rows, cols, info)?;
+            let partials = if plan.groups > 1 {
+                Some(stream.device.pool.alloc(stream, plan.groups * 2 * cols * 4, OP)?)
+            } else {
+                None
+            };
+            let p = partials.as_ref().map_or(DevPtrMut::new(0), |p| p.dev_ptr_mut());
+            launch_by_dtype!(LAYERNORM_PARAMS, dtype, |k| {
+                let args = (
+                    x.ptr(),
+                    dy.ptr(),
+                    mean,
+                    rstd,
+                    p,
+                    dgamma.ptr_mut(),
+                    dbeta.ptr_mut(),
+                    rows,
+                    cols,
+                    plan.c_lanes,
+                    plan.rows_per_group,
+                );
+                // SAFETY: `layernorm_bwd_params_<dtype>`: x, dy hold rows·cols values, mean/rstd
+                // rows floats, dgamma/dbeta cols values; with more than one row group, partials
+                // holds 2·cols floats per group (else null, unread); ColumnPlan's grid.
+                unsafe { k.launch(stream, plan.cfg, args) }
+            })?;
+            if let Some(partials) = &partials {
+                for (out, first) in [(&dgamma, 0), (&dbeta, cols)] {
+                    launch_by_dtype!(LAYERNORM_PARAMS_SUM, dtype, |k| {
+                        let args = (
+                            partials.dev_ptr::<f32>().offset(first),
+                            plan.groups,
+                            cols,
+                            2 * cols,
+                            plan.c_lanes,
+                            out.ptr_mut(),
+                        );
+                        // SAFETY: `layernorm_params_sum_<dtype>`: partials holds `groups` rows of
+                        // 2·cols floats (written by the launch before, on this stream), read
+                        // from `first` < 2·cols; out holds cols values; one group of the plan.
+                        unsafe { k.launch(stream, plan.final_pass(), args) }
+                    })?;
                 }
-                // SAFETY: `layernorm_bwd_params_f32(x, dy, mean, rstd, dgamma, dbeta, rows, cols)`:
-                // one thread per column (threads past `cols` return), buffers as above.
-                let cfg = LaunchConfig::covering(cols, NN_ROW_BLOCK);
-                let args = (x.ptr(), dy.ptr(), mean, rstd, dgamma.ptr_mut(), dbeta.ptr_mut(), rows, cols);
-                unsafe { kernels::layernorm_bwd_params_f32.launch(stream, cfg, args)? };
             }
             Ok((dx, dgamma, dbeta))
         }
@@ -739,7 +922,6 @@ pub fn binary_cross_entropy_with_logits(logits: &Tensor, target: &Tensor) -> Res
 }
 
 fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
-    x.require_f32(op)?;
     if !(0.0..1.0).contains(&p) {
         return Err(Error::InvalidArgument {
             op,
@@ -747,7 +929,7 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
             reason: format!("drop probability {p} outside [0, 1)"),
         });
     }
-    let scale = 1.0 / (1.0 - p);
+    let (scale, dtype) = (1.0 / (1.0 - p), x.dtype());
     match x.storage() {
         Storage::Cpu(v) => {
             let mut out = vec![0.0f32; v.len()];
@@ -755,23 +937,23 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
                 |(group, (o, x))| {
                     let u = philox::uniform4(seed, group as u64);
                     for (k, (o, &x)) in o.iter_mut().zip(x).enumerate() {
-                        *o = x * if u[k] >= p { scale } else { 0.0 };
+                        *o = dtype.round((x * if u[k] >= p { scale } else { 0.0 }) as f64);
                     }
                 },
             );
-            Ok(Tensor::from_cpu(x.context(), x.shape(), out))
+            Ok(Tensor::from_cpu_as(x.context(), x.shape(), dtype, out))
         }
         Storage::Cuda(_) => {
-            let out = Tensor::uninit(x.context(), x.shape(), op)?;
+            let out = Tensor::uninit_as(x.context(), x.shape(), dtype, op)?;
             let n = out.len();
             if n > 0 {
                 let stream = x.context().stream(op)?;
-                let cfg = LaunchConfig::covering(n.div_ceil(4), ELEMENTWISE_BLOCK);
-                // SAFETY: `dropout_f32(x, y, n, seed, p, scale)`: x and y hold n floats (16-byte
-                // aligned); any grid.
-                unsafe {
-                    kernels::dropout_f32.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seed, p, scale))?
-                };
+                let cfg = LaunchConfig::covering(n.div_ceil(8), ELEMENTWISE_BLOCK);
+                launch_by_dtype!(DROPOUT, dtype, |k| {
+                    // SAFETY: `dropout_<dtype>(x, y, n, seed, p, scale)`: x and y hold n values of
+                    // the kernel's type (16-byte aligned); any grid.
+                    unsafe { k.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seed, p, scale)) }
+                })?;
             }
             Ok(out)
         }

@@ -4,20 +4,34 @@
 //! Deterministic on both backends: the GPU's combine order depends only on the size and the
 //! device; the CPU folds fixed chunks in f64 and combines them in order. Sum of nothing is 0 and
 //! mean of nothing NaN (as in PyTorch); max and min of nothing are errors.
+use super::nn::ColumnPartialsArgs;
+use super::rows::{ColumnPlan, RowPlan};
 use super::CPU_CHUNK;
 use crate::kernels;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
+use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
-
-type AllArgs = (DevPtr<f32>, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<f32>, f32);
-type RowsArgs = (DevPtr<f32>, usize, usize, DevPtrMut<f32>, f32);
-use crate::shapes::{REDUCE_ALL_BLOCK, REDUCE_ROWS_BLOCK};
-use crate::tensor::{Storage, Tensor};
+use crate::shapes::{REDUCE_ALL_BLOCK, ROW_APPLY};
+use crate::tensor::{DType, Storage, Tensor};
 use rayon::prelude::*;
 
-/// Rows at least this long get a whole block each; shorter ones a warp each.
-const BLOCK_PER_ROW_MIN_COLS: usize = 1024;
+/// x, n, partials, counter, out, scale.
+type AllArgs<T> = (DevPtr<T>, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<T>, f32);
+/// x, partials, out, rows, cols, team, chunk, mode, scale.
+type RowsArgs<T> = (DevPtr<T>, DevPtrMut<f32>, DevPtrMut<T>, usize, usize, usize, usize, u32, f32);
+/// x, rows, cols, c_lanes, rows per group, partials, out.
+type LeadingArgs<T> = (DevPtr<T>, usize, usize, usize, usize, DevPtrMut<f32>, DevPtrMut<T>);
+
+macro_rules! by_dtype {
+    ($f32:ident, $f16:ident, $bf16:ident) => {
+        ByDType { f32: kernels::$f32, f16: kernels::$f16, bf16: kernels::$bf16 }
+    };
+}
+
+const SUM_LEADING: ByDType<LeadingArgs<f32>, LeadingArgs<u16>> =
+    by_dtype!(sum_leading_f32, sum_leading_f16, sum_leading_bf16);
+const SUM_PARTIALS: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
+    by_dtype!(sum_partials_f32, sum_partials_f16, sum_partials_bf16);
 
 #[derive(Clone, Copy, Debug)]
 enum Reduce {
@@ -41,21 +55,21 @@ impl Reduce {
         }
     }
 
-    /// The whole-tensor kernel's combine; mean runs as a sum that is scaled at the end.
-    fn all_kernel(self) -> Kernel<AllArgs> {
+    /// The whole-tensor kernels of this combine; mean runs as a sum that is scaled at the end.
+    fn all_kernels(self) -> ByDType<AllArgs<f32>, AllArgs<u16>> {
         match self {
-            Reduce::Sum | Reduce::Mean => kernels::sum_all_f32,
-            Reduce::Max => kernels::max_all_f32,
-            Reduce::Min => kernels::min_all_f32,
+            Reduce::Sum | Reduce::Mean => by_dtype!(sum_all_f32, sum_all_f16, sum_all_bf16),
+            Reduce::Max => by_dtype!(max_all_f32, max_all_f16, max_all_bf16),
+            Reduce::Min => by_dtype!(min_all_f32, min_all_f16, min_all_bf16),
         }
     }
 
-    /// The row kernel's combine.
-    fn rows_kernel(self) -> Kernel<RowsArgs> {
+    /// The row kernels of this combine.
+    fn rows_kernels(self) -> ByDType<RowsArgs<f32>, RowsArgs<u16>> {
         match self {
-            Reduce::Sum | Reduce::Mean => kernels::sum_rows_f32,
-            Reduce::Max => kernels::max_rows_f32,
-            Reduce::Min => kernels::min_rows_f32,
+            Reduce::Sum | Reduce::Mean => by_dtype!(sum_rows_f32, sum_rows_f16, sum_rows_bf16),
+            Reduce::Max => by_dtype!(max_rows_f32, max_rows_f16, max_rows_bf16),
+            Reduce::Min => by_dtype!(min_rows_f32, min_rows_f16, min_rows_bf16),
         }
     }
 
@@ -79,14 +93,14 @@ impl Reduce {
         }
     }
 
-    /// The CPU twin: f64 accumulation in fixed chunks, combined in order.
-    fn cpu(self, x: &[f32]) -> f32 {
+    /// The CPU twin: f64 accumulation in fixed chunks, combined in order, rounded once to `dtype`.
+    fn cpu(self, x: &[f32], dtype: DType) -> f32 {
         match self {
             Reduce::Sum | Reduce::Mean => {
                 let partial: Vec<f64> =
                     x.par_chunks(CPU_CHUNK).map(|c| c.iter().map(|&v| v as f64).sum()).collect();
                 let total: f64 = partial.iter().sum();
-                (if matches!(self, Reduce::Mean) { total / x.len() as f64 } else { total }) as f32
+                dtype.round(if matches!(self, Reduce::Mean) { total / x.len() as f64 } else { total })
             }
             Reduce::Max => fold_nan_wins(x, f32::NEG_INFINITY, |a, b| a > b),
             Reduce::Min => fold_nan_wins(x, f32::INFINITY, |a, b| a < b),
@@ -103,86 +117,138 @@ fn fold_nan_wins(x: &[f32], identity: f32, better: impl Fn(f32, f32) -> bool + S
 
 fn reduce_all(x: &Tensor, op: Reduce) -> Result<Tensor> {
     let name = op.name(false);
-    x.require_f32(name)?;
-    let n = x.len();
+    let (n, dtype) = (x.len(), x.dtype());
     if n == 0 {
         let value = op.of_empty(name, x.shape())?;
-        return x.context().full(&[], value);
+        return x.context().full_as(&[], value, dtype);
     }
     match x.storage() {
-        Storage::Cpu(v) => Ok(Tensor::from_cpu(x.context(), &[], vec![op.cpu(v)])),
+        Storage::Cpu(v) => Ok(Tensor::from_cpu_as(x.context(), &[], dtype, vec![op.cpu(v, dtype)])),
         Storage::Cuda(_) => {
             let stream = x.context().stream(name)?;
-            let cfg = LaunchConfig::grid_stride(&stream.device.info, n.div_ceil(4), REDUCE_ALL_BLOCK, 1);
+            let cfg = LaunchConfig::grid_stride(&stream.device.info, n.div_ceil(8), REDUCE_ALL_BLOCK, 1);
             let blocks = cfg.grid.0 as usize;
             let partials = stream.device.pool.alloc(stream, blocks * 4, name)?;
             let counter = stream.reduce_counter()?;
-            let out = Tensor::uninit(x.context(), &[], name)?;
-            let args =
-                (x.ptr(), n, partials.dev_ptr_mut(), DevPtrMut::new(counter), out.ptr_mut(), op.scale(n));
-            // SAFETY: `<op>_all_f32(x, n, partials, counter, out, scale)`: `x` holds `n` floats,
-            // `partials` one float per block of this grid, `counter` is this stream's zeroed
-            // counter (launches on a stream do not overlap, and the kernel leaves it zero),
-            // `out` one float; blocks of REDUCE_ALL_BLOCK threads (≤ 1024, a multiple of 32).
-            unsafe { op.all_kernel().launch(stream, cfg, args)? };
+            let out = Tensor::uninit_as(x.context(), &[], dtype, name)?;
+            launch_by_dtype!(op.all_kernels(), dtype, |k| {
+                let args =
+                    (x.ptr(), n, partials.dev_ptr_mut(), DevPtrMut::new(counter), out.ptr_mut(), op.scale(n));
+                // SAFETY: `<op>_all_<dtype>(x, n, partials, counter, out, scale)`: `x` holds `n`
+                // values of the kernel's type, `partials` one float per block of this grid,
+                // `counter` is this stream's zeroed counter (launches on a stream do not overlap,
+                // and the kernel leaves it zero), `out` one value; blocks of REDUCE_ALL_BLOCK
+                // threads (≤ 1024, a multiple of 32).
+                unsafe { k.launch(stream, cfg, args) }
+            })?;
             Ok(out)
         }
     }
 }
 
-fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
-    let name = op.name(true);
-    x.require_f32(name)?;
-    let Some((&cols, outer)) = x.shape().split_last() else {
-        return Err(Error::InvalidArgument {
+/// `(rows, cols)` of `x` viewed as rows of its last axis (rank ≥ 1).
+fn last_axis(name: &'static str, x: &Tensor) -> Result<(usize, usize)> {
+    match x.shape().split_last() {
+        Some((&cols, outer)) => Ok((outer.iter().product(), cols)),
+        None => Err(Error::InvalidArgument {
             op: name,
             shape: vec![],
             reason: "a scalar has no last axis".into(),
-        });
-    };
-    let rows: usize = outer.iter().product();
+        }),
+    }
+}
+
+fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
+    let name = op.name(true);
+    let (rows, cols) = last_axis(name, x)?;
+    let (outer, dtype) = (&x.shape()[..x.rank() - 1], x.dtype());
     if cols == 0 {
         let value = op.of_empty(name, x.shape())?;
-        return x.context().full(outer, value);
+        return x.context().full_as(outer, value, dtype);
     }
     match x.storage() {
         Storage::Cpu(v) => {
-            let out =
-                if rows == 0 { Vec::new() } else { v.par_chunks(cols).map(|row| op.cpu(row)).collect() };
-            Ok(Tensor::from_cpu(x.context(), outer, out))
+            let out = if rows == 0 {
+                Vec::new()
+            } else {
+                v.par_chunks(cols).map(|row| op.cpu(row, dtype)).collect()
+            };
+            Ok(Tensor::from_cpu_as(x.context(), outer, dtype, out))
         }
         Storage::Cuda(_) => {
-            let out = Tensor::uninit(x.context(), outer, name)?;
+            let out = Tensor::uninit_as(x.context(), outer, dtype, name)?;
             if rows == 0 {
                 return Ok(out);
             }
             let stream = x.context().stream(name)?;
-            let cfg = if cols >= BLOCK_PER_ROW_MIN_COLS {
-                LaunchConfig {
-                    grid: (rows as u32, 1, 1),
-                    block: (REDUCE_ROWS_BLOCK as u32, 1, 1),
-                    shared_bytes: 0,
-                }
-            } else {
-                let rows_per_block = REDUCE_ROWS_BLOCK / 32;
-                LaunchConfig {
-                    grid: (rows.div_ceil(rows_per_block) as u32, 1, 1),
-                    block: (32, rows_per_block as u32, 1),
-                    shared_bytes: 0,
-                }
-            };
-            if rows > i32::MAX as usize {
-                return Err(Error::InvalidArgument {
-                    op: name,
-                    shape: x.shape().to_vec(),
-                    reason: "more than 2^31-1 rows".into(),
-                });
+            let info = &stream.device.info;
+            let plan = RowPlan::new(name, x.shape(), (rows, cols), dtype.size_bytes(), info)?;
+            let kernels = op.rows_kernels();
+            let scale = op.scale(cols);
+            plan.run(name, stream, 1, |l, partials| {
+                // The second pass of a split row folds the row's partials: rows of `chunks` floats
+                // (at most a block's worth: RowPlan refuses longer rows), never split.
+                let (launch, width) = if l.mode == ROW_APPLY {
+                    (RowPlan::whole_rows(l.rows, plan.chunks).launches()[0], plan.chunks)
+                } else {
+                    (*l, cols)
+                };
+                launch_by_dtype!(kernels, dtype, |k| {
+                    let at = l.row0 * cols;
+                    let (x, out) = (x.ptr().offset(at), out.ptr_mut().offset(l.row0));
+                    let args = (x, partials, out, l.rows, width, launch.team, launch.chunk, l.mode, scale);
+                    // SAFETY: `<op>_rows_<dtype>`: x holds rows·cols values of the kernel's type
+                    // (this group from `at`), out rows values (from row0); partials holds
+                    // `chunks` floats per row of the group (null and unread unless split); the
+                    // launch shapes are RowPlan's, the second pass's for rows of `chunks` floats.
+                    unsafe { k.launch(stream, launch.cfg, args) }
+                })
+            })?;
+            Ok(out)
+        }
+    }
+}
+
+fn sum_leading(x: &Tensor) -> Result<Tensor> {
+    const OP: &str = "sum_leading";
+    let (rows, cols) = last_axis(OP, x)?;
+    let dtype = x.dtype();
+    match x.storage() {
+        Storage::Cpu(v) => {
+            let sums: Vec<f32> = (0..cols)
+                .into_par_iter()
+                .map(|c| dtype.round((0..rows).map(|r| v[r * cols + c] as f64).sum::<f64>()))
+                .collect();
+            Ok(Tensor::from_cpu_as(x.context(), &[cols], dtype, sums))
+        }
+        Storage::Cuda(_) => {
+            if rows == 0 || cols == 0 {
+                return x.context().full_as(&[cols], 0.0, dtype);
             }
-            let args = (x.ptr(), rows, cols, out.ptr_mut(), op.scale(cols));
-            // SAFETY: `<op>_rows_f32(x, rows, cols, out, scale)`: `x` holds rows·cols floats,
-            // `out` rows floats; the block is (32, k) with one row per warp or (t > 32, 1) with
-            // one row per block, and the grid covers every row.
-            unsafe { op.rows_kernel().launch(stream, cfg, args)? };
+            let out = Tensor::uninit_as(x.context(), &[cols], dtype, OP)?;
+            let stream = x.context().stream(OP)?;
+            let plan = ColumnPlan::new(OP, x.shape(), rows, cols, &stream.device.info)?;
+            let partials = if plan.groups > 1 {
+                Some(stream.device.pool.alloc(stream, plan.groups * cols * 4, OP)?)
+            } else {
+                None
+            };
+            let p = partials.as_ref().map_or(DevPtrMut::new(0), |p| p.dev_ptr_mut());
+            launch_by_dtype!(SUM_LEADING, dtype, |k| {
+                let args = (x.ptr(), rows, cols, plan.c_lanes, plan.rows_per_group, p, out.ptr_mut());
+                // SAFETY: `sum_leading_<dtype>`: x holds rows·cols values of the kernel's type,
+                // out cols values; with more than one row group, partials holds cols floats per
+                // group (else null, unread); ColumnPlan's grid.
+                unsafe { k.launch(stream, plan.cfg, args) }
+            })?;
+            if let Some(partials) = &partials {
+                launch_by_dtype!(SUM_PARTIALS, dtype, |k| {
+                    let args = (partials.dev_ptr(), plan.groups, cols, cols, plan.c_lanes, out.ptr_mut());
+                    // SAFETY: `sum_partials_<dtype>`: partials holds `groups` rows of cols floats,
+                    // written by the launch before on this stream; out cols values.
+                    unsafe { k.launch(stream, plan.final_pass(), args) }
+                })?;
+            }
             Ok(out)
         }
     }
@@ -200,7 +266,8 @@ macro_rules! reduce_ops {
 }
 
 reduce_ops! {
-    /// Sum of all elements, as a tensor of shape `[]`.
+    /// Sum of all elements, as a tensor of shape `[]` of the input's dtype (16-bit inputs are
+    /// accumulated in f32; so are all the reductions here).
     sum => reduce_all(Reduce::Sum);
     /// Mean of all elements (NaN for an empty tensor), shape `[]`.
     mean => reduce_all(Reduce::Mean);
@@ -216,4 +283,13 @@ reduce_ops! {
     max_last => reduce_rows(Reduce::Max);
     /// Minima along the last axis: `[.., n]` → `[..]`.
     min_last => reduce_rows(Reduce::Min);
+}
+
+impl Tensor {
+    /// Sums over every axis but the last: `[.., n]` → `[n]` (a linear layer's bias gradient from
+    /// `[tokens, features]`). Any dtype, accumulated in f32, the result in the input's dtype;
+    /// deterministic (row groups' partial sums added in order, no atomics).
+    pub fn sum_leading(&self) -> Result<Tensor> {
+        sum_leading(self)
+    }
 }

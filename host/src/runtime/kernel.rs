@@ -50,6 +50,13 @@ macro_rules! device_pointer {
             pub(crate) fn new(addr: u64) -> Self {
                 Self { addr, elem: PhantomData }
             }
+            /// The pointer `elems` elements further (a row group of a buffer); null stays null.
+            pub(crate) fn offset(self, elems: usize) -> Self {
+                if self.addr == 0 {
+                    return self;
+                }
+                Self::new(self.addr + (elems * std::mem::size_of::<T>()) as u64)
+            }
         }
     )*};
 }

@@ -1,0 +1,560 @@
+//! Row teams: the threads that share one row of a `[rows, cols]` tensor (or one chunk of a row
+//! split across blocks), the 32 values each thread holds of it in registers, and the team-wide
+//! combination of per-thread statistics.
+//!
+//! A team is `size` threads of a 1-D block: a power of two up to 32 (several rows per warp, or a
+//! warp per row; combined by butterflies within the warp) or the whole block (one row, or one
+//! chunk of a row, per block; combined through shared memory). `blockIdx.y` picks the chunk
+//! `[y·chunk, (y+1)·chunk)` of the row. Each thread holds [`SLOTS`] chunks of 8 values: 16-byte
+//! loads (two for f32) at `begin + 8·(lane + k·size)` where the row start is 16-byte aligned,
+//! scalar loads at `begin + lane + size·(8k + e)` where it is not. The host keeps a team's range
+//! within `8 · SLOTS · size` values.
+use super::block::{welford_combine, Max, ReduceOp, Sum};
+use super::half::{HalfFloat, BF16, F16};
+use super::index::{block_dim_x, block_x, block_y, grid_dim_y, lane, thread_x, warp_in_block};
+use super::math::exp_fast;
+use super::memory::*;
+use super::shared::shared_ptr;
+use super::sync::sync_threads;
+use super::warp::shfl_xor;
+use core::marker::PhantomData;
+
+/// Chunks of 8 values each thread of a team holds.
+pub const SLOTS: usize = 4;
+
+/// A thread's share of a row: `SLOTS` chunks of 8 values, as f32.
+pub type Slots = [[f32; 8]; SLOTS];
+
+/// A tensor element format: loaded as f32, stored rounded from f32 (to nearest even).
+pub trait Float {
+    /// The bits a kernel's pointer points to (`f32`, or `u16` for the 16-bit formats).
+    type Raw: Copy;
+    /// Values per 16 bytes: a row start that is a multiple of this is 16-byte aligned.
+    const PER_16B: usize;
+    /// # Safety
+    /// `p` is readable global memory that nothing writes during the kernel.
+    unsafe fn load(p: *const Self::Raw) -> f32;
+    /// # Safety
+    /// As [`Float::load`], 8 values, 16-byte aligned.
+    unsafe fn load8(p: *const Self::Raw) -> [f32; 8];
+    /// # Safety
+    /// `p` is writable global memory.
+    unsafe fn store(p: *mut Self::Raw, v: f32);
+    /// # Safety
+    /// As [`Float::store`], 8 values, 16-byte aligned.
+    unsafe fn store8(p: *mut Self::Raw, v: [f32; 8]);
+}
+
+impl Float for f32 {
+    type Raw = f32;
+    const PER_16B: usize = 4;
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> f32 {
+        load_nc_f32(p)
+    }
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> [f32; 8] {
+        let (a, b) = (load_nc_f32x4(p), load_nc_f32x4(p.add(4)));
+        [a.0[0], a.0[1], a.0[2], a.0[3], b.0[0], b.0[1], b.0[2], b.0[3]]
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: f32) {
+        store_f32(p, v)
+    }
+    #[inline(always)]
+    unsafe fn store8(p: *mut f32, v: [f32; 8]) {
+        store_f32x4(p, F32x4([v[0], v[1], v[2], v[3]]));
+        store_f32x4(p.add(4), F32x4([v[4], v[5], v[6], v[7]]));
+    }
+}
+
+macro_rules! half_float {
+    ($($h:ty),*) => {$(
+        impl Float for $h {
+            type Raw = u16;
+            const PER_16B: usize = 8;
+            #[inline(always)]
+            unsafe fn load(p: *const u16) -> f32 {
+                <$h as HalfFloat>::to_f32(load_nc_u16(p))
+            }
+            #[inline(always)]
+            unsafe fn load8(p: *const u16) -> [f32; 8] {
+                load_nc_u16x8(p).0.map(<$h as HalfFloat>::to_f32)
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut u16, v: f32) {
+                store_u16(p, <$h as HalfFloat>::from_f32(v))
+            }
+            #[inline(always)]
+            unsafe fn store8(p: *mut u16, v: [f32; 8]) {
+                store_u16x8(p, U16x8(v.map(<$h as HalfFloat>::from_f32)))
+            }
+        }
+    )*};
+}
+half_float!(F16, BF16);
+
+/// Where this thread works: row, lane in its team, and the team's range `[begin, end)` of the row
+/// (empty past the last row).
+#[derive(Clone, Copy)]
+pub struct RowTeam {
+    pub row: usize,
+    pub lane: usize,
+    pub size: usize,
+    pub begin: usize,
+    pub end: usize,
+    /// The chunk's index along the row (`blockIdx.y`).
+    pub chunk: usize,
+    vector: bool,
+}
+
+impl RowTeam {
+    /// The team of this thread for rows of `cols` values of format `F`, teams of `size` threads
+    /// (a power of two ≤ 32, or `blockDim.x`), chunks of `chunk` values (a multiple of 8).
+    #[inline(always)]
+    pub fn new<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize) -> Self {
+        let (row, lane) = if size >= block_dim_x() {
+            (block_x(), thread_x())
+        } else {
+            (block_x() * (block_dim_x() / size) + thread_x() / size, thread_x() % size)
+        };
+        let begin = block_y() * chunk;
+        let end = if row < rows { cols.min(begin + chunk) } else { begin };
+        RowTeam { row, lane, size, begin, end, chunk: block_y(), vector: cols % F::PER_16B == 0 }
+    }
+
+    /// Index in the row of value `e` of chunk `k` of this thread.
+    #[inline(always)]
+    pub fn index(&self, k: usize, e: usize) -> usize {
+        if self.vector {
+            self.begin + 8 * (self.lane + k * self.size) + e
+        } else {
+            self.begin + self.lane + self.size * (8 * k + e)
+        }
+    }
+
+    /// Whether chunk `k` lies wholly in the range and loads as one vector.
+    #[inline(always)]
+    fn whole(&self, k: usize) -> bool {
+        self.vector && self.index(k, 7) < self.end
+    }
+
+    /// `f(k, e, index)` for each of this thread's values in range.
+    #[inline(always)]
+    pub fn each(&self, mut f: impl FnMut(usize, usize, usize)) {
+        unroll!(k in [0, 1, 2, 3] => {
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let i = self.index(k, e);
+                if i < self.end {
+                    f(k, e, i);
+                }
+            });
+        });
+    }
+
+    /// This thread's values of the row at `row_start`; `fill` where out of range.
+    ///
+    /// # Safety
+    /// `row_start` is the start of this team's row (16-byte aligned when the row length is a
+    /// multiple of `F::PER_16B`), readable up to `end`.
+    #[inline(always)]
+    pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw, fill: f32) -> Slots {
+        let mut v = [[fill; 8]; SLOTS];
+        unroll!(k in [0, 1, 2, 3] => {
+            if self.whole(k) {
+                v[k] = F::load8(row_start.add(self.index(k, 0)));
+            } else {
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    let i = self.index(k, e);
+                    if i < self.end {
+                        v[k][e] = F::load(row_start.add(i));
+                    }
+                });
+            }
+        });
+        v
+    }
+
+    /// Store this thread's values (those in range) to the row at `row_start`.
+    ///
+    /// # Safety
+    /// As [`RowTeam::load`], writable.
+    #[inline(always)]
+    pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, v: &Slots) {
+        unroll!(k in [0, 1, 2, 3] => {
+            if self.whole(k) {
+                F::store8(row_start.add(self.index(k, 0)), v[k]);
+            } else {
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    let i = self.index(k, e);
+                    if i < self.end {
+                        F::store(row_start.add(i), v[k][e]);
+                    }
+                });
+            }
+        });
+    }
+
+    /// The team's combination of every member's `s`, in a fixed order; every thread of the block
+    /// must call it (block teams hold barriers).
+    #[inline(always)]
+    pub fn combine<S: RowStat>(&self, s: S) -> S {
+        if self.size >= block_dim_x() {
+            return block_combine(s);
+        }
+        let mut s = s;
+        let mut m = self.size / 2;
+        while m > 0 {
+            s = s.merge(s.shuffle_xor(m as u32));
+            m /= 2;
+        }
+        s
+    }
+
+    /// The merge of the partial statistics of this team's row, one per chunk (`gridDim.y` of
+    /// them), written by a split launch's first pass at `partials[(row · chunks + c) · WIDTH]`.
+    ///
+    /// # Safety
+    /// `partials` holds those statistics for every row; every thread of the block calls it.
+    #[inline(always)]
+    pub unsafe fn merge_partials<S: RowStat>(&self, partials: *const f32) -> S {
+        let chunks = grid_dim_y();
+        let mut s = S::EMPTY;
+        let mut c = self.lane;
+        while self.begin < self.end && c < chunks {
+            s = s.merge(S::read(partials.add((self.row * chunks + c) * S::WIDTH)));
+            c += self.size;
+        }
+        self.combine(s)
+    }
+
+    /// Write this team's statistic as its chunk's partial (lane 0 of the team writes).
+    ///
+    /// # Safety
+    /// `partials` has room for `gridDim.y` statistics per row.
+    #[inline(always)]
+    pub unsafe fn write_partial<S: RowStat>(&self, partials: *mut f32, s: S) {
+        if self.lane == 0 && self.begin < self.end {
+            s.write(partials.add((self.row * grid_dim_y() + self.chunk) * S::WIDTH));
+        }
+    }
+}
+
+/// A statistic of a row that merges associatively (in the fixed order of the team), kept as
+/// `WIDTH` (≤ 3) floats.
+pub trait RowStat: Copy {
+    const WIDTH: usize;
+    const EMPTY: Self;
+    fn merge(self, other: Self) -> Self;
+    fn to_array(self) -> [f32; 3];
+    fn from_array(v: [f32; 3]) -> Self;
+
+    /// The statistic of lane `lane ^ mask` of the warp.
+    #[inline(always)]
+    fn shuffle_xor(self, mask: u32) -> Self {
+        let mut v = self.to_array();
+        for e in v.iter_mut().take(Self::WIDTH) {
+            *e = shfl_xor(*e, mask);
+        }
+        Self::from_array(v)
+    }
+    /// # Safety
+    /// `p` holds `WIDTH` floats of global memory written by an earlier launch.
+    #[inline(always)]
+    unsafe fn read(p: *const f32) -> Self {
+        let mut v = [0.0f32; 3];
+        for (i, e) in v.iter_mut().enumerate().take(Self::WIDTH) {
+            *e = load_l2_f32(p.add(i));
+        }
+        Self::from_array(v)
+    }
+    /// # Safety
+    /// `p` has room for `WIDTH` floats of global memory.
+    #[inline(always)]
+    unsafe fn write(self, p: *mut f32) {
+        for (i, &e) in self.to_array().iter().enumerate().take(Self::WIDTH) {
+            store_f32(p.add(i), e);
+        }
+    }
+}
+
+/// One value folded with `R`.
+pub struct Folded<R: ReduceOp>(pub f32, pub PhantomData<R>);
+
+impl<R: ReduceOp> Clone for Folded<R> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R: ReduceOp> Copy for Folded<R> {}
+
+impl<R: ReduceOp> Folded<R> {
+    #[inline(always)]
+    pub fn new(v: f32) -> Self {
+        Folded(v, PhantomData)
+    }
+}
+
+impl<R: ReduceOp> RowStat for Folded<R> {
+    const WIDTH: usize = 1;
+    const EMPTY: Self = Folded(R::IDENTITY, PhantomData);
+    #[inline(always)]
+    fn merge(self, o: Self) -> Self {
+        Self::new(R::combine(self.0, o.0))
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; 3] {
+        [self.0, 0.0, 0.0]
+    }
+    #[inline(always)]
+    fn from_array(v: [f32; 3]) -> Self {
+        Self::new(v[0])
+    }
+}
+
+/// Two sums.
+#[derive(Clone, Copy)]
+pub struct Sum2(pub f32, pub f32);
+
+impl RowStat for Sum2 {
+    const WIDTH: usize = 2;
+    const EMPTY: Self = Sum2(0.0, 0.0);
+    #[inline(always)]
+    fn merge(self, o: Self) -> Self {
+        Sum2(self.0 + o.0, self.1 + o.1)
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; 3] {
+        [self.0, self.1, 0.0]
+    }
+    #[inline(always)]
+    fn from_array(v: [f32; 3]) -> Self {
+        Sum2(v[0], v[1])
+    }
+}
+
+/// `(max, Σ e^(x - max))`: the online softmax normalizer.
+#[derive(Clone, Copy)]
+pub struct MaxSumExp(pub f32, pub f32);
+
+impl RowStat for MaxSumExp {
+    const WIDTH: usize = 2;
+    const EMPTY: Self = MaxSumExp(f32::NEG_INFINITY, 0.0);
+    #[inline(always)]
+    fn merge(self, o: Self) -> Self {
+        let m = Max::combine(self.0, o.0);
+        let scaled = |s: MaxSumExp| if s.1 == 0.0 { 0.0 } else { s.1 * exp_fast(s.0 - m) };
+        MaxSumExp(m, scaled(self) + scaled(o))
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; 3] {
+        [self.0, self.1, 0.0]
+    }
+    #[inline(always)]
+    fn from_array(v: [f32; 3]) -> Self {
+        MaxSumExp(v[0], v[1])
+    }
+}
+
+/// Welford's `(count, mean, M2)`, merged by Chan's formula.
+#[derive(Clone, Copy)]
+pub struct Welford(pub f32, pub f32, pub f32);
+
+impl RowStat for Welford {
+    const WIDTH: usize = 3;
+    const EMPTY: Self = Welford(0.0, 0.0, 0.0);
+    #[inline(always)]
+    fn merge(self, o: Self) -> Self {
+        let (n, mean, m2) = welford_combine((self.0, self.1, self.2), (o.0, o.1, o.2));
+        Welford(n, mean, m2)
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f32; 3] {
+        [self.0, self.1, self.2]
+    }
+    #[inline(always)]
+    fn from_array(v: [f32; 3]) -> Self {
+        Welford(v[0], v[1], v[2])
+    }
+}
+
+shared_array!(static ROW_STAT_SCRATCH: [f32; 3 * 32]);
+
+/// Merge every thread's `s` over the block: butterflies within each warp, then every thread
+/// merges the warps' results in warp order.
+#[inline(always)]
+fn block_combine<S: RowStat>(s: S) -> S {
+    let mut s = s;
+    let mut m = 16;
+    while m > 0 {
+        s = s.merge(s.shuffle_xor(m));
+        m /= 2;
+    }
+    let scratch = shared_ptr(&raw mut ROW_STAT_SCRATCH);
+    if lane() == 0 {
+        for (i, &e) in s.to_array().iter().enumerate() {
+            // SAFETY: warp_in_block() < 32: inside the scratch.
+            unsafe { *scratch.add(3 * warp_in_block() + i) = e };
+        }
+    }
+    sync_threads();
+    let mut total = S::EMPTY;
+    for w in 0..block_dim_x().div_ceil(32) {
+        // SAFETY: written by warp `w` before the barrier.
+        let v = unsafe { [*scratch.add(3 * w), *scratch.add(3 * w + 1), *scratch.add(3 * w + 2)] };
+        total = total.merge(S::from_array(v));
+    }
+    // The scratch is reused by the next call: nobody may overwrite it before all have read it.
+    sync_threads();
+    total
+}
+
+/// Sum of `f(value)` over this thread's values in range.
+#[inline(always)]
+pub fn fold_slots<R: ReduceOp>(t: &RowTeam, v: &Slots, f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = R::IDENTITY;
+    t.each(|k, e, _| acc = R::combine(acc, f(v[k][e])));
+    acc
+}
+
+/// Σ of this thread's values in range.
+#[inline(always)]
+pub fn sum_slots(t: &RowTeam, v: &Slots) -> f32 {
+    fold_slots::<Sum>(t, v, |x| x)
+}
+
+/// Column teams: a reduction over the leading rows of `[rows, cols]` (`Σ_r f(r, c)`), for the
+/// sums down columns (`sum_leading`, layer norm's parameter gradients). A 1-D block is
+/// `c_lanes × r_lanes` threads (`c_lanes` a power of two ≤ 32, `c_lanes · r_lanes = blockDim.x`);
+/// it covers `8 · c_lanes` columns (`blockIdx.x`) and the rows `[g·rows_per_group, ...)` of group
+/// `g = blockIdx.y`, each thread 8 columns (16-byte loads where rows are 16-byte aligned) and every
+/// `r_lanes`-th row. The row lanes' sums are then added in lane order through shared memory:
+/// deterministic, no atomics.
+#[derive(Clone, Copy)]
+pub struct ColumnTeam {
+    c_lane: usize,
+    c_lanes: usize,
+    r_lane: usize,
+    r_lanes: usize,
+    col0: usize,
+    cols: usize,
+    pub rows_begin: usize,
+    pub rows_end: usize,
+    vector: bool,
+}
+
+/// Column sums a block adds up in shared memory: `K ≤ 2` sums of `blockDim.x · 8` columns.
+const COLUMN_SCRATCH: usize = 2 * 256 * 8;
+shared_array!(static COLUMN_SCRATCH_F32: [f32; 2 * 256 * 8]);
+
+impl ColumnTeam {
+    #[inline(always)]
+    pub fn new<F: Float>(rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize) -> Self {
+        let rows_begin = block_y() * rows_per_group;
+        ColumnTeam {
+            c_lane: thread_x() % c_lanes,
+            c_lanes,
+            r_lane: thread_x() / c_lanes,
+            r_lanes: block_dim_x() / c_lanes,
+            col0: block_x() * 8 * c_lanes,
+            cols,
+            rows_begin,
+            rows_end: rows.min(rows_begin + rows_per_group),
+            vector: cols % F::PER_16B == 0,
+        }
+    }
+
+    /// The offset from `col0` of this thread's value `e`.
+    #[inline(always)]
+    fn slot(&self, e: usize) -> usize {
+        if self.vector {
+            8 * self.c_lane + e
+        } else {
+            self.c_lane + self.c_lanes * e
+        }
+    }
+
+    /// The column of this thread's value `e` (may be ≥ cols).
+    #[inline(always)]
+    pub fn column(&self, e: usize) -> usize {
+        self.col0 + self.slot(e)
+    }
+
+    /// This thread's 8 values of the row at `row_start` (0 past the last column).
+    ///
+    /// # Safety
+    /// `row_start` is a row of `cols` values (16-byte aligned when `cols` is a multiple of
+    /// `F::PER_16B`).
+    #[inline(always)]
+    pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw) -> [f32; 8] {
+        if self.vector && self.column(7) < self.cols {
+            return F::load8(row_start.add(self.column(0)));
+        }
+        let mut v = [0.0f32; 8];
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            if self.column(e) < self.cols {
+                v[e] = F::load(row_start.add(self.column(e)));
+            }
+        });
+        v
+    }
+
+    /// `Σ_r f(r)` over this group's rows, then over the block's row lanes; `out(column, sums)`
+    /// for each of the block's columns (called by one thread per column).
+    #[inline(always)]
+    pub fn sum<const K: usize>(
+        &self,
+        f: impl Fn(usize) -> [[f32; 8]; K],
+        mut out: impl FnMut(usize, [f32; K]),
+    ) {
+        let mut acc = [[0.0f32; 8]; K];
+        let mut r = self.rows_begin + self.r_lane;
+        while r < self.rows_end {
+            let v = f(r);
+            for k in 0..K {
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { acc[k][e] += v[k][e]; });
+            }
+            r += self.r_lanes;
+        }
+        let scratch = shared_ptr(&raw mut COLUMN_SCRATCH_F32);
+        let width = 8 * self.c_lanes;
+        for k in 0..K {
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                // SAFETY: k < 2, r_lane · width + slot < blockDim.x · 8 ≤ 2048.
+                unsafe { *scratch.add(k * COLUMN_SCRATCH / 2 + self.r_lane * width + self.slot(e)) = acc[k][e] };
+            });
+        }
+        sync_threads();
+        let j = thread_x();
+        if j < width && self.col0 + j < self.cols {
+            let mut total = [0.0f32; K];
+            for (k, t) in total.iter_mut().enumerate() {
+                for lane in 0..self.r_lanes {
+                    // SAFETY: written before the barrier, inside the scratch as above.
+                    *t += unsafe { *scratch.add(k * COLUMN_SCRATCH / 2 + lane * width + j) };
+                }
+            }
+            out(self.col0 + j, total);
+        }
+    }
+}
+
+/// The last pass of a column sum: `out[c] = Σ_g partials[g·stride + c]` for `g < groups`,
+/// launched as a column-team grid of one group.
+///
+/// # Safety
+/// `partials` holds `groups` rows of `stride ≥ cols` floats, `out` `cols` values.
+#[inline(always)]
+pub unsafe fn sum_column_partials<O: Float>(
+    partials: *const f32,
+    groups: usize,
+    cols: usize,
+    stride: usize,
+    c_lanes: usize,
+    out: *mut O::Raw,
+) {
+    // `stride` is `cols` or a multiple of it: its rows are 16-byte aligned where `cols` is.
+    let t = ColumnTeam::new::<f32>(groups, cols, c_lanes, groups);
+    t.sum(|g| [t.load::<f32>(partials.add(g * stride))], |c, [s]| O::store(out.add(c), s));
+}

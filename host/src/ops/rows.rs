@@ -1,0 +1,209 @@
+//! The dispatch of the row kernels (softmax, log-softmax, layer norm, the row reductions; their
+//! kernels share `gpu-kernels/src/prelude/rows.rs`) and of the column sums (`sum_leading`, layer
+//! norm's parameter gradients).
+//!
+//! Rows of `cols` values go to teams of threads that hold them in registers
+//! (`ROW_THREAD_VALUES` = 32 values per thread):
+//! - `cols ≤ 1024`: a team of `next_pow2(⌈cols/8⌉)` threads, at most a warp (several rows per
+//!   warp for narrow rows: a thread holds about one 16-byte vector per row, rows stay coalesced);
+//! - longer rows: a block of `NN_ROW_BLOCK` threads per row, or per chunk of a row when the row
+//!   exceeds what a block holds (8192 values) or rows are too few to give every SM two blocks
+//!   (chunks of at least `MIN_SPLIT_CHUNK` values). A split row takes two launches
+//!   (`ROW_PARTIAL`, `ROW_APPLY`); they run over groups of rows that fit in a third of L2, so
+//!   that the second launch re-reads its inputs from L2, not DRAM.
+use crate::runtime::device::DeviceInfo;
+use crate::runtime::error::{Error, Result};
+use crate::runtime::kernel::DevPtrMut;
+use crate::runtime::launch::LaunchConfig;
+use crate::runtime::stream::Stream;
+use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_THREAD_VALUES, ROW_WHOLE};
+use std::sync::Arc;
+
+/// Widest row a team of at most a warp takes.
+const WARP_ROW_MAX: usize = 32 * ROW_THREAD_VALUES;
+/// Widest chunk a block holds.
+const BLOCK_CHUNK_MAX: usize = NN_ROW_BLOCK * ROW_THREAD_VALUES;
+/// Narrowest chunk a row is split into to give more SMs work.
+const MIN_SPLIT_CHUNK: usize = 2048;
+
+/// One launch of a row kernel over rows `[row0, row0 + rows)`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowLaunch {
+    pub cfg: LaunchConfig,
+    pub row0: usize,
+    pub rows: usize,
+    pub team: usize,
+    pub chunk: usize,
+    pub mode: u32,
+}
+
+/// How rows of `cols` values run; see the module documentation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowPlan {
+    rows: usize,
+    team: usize,
+    /// Values per chunk (a multiple of 8); `cols` rounded up when rows are not split.
+    chunk: usize,
+    /// Chunks per row.
+    pub chunks: usize,
+    /// Rows per pair of split launches (all rows when not split).
+    pub group_rows: usize,
+}
+
+impl RowPlan {
+    pub(crate) fn new(
+        op: &'static str,
+        shape: &[usize],
+        (rows, cols): (usize, usize),
+        elem_bytes: usize,
+        info: &DeviceInfo,
+    ) -> Result<Self> {
+        let too_big =
+            |reason: &str| Error::InvalidArgument { op, shape: shape.to_vec(), reason: reason.into() };
+        if rows > i32::MAX as usize {
+            return Err(too_big("more than 2^31-1 rows"));
+        }
+        if cols <= WARP_ROW_MAX {
+            return Ok(Self::whole_rows(rows, cols));
+        }
+        let mut chunks = cols.div_ceil(BLOCK_CHUNK_MAX);
+        let wanted = 2 * info.sm_count as usize;
+        if rows < wanted {
+            chunks = chunks.max(wanted.div_ceil(rows).min(cols / MIN_SPLIT_CHUNK));
+        }
+        let chunk = cols.div_ceil(chunks).next_multiple_of(8);
+        let chunks = cols.div_ceil(chunk);
+        if chunks > BLOCK_CHUNK_MAX {
+            // The partials of a row must fit one block's registers for the reductions' last pass.
+            return Err(too_big("rows longer than 2^26 values"));
+        }
+        let group_rows =
+            if chunks == 1 { rows } else { (info.l2_bytes / 3 / (cols * elem_bytes)).clamp(1, rows) };
+        Ok(Self { rows, team: NN_ROW_BLOCK, chunk, chunks, group_rows })
+    }
+
+    /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row.
+    pub(crate) fn whole_rows(rows: usize, cols: usize) -> Self {
+        let team =
+            if cols <= WARP_ROW_MAX { cols.div_ceil(8).next_power_of_two().min(32) } else { NN_ROW_BLOCK };
+        Self { rows, team, chunk: cols.next_multiple_of(8), chunks: 1, group_rows: rows }
+    }
+
+    /// Rows run split (two launches per row group).
+    pub(crate) fn split(&self) -> bool {
+        self.chunks > 1
+    }
+
+    /// Floats of partial statistics a row group needs, for statistics of `width` floats.
+    pub(crate) fn partials_len(&self, width: usize) -> usize {
+        if self.split() {
+            self.group_rows * self.chunks * width
+        } else {
+            0
+        }
+    }
+
+    /// The launches, in order.
+    pub(crate) fn launches(&self) -> Vec<RowLaunch> {
+        let per_block = NN_ROW_BLOCK / self.team;
+        let launch = |row0: usize, rows: usize, mode: u32| RowLaunch {
+            cfg: LaunchConfig {
+                grid: (rows.div_ceil(per_block) as u32, self.chunks as u32, 1),
+                block: (NN_ROW_BLOCK as u32, 1, 1),
+                shared_bytes: 0,
+            },
+            row0,
+            rows,
+            team: self.team,
+            chunk: self.chunk,
+            mode,
+        };
+        if !self.split() {
+            return vec![launch(0, self.rows, ROW_WHOLE)];
+        }
+        (0..self.rows)
+            .step_by(self.group_rows)
+            .flat_map(|row0| {
+                let rows = self.group_rows.min(self.rows - row0);
+                [launch(row0, rows, ROW_PARTIAL), launch(row0, rows, ROW_APPLY)]
+            })
+            .collect()
+    }
+}
+
+/// How a column sum over `rows` rows of `cols` values runs: `c_lanes` column lanes per block
+/// (8 columns each), row groups of `rows_per_group` rows (`groups` of them; more than one needs
+/// the final pass over the partial sums).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ColumnPlan {
+    pub c_lanes: usize,
+    pub rows_per_group: usize,
+    pub groups: usize,
+    pub cfg: LaunchConfig,
+}
+
+/// Rows a column team's group takes at least (below this the final pass costs more than it
+/// saves).
+const MIN_GROUP_ROWS: usize = 64;
+
+impl ColumnPlan {
+    pub(crate) fn new(
+        op: &'static str,
+        shape: &[usize],
+        rows: usize,
+        cols: usize,
+        info: &DeviceInfo,
+    ) -> Result<Self> {
+        let c_lanes = cols.div_ceil(8).next_power_of_two().min(32);
+        let col_blocks = cols.div_ceil(8 * c_lanes);
+        if col_blocks > i32::MAX as usize {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: shape.to_vec(),
+                reason: "too many columns".into(),
+            });
+        }
+        let wanted = (4 * info.sm_count as usize).div_ceil(col_blocks);
+        let groups = wanted.min(rows.div_ceil(MIN_GROUP_ROWS)).clamp(1, u16::MAX as usize);
+        let rows_per_group = rows.div_ceil(groups).max(1);
+        let groups = rows.div_ceil(rows_per_group).max(1);
+        Ok(Self {
+            c_lanes,
+            rows_per_group,
+            groups,
+            cfg: LaunchConfig {
+                grid: (col_blocks as u32, groups as u32, 1),
+                block: (NN_ROW_BLOCK as u32, 1, 1),
+                shared_bytes: 0,
+            },
+        })
+    }
+
+    /// The final pass: one group of `groups` rows of partial sums.
+    pub(crate) fn final_pass(&self) -> LaunchConfig {
+        LaunchConfig { grid: (self.cfg.grid.0, 1, 1), ..self.cfg }
+    }
+}
+
+impl RowPlan {
+    /// Run `launch(l, partials)` for each launch of the plan, with a buffer of partial
+    /// statistics of `width` floats each (null when rows are not split).
+    pub(crate) fn run(
+        &self,
+        op: &'static str,
+        stream: &Arc<Stream>,
+        width: usize,
+        mut launch: impl FnMut(&RowLaunch, DevPtrMut<f32>) -> Result<()>,
+    ) -> Result<()> {
+        let partials = if self.split() {
+            Some(stream.device.pool.alloc(stream, self.partials_len(width) * 4, op)?)
+        } else {
+            None
+        };
+        let ptr = partials.as_ref().map_or(DevPtrMut::new(0), |p| p.dev_ptr_mut());
+        for l in self.launches() {
+            launch(&l, ptr)?;
+        }
+        Ok(())
+    }
+}
