@@ -76,9 +76,14 @@ pub const CE_UNROLL: usize = 4;
 /// Threads of a cross-entropy block over a (part of a) row: a power of two in this range, about
 /// one unrolled step per thread.
 pub const CE_BLOCK_MIN: usize = 128;
-pub const CE_BLOCK_MAX: usize = 1024;
-/// Rows up to this many classes run `CE_NARROW_BLOCK`-thread blocks in which a team of 1 to 32
-/// lanes owns a row; wider rows run a block per row (or per segment of it).
+pub const CE_BLOCK_MAX: usize = 512;
+/// Cross-entropy blocks an SM holds at once: its kernels are built for 64 registers a thread
+/// (`.maxntid` of this many blocks of `CE_BLOCK_MAX`), and each block caches its row in this
+/// share of the SM's shared memory.
+pub const CE_BLOCKS_PER_SM: usize = 2;
+/// Rows up to this many classes (8 per lane of a warp) run `CE_NARROW_BLOCK`-thread blocks in
+/// which a team of 1 to 32 lanes holds a row in registers; wider rows run a block per row (or
+/// per segment of it).
 pub const CE_NARROW_COLS: usize = 256;
 pub const CE_NARROW_BLOCK: usize = 256;
 /// A row split across blocks (when rows are fewer than the device holds blocks) is cut into

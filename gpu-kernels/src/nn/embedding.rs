@@ -193,13 +193,27 @@ unsafe fn bwd_tiles<E: Elem>(dy: *const E::Bits, keys: *const u64, partials: *mu
     let mut u = thread_x() * w;
     while u < c {
         let (mut acc, mut first) = ([0.0f32; 8], 0);
-        for q in 0..len {
-            let key = *s.add(q);
-            add8(&mut acc, load_unit::<E>(dy.add((key & 0xffff_ffff) as usize * c + u), w));
-            if q + 1 == len || *s.add(q + 1) >> 32 != key >> 32 {
-                store_partial(partials.add((p0 + first) * c + u), w, acc);
-                (acc, first) = ([0.0; 8], q + 1);
-            }
+        let mut q0 = 0;
+        while q0 < len {
+            // Eight rows in flight before the first is added (in position order).
+            let mut v = [[0.0f32; 8]; 8];
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if q0 + i < len {
+                    let row = (*s.add(q0 + i) & 0xffff_ffff) as usize;
+                    v[i] = load_unit::<E>(dy.add(row * c + u), w);
+                }
+            });
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let q = q0 + i;
+                if q < len {
+                    add8(&mut acc, v[i]);
+                    if q + 1 == len || *s.add(q + 1) >> 32 != *s.add(q) >> 32 {
+                        store_partial(partials.add((p0 + first) * c + u), w, acc);
+                        (acc, first) = ([0.0; 8], q + 1);
+                    }
+                }
+            });
+            q0 += 8;
         }
         u += block_dim_x() * w;
     }
@@ -233,8 +247,17 @@ unsafe fn bwd_pos<E: Elem>(dy: *const E::Bits, dpos: *mut E::Bits, n: usize, c: 
         let mut acc = [0.0f32; 8];
         let mut i = block_x();
         while i < n {
-            add8(&mut acc, load_unit::<E>(dy.add(i * c + u), w));
-            i += t;
+            // Eight rows in flight before the first is added (in row order).
+            let mut v = [[0.0f32; 8]; 8];
+            unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if i + k * t < n {
+                    v[k] = load_unit::<E>(dy.add((i + k * t) * c + u), w);
+                }
+            });
+            unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                add8(&mut acc, v[k]);
+            });
+            i += 8 * t;
         }
         store_unit::<E>(dpos.add(block_x() * c + u), w, acc);
         u += block_dim_x() * w;
