@@ -8,9 +8,8 @@
 //! Backward: `dtable[v] = Σ dy[i]` over the i with `ids[i] = v`, in increasing i, accumulated in
 //! f32: the same sums in the same order on every run (no float atomics). The positions i are
 //! sorted by the 64-bit key `(id, i)` with a bitonic network (`embedding_sort_tile` sorts tiles
-//! of up to `EMBEDDING_SORT_TILE` keys in shared memory, all of them in one launch up to that
-//! many ids, or finishes a merge stage below the tile's stride; `embedding_sort_step` is one
-//! compare-exchange step of a wider stride);
+//! of `EMBEDDING_SORT_TILE` keys in shared memory, or finishes a merge stage below the tile's
+//! stride; `embedding_sort_step` is one compare-exchange step of a wider stride);
 //! `embedding_bucket_starts` finds where each id's run of sorted positions starts;
 //! `embedding_bwd_tiles_*` sums each run within each tile of `EMBEDDING_SUM_TILE` sorted positions
 //! into an f32 partial row, stored at the run's first position in the tile; and
@@ -111,7 +110,7 @@ unsafe fn embedding_fwd<E: Elem>(
     }
 }
 
-/// Sorts tiles of `tile` keys (a power of two, ≥ 2048) in dynamic shared memory (`8 · tile`
+/// Sorts tiles of `tile` keys (a power of two) in dynamic shared memory (`8 · tile`
 /// bytes): from the ids (`k` = 0: key `(ids[g] << 32) | g`, `u64::MAX` past `n`) through every
 /// stage up to `tile`, or, for a merge stage `k` > `tile` whose wider strides
 /// `embedding_sort_step` did, its strides below `tile`. One block of `SORT_THREADS` per tile.

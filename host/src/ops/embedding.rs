@@ -7,8 +7,7 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::ByDType;
 use crate::runtime::launch::LaunchConfig;
 use crate::shapes::{
-    ELEMENTWISE_BLOCK, EMBEDDING_BLOCK, EMBEDDING_SORT_MIN, EMBEDDING_SORT_THREADS, EMBEDDING_SORT_TILE,
-    EMBEDDING_SUM_TILE,
+    ELEMENTWISE_BLOCK, EMBEDDING_BLOCK, EMBEDDING_SORT_THREADS, EMBEDDING_SORT_TILE, EMBEDDING_SUM_TILE,
 };
 use crate::tensor::{Storage, Tensor};
 
@@ -185,8 +184,7 @@ pub fn embedding_backward(
             let stream = ctx.stream(OP)?;
             let shape = dy.shape();
             let pool = &stream.device.pool;
-            let padded = n.next_power_of_two().max(EMBEDDING_SORT_MIN);
-            let tile = padded.min(EMBEDDING_SORT_TILE);
+            let (padded, tile) = (n.next_power_of_two().max(EMBEDDING_SORT_TILE), EMBEDDING_SORT_TILE);
             let keys = pool.alloc(stream, padded * 8, OP)?;
             let mut sort_cfg = blocks_of(OP, shape, padded / tile, EMBEDDING_SORT_THREADS)?;
             sort_cfg.shared_bytes = (tile * 8) as u32;
@@ -194,7 +192,7 @@ pub fn embedding_backward(
             loop {
                 // SAFETY: `embedding_sort_tile(ids, keys, n, k, tile)`: one block of SORT_THREADS
                 // per tile of the `padded` keys (tile a power of two dividing it, 8·tile bytes of
-                // dynamic shared memory, at most 128 KiB); ids holds n u32.
+                // dynamic shared memory); ids holds n u32.
                 unsafe {
                     kernels::embedding_sort_tile.launch(
                         stream,
