@@ -65,7 +65,12 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 1] = [("gemm_wgmma_", shapes::WGMMA_THREADS)];
+const MAX_THREADS: [(&str, usize); 3] = [
+    ("gemm_wgmma_", shapes::WGMMA_THREADS),
+    // Blocks of up to 1024 threads: at most 64 registers each.
+    ("cross_entropy_f", shapes::CE_BLOCK_MAX),
+    ("cross_entropy_bf", shapes::CE_BLOCK_MAX),
+];
 
 const ENV_VARS: [&str; 7] = [
     "FERROCUDA_SM",

@@ -4,7 +4,8 @@ mod common;
 use common::*;
 use ferrocuda::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
-    binary_cross_entropy_with_logits, cross_entropy, dropout, dropout_backward, layer_norm,
+    binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, cross_entropy_labels_in_place, dropout,
+    dropout_backward, layer_norm,
     layer_norm_backward, mse_loss, Context, DType, Error, Tensor,
 };
 
@@ -159,21 +160,106 @@ fn cpu_gradients_match_finite_differences() {
     gradients_match_finite_differences(&Context::cpu());
 }
 
+/// Cross-entropy shapes: one row of one class, narrow rows (teams of lanes), one block per row
+/// (in shared memory), rows split across blocks (3 × (256K+3)), and unaligned widths.
+fn cross_entropy_shapes() -> Vec<(usize, usize)> {
+    if sanitizer() {
+        return vec![(1, 1), (31, 1000), (5, 73), (2, 40000)];
+    }
+    vec![(1, 1), (31, 1000), (1000, 31), (64, 50257), (3, (1 << 18) + 3), ((1 << 16) + 1, 73), (3, 8196), (257, 300)]
+}
+
+fn sanitizer() -> bool {
+    std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1")
+}
+
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// Gradient tolerance of a dtype (norm-wise relative).
+fn tol_of(dtype: DType) -> f64 {
+    if dtype == DType::F32 {
+        TOL
+    } else {
+        1e-2
+    }
+}
+
+/// Every cross-entropy form on the GPU against the CPU backend, for each dtype: the loss (f32,
+/// from the same 16-bit logits) and the gradient (in the logits' dtype), outputs poisoned first;
+/// the in-place form gives the same bits and leaves a clone's logits intact.
 fn cross_entropy_matches_cpu(gpu: &Context) {
-    for (s, &(rows, cols)) in [(1, 1), (31, 10), (1000, 31), (64, 50257), (3, 8196)].iter().enumerate() {
+    for (s, (rows, cols)) in cross_entropy_shapes().into_iter().enumerate() {
         let (xg, xc) = shaped(gpu, &[rows, cols], 1300 + s as u64, 3.0);
         let labels: Vec<u32> = (0..rows).map(|r| ((r * 7919 + s) % cols) as u32).collect();
-        let (lg, gg) = cross_entropy(&xg, &labels).unwrap();
-        let (lc, gc) = cross_entropy(&xc, &labels).unwrap();
-        let (lg, lc) = (lg.to_scalar().unwrap(), lc.to_scalar().unwrap());
-        assert!((lg - lc).abs() <= 1e-5 * lc.abs().max(1.0), "loss {rows}x{cols}: {lg} vs {lc}");
-        assert_close(
-            &format!("cross_entropy grad {rows}x{cols}"),
-            &gg.to_vec().unwrap(),
-            &gc.to_vec().unwrap(),
-            TOL,
-        );
+        let dev_labels = gpu.labels(&labels, cols).unwrap();
+        for dtype in DTYPES {
+            let what = format!("cross_entropy {rows}x{cols} {dtype:?}");
+            let (xg, xc) = (xg.to_dtype(dtype).unwrap(), xc.to_dtype(dtype).unwrap());
+            drop(gpu.full_as(&[rows, cols], f32::NAN, dtype).unwrap());
+            poison_pool(gpu, &[rows]);
+            let (lg, gg) = cross_entropy(&xg, &labels).unwrap();
+            let (lc, gc) = cross_entropy(&xc, &labels).unwrap();
+            assert_eq!((gg.dtype(), gg.shape(), lg.dtype(), lg.shape()), (dtype, xg.shape(), DType::F32, &[][..]));
+            let (l, want) = (lg.to_scalar().unwrap(), lc.to_scalar().unwrap());
+            assert!((l - want).abs() <= 1e-5 * want.abs().max(1.0), "{what} loss: {l} vs {want}");
+            let grad = gg.to_vec().unwrap();
+            assert_close(&format!("{what} grad"), &grad, &gc.to_vec().unwrap(), tol_of(dtype));
+            let (l2, g2) = cross_entropy_labels(&xg, &dev_labels).unwrap();
+            assert_same(&format!("{what} labels on the device"), &g2.to_vec().unwrap(), &grad);
+            let kept = xg.clone();
+            let (l3, g3) = cross_entropy_labels_in_place(xg, &dev_labels).unwrap();
+            assert_same(&format!("{what} in place"), &g3.to_vec().unwrap(), &grad);
+            let losses = [l2.to_scalar().unwrap(), l3.to_scalar().unwrap()];
+            assert_eq!(losses.map(f32::to_bits), [l.to_bits(); 2], "{what}: loss differs between forms");
+            assert_same(&format!("{what} clone kept"), &kept.to_vec().unwrap(), &xc.to_vec().unwrap());
+        }
     }
+}
+
+/// The gradient written over the logits: no new buffer when nothing else holds them, and the same
+/// bits on every run (split rows, narrow rows).
+fn cross_entropy_in_place_is_deterministic(gpu: &Context) {
+    for (rows, cols) in [(3, (1 << 18) + 3), (1000, 73)] {
+        let x = randn_host(rows * cols, 1390);
+        let labels: Vec<u32> = (0..rows).map(|r| (r * 31 % cols) as u32).collect();
+        let dev_labels = gpu.labels(&labels, cols).unwrap();
+        let run = || {
+            let xg = gpu.from_slice(&x, &[rows, cols]).unwrap().to_dtype(DType::BF16).unwrap();
+            let (l, g) = cross_entropy_labels_in_place(xg, &dev_labels).unwrap();
+            (l.to_vec().unwrap(), g.to_vec().unwrap())
+        };
+        let ((l1, g1), (l2, g2)) = (run(), run());
+        assert_same("loss run to run", &l1, &l2);
+        assert_same("gradient run to run", &g1, &g2);
+    }
+}
+
+/// The CPU backend's cross-entropy on 16-bit logits against a plain f64 loop over the rounded
+/// values, and its in-place form.
+fn cpu_cross_entropy_16bit() {
+    let cpu = Context::cpu();
+    let (rows, cols) = (5, 37);
+    let x = cpu.from_slice(&randn_host(rows * cols, 1391), &[rows, cols]).unwrap().to_dtype(DType::BF16).unwrap();
+    let labels: Vec<u32> = (0..rows as u32).map(|r| r * 7 % cols as u32).collect();
+    let (loss, grad) = cross_entropy(&x, &labels).unwrap();
+    assert_eq!(grad.dtype(), DType::BF16);
+    let xv = x.to_vec().unwrap();
+    let mut want = 0.0;
+    for r in 0..rows {
+        let row: Vec<f64> = xv[r * cols..(r + 1) * cols].iter().map(|&v| v as f64).collect();
+        let p = softmax64(&row);
+        want -= p[labels[r] as usize].ln() / rows as f64;
+        for i in 0..cols {
+            let g = (p[i] - f64::from(i == labels[r] as usize)) / rows as f64;
+            assert_eq!(grad.to_vec().unwrap()[r * cols + i], DType::BF16.round(g), "grad[{r},{i}]");
+        }
+    }
+    assert!((loss.to_scalar().unwrap() as f64 - want).abs() < 1e-6 * want.abs(), "loss");
+    let kept = x.clone();
+    let (l2, g2) = cross_entropy_labels_in_place(x, &cpu.labels(&labels, cols).unwrap()).unwrap();
+    assert_eq!(l2.to_scalar().unwrap(), loss.to_scalar().unwrap());
+    assert_same("in place", &g2.to_vec().unwrap(), &grad.to_vec().unwrap());
+    assert_same("clone kept", &kept.to_vec().unwrap(), &xv);
 }
 
 fn layer_norm_matches_cpu(gpu: &Context) {
@@ -296,6 +382,17 @@ fn bad_input_on(ctx: &Context) {
         "{err}"
     );
     assert!(err.to_string().contains("label 10"), "{err}");
+    let err = cross_entropy(&ctx.zeros(&[0, 10]).unwrap(), &[]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "cross_entropy", .. }), "{err}");
+    let labels = ctx.labels(&[1, 2, 3, 9], 10).unwrap();
+    let err = cross_entropy_labels_in_place(ctx.zeros(&[4, 9]).unwrap(), &labels).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "cross_entropy_labels_in_place", .. }), "{err}");
+    let err = cross_entropy_labels_in_place(ctx.zeros(&[3, 10]).unwrap(), &labels).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "cross_entropy_labels_in_place", .. }), "{err}");
+    if ctx.is_cuda() {
+        let err = cross_entropy_labels(&x, &Context::cpu().labels(&[1, 2, 3, 4], 10).unwrap()).unwrap_err();
+        assert!(matches!(err, Error::DeviceMismatch { op: "cross_entropy_labels", .. }), "{err}");
+    }
     let wrong = ctx.zeros(&[9]).unwrap();
     let err = layer_norm(&x, Some(&wrong), None, 1e-5).unwrap_err();
     assert!(
@@ -869,6 +966,8 @@ fn main() {
         ("gpu_softmax_forward_backward_match_cpu", Case::Gpu(softmax_forward_backward_match_cpu)),
         ("gpu_gradients_match_finite_differences", Case::Gpu(gpu_gradients_match_finite_differences)),
         ("gpu_cross_entropy_matches_cpu", Case::Gpu(cross_entropy_matches_cpu)),
+        ("gpu_cross_entropy_in_place_is_deterministic", Case::Gpu(cross_entropy_in_place_is_deterministic)),
+        ("cpu_cross_entropy_16bit", Case::Cpu(cpu_cross_entropy_16bit)),
         ("gpu_layer_norm_matches_cpu", Case::Gpu(layer_norm_matches_cpu)),
         ("gpu_activation_gradients", Case::Gpu(gpu_activation_gradients)),
         ("gpu_bad_input", Case::Gpu(gpu_bad_input)),

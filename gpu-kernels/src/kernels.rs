@@ -171,10 +171,46 @@ kernel_table! {
                 team: usize, chunk: usize, mode: u32
             );
         }
-        nn::loss {
+        nn::cross_entropy {
             [cross_entropy_f32](
-                logits: *const f32, labels: *const u32, loss: *mut f32, grad: *mut f32, cols: usize, scale: f32
+                logits: *const f32, labels: *const u32, partials: *mut f32, loss: *mut f32, grad: *mut f32,
+                cols: usize, seg_len: usize, segments: usize, scale: f32, phase: u32, cached: u32
             );
+            [cross_entropy_f16, cross_entropy_bf16](
+                logits: *const u16, labels: *const u32, partials: *mut f32, loss: *mut f32, grad: *mut u16,
+                cols: usize, seg_len: usize, segments: usize, scale: f32, phase: u32, cached: u32
+            );
+            [cross_entropy_narrow_f32](
+                logits: *const f32, labels: *const u32, loss: *mut f32, grad: *mut f32, rows: usize,
+                cols: usize, lanes: usize, scale: f32
+            );
+            [cross_entropy_narrow_f16, cross_entropy_narrow_bf16](
+                logits: *const u16, labels: *const u32, loss: *mut f32, grad: *mut u16, rows: usize,
+                cols: usize, lanes: usize, scale: f32
+            );
+        }
+        nn::embedding {
+            [embedding_f32](
+                table: *const f32, ids: *const u32, pos: *const f32, out: *mut f32, n: usize, c: usize, t: usize
+            );
+            [embedding_f16, embedding_bf16](
+                table: *const u16, ids: *const u32, pos: *const u16, out: *mut u16, n: usize, c: usize, t: usize
+            );
+            [embedding_sort_tile](ids: *const u32, keys: *mut u64, n: usize, k: usize);
+            [embedding_sort_step](keys: *mut u64, half: usize, k: usize, j: usize);
+            [embedding_bucket_starts](keys: *const u64, starts: *mut u32, n: usize, vocab: usize);
+            [embedding_bwd_tiles_f32](dy: *const f32, keys: *const u64, partials: *mut f32, n: usize, c: usize);
+            [embedding_bwd_tiles_f16, embedding_bwd_tiles_bf16](
+                dy: *const u16, keys: *const u64, partials: *mut f32, n: usize, c: usize
+            );
+            [embedding_bwd_table_f32](partials: *const f32, starts: *const u32, dtable: *mut f32, c: usize);
+            [embedding_bwd_table_f16, embedding_bwd_table_bf16](
+                partials: *const f32, starts: *const u32, dtable: *mut u16, c: usize
+            );
+            [embedding_bwd_pos_f32](dy: *const f32, dpos: *mut f32, n: usize, c: usize, t: usize);
+            [embedding_bwd_pos_f16, embedding_bwd_pos_bf16](dy: *const u16, dpos: *mut u16, n: usize, c: usize, t: usize);
+        }
+        nn::loss {
             [mse_loss_f32, bce_loss_f32, bce_with_logits_loss_f32](
                 pred: *const f32, target: *const f32, grad: *mut f32, partials: *mut f32, n: usize, scale: f32
             );

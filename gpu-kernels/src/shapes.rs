@@ -83,6 +83,34 @@ pub const ROW_APPLY: u32 = 2;
 /// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
 pub const ROW_THREAD_VALUES: usize = 32;
 
+/// Cross-entropy (`nn::cross_entropy`): 16-byte vectors each thread loads before it uses any.
+pub const CE_UNROLL: usize = 4;
+/// Threads of a cross-entropy block over a (part of a) row: a power of two in this range, about
+/// one unrolled step per thread.
+pub const CE_BLOCK_MIN: usize = 128;
+pub const CE_BLOCK_MAX: usize = 1024;
+/// Rows up to this many classes run `CE_NARROW_BLOCK`-thread blocks in which a team of 1 to 32
+/// lanes owns a row; wider rows run a block per row (or per segment of it).
+pub const CE_NARROW_COLS: usize = 256;
+pub const CE_NARROW_BLOCK: usize = 256;
+/// A row split across blocks (when rows are fewer than the device holds blocks) is cut into
+/// segments of at least this many elements.
+pub const CE_MIN_SEGMENT: usize = 16384;
+/// The `phase` argument of the row kernels: the whole row in one block (statistics, then the
+/// gradient); a segment's partial statistics; a segment's gradient from its row's partials.
+pub const CE_FUSED: u32 = 0;
+pub const CE_STATS: u32 = 1;
+pub const CE_GRADIENT: u32 = 2;
+
+/// Threads per block of the embedding kernels.
+pub const EMBEDDING_BLOCK: usize = 128;
+/// Keys one block of the embedding backward's bitonic sort orders in shared memory (two per
+/// thread of a 1024-thread block).
+pub const EMBEDDING_SORT_TILE: usize = 2048;
+/// Sorted positions one block of the embedding backward sums (per run of equal ids): buckets of
+/// more rows add one partial per tile they cross, in tile order.
+pub const EMBEDDING_SUM_TILE: usize = 32;
+
 /// Elements one block of a multi-tensor optimizer launch updates (one chunk of one tensor).
 pub const OPTIMIZER_CHUNK: usize = 4096;
 /// Threads per block of the optimizer kernels.

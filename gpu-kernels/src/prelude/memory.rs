@@ -46,6 +46,42 @@ pub unsafe fn load_f32x4(p: *const f32) -> F32x4 {
     F32x4([a, b, c, d])
 }
 
+/// `ld.global.v4.u32` of eight 16-bit values through the coherent path, for buffers the kernel
+/// also writes.
+///
+/// # Safety
+/// As [`load_f32x4`].
+#[inline(always)]
+pub unsafe fn load_u16x8(p: *const u16) -> U16x8 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(readonly, nostack));
+    unpack_u16x8([a, b, c, d])
+}
+
+/// `ld.global.f32` (coherent).
+///
+/// # Safety
+/// `p` is 4-byte aligned and points into global memory.
+#[inline(always)]
+pub unsafe fn load_f32(p: *const f32) -> f32 {
+    let v: f32;
+    asm!("ld.global.f32 {v}, [{p}];", p = in(reg64) p, v = out(reg32) v, options(readonly, nostack));
+    v
+}
+
+/// `ld.global.u16` (coherent).
+///
+/// # Safety
+/// `p` is 2-byte aligned and points into global memory.
+#[inline(always)]
+pub unsafe fn load_u16(p: *const u16) -> u16 {
+    let v: u16;
+    asm!("ld.global.u16 {v}, [{p}];", p = in(reg64) p, v = out(reg16) v, options(readonly, nostack));
+    v
+}
+
 /// `ld.global.nc.f32`.
 ///
 /// # Safety
@@ -118,7 +154,12 @@ pub unsafe fn load_nc_u16x8(p: *const u16) -> U16x8 {
     asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
          p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
          options(pure, readonly, nostack));
-    let w = [a, b, c, d];
+    unpack_u16x8([a, b, c, d])
+}
+
+/// Four 32-bit words as eight 16-bit values, the lower half first.
+#[inline(always)]
+fn unpack_u16x8(w: [u32; 4]) -> U16x8 {
     let mut v = [0u16; 8];
     for i in 0..8 {
         v[i] = (w[i / 2] >> (16 * (i % 2))) as u16;

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod embedding;
 pub mod layout;
 pub mod matmul;
 pub mod nn;

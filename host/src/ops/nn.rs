@@ -12,7 +12,9 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, NN_ROW_BLOCK,
+    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_FUSED, CE_GRADIENT,
+    CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_STATS, CE_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK,
+    NN_ROW_BLOCK,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -72,14 +74,6 @@ const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<
     by_dtype!(layernorm_params_sum_f32, layernorm_params_sum_f16, layernorm_params_sum_bf16);
 const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> = by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
 
-/// `(rows, cols)` of a tensor viewed as rows of its last axis; rank ≥ 1, f32.
-fn rows_cols(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
-    x.require_f32(op)?;
-    match x.shape().split_last() {
-        Some((&cols, lead)) => Ok((lead.iter().product(), cols)),
-        None => Err(Error::InvalidArgument { op, shape: vec![], reason: "needs rank ≥ 1".into() }),
-    }
-}
 
 /// `(rows, cols)` of a tensor of any dtype viewed as rows of its last axis; rank ≥ 1.
 fn rows_cols_any(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
@@ -89,17 +83,6 @@ fn rows_cols_any(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
     }
 }
 
-/// One block of `NN_ROW_BLOCK` threads per row.
-fn per_row(op: &'static str, shape: &[usize], rows: usize) -> Result<LaunchConfig> {
-    if rows > i32::MAX as usize {
-        return Err(Error::InvalidArgument {
-            op,
-            shape: shape.to_vec(),
-            reason: "more than 2^31-1 rows".into(),
-        });
-    }
-    Ok(LaunchConfig { grid: (rows as u32, 1, 1), block: (NN_ROW_BLOCK as u32, 1, 1), shared_bytes: 0 })
-}
 
 /// The CPU twin's row map: `f(row) -> output row`, in parallel.
 fn cpu_rows(x: &[f32], cols: usize, f: impl Fn(usize, &[f32], &mut [f32]) + Sync) -> Vec<f32> {
@@ -237,7 +220,7 @@ pub struct Labels {
     storage: LabelStorage,
 }
 
-enum LabelStorage {
+pub(crate) enum LabelStorage {
     Cuda(DeviceBuffer),
     Cpu(Vec<u32>),
 }
@@ -261,24 +244,31 @@ fn check_labels(op: &'static str, labels: &[u32], classes: usize) -> Result<()> 
 }
 
 impl Context {
-    /// `labels` (each below `classes`) on this context, for [`cross_entropy_labels`].
+    /// `labels` (each below `classes`) on this context, for [`cross_entropy_labels`] and
+    /// [`embedding`](crate::embedding) (token ids, `classes` the vocabulary). A label not below
+    /// `classes` is an `InvalidArgument` here, on upload, so the kernels never index past a row or
+    /// a table.
     pub fn labels(&self, labels: &[u32], classes: usize) -> Result<Labels> {
-        const OP: &str = "labels";
-        check_labels(OP, labels, classes)?;
-        let storage = match &self.backend {
-            Backend::Cpu => LabelStorage::Cpu(labels.to_vec()),
-            Backend::Cuda(stream) => {
-                let buf = stream.device.pool.alloc(stream, labels.len() * 4, OP)?;
-                if !labels.is_empty() {
-                    // SAFETY: the fresh buffer of this stream holds `len` u32 (see `copy_htod` on
-                    // the pageable source).
-                    unsafe { stream.copy_htod(OP, buf.ptr(), labels) }?;
-                }
-                LabelStorage::Cuda(buf)
-            }
-        };
-        Ok(Labels { ctx: self.clone(), classes, len: labels.len(), storage })
+        check_labels("labels", labels, classes)?;
+        upload_labels(self, labels, classes, "labels")
     }
+}
+
+/// `labels` (checked below `classes`) on `ctx`; `op` names the copy.
+fn upload_labels(ctx: &Context, labels: &[u32], classes: usize, op: &'static str) -> Result<Labels> {
+    let storage = match &ctx.backend {
+        Backend::Cpu => LabelStorage::Cpu(labels.to_vec()),
+        Backend::Cuda(stream) => {
+            let buf = stream.device.pool.alloc(stream, labels.len() * 4, op)?;
+            if !labels.is_empty() {
+                // SAFETY: the fresh buffer of this stream holds `len` u32 (see `copy_htod` on the
+                // pageable source).
+                unsafe { stream.copy_htod(op, buf.ptr(), labels) }?;
+            }
+            LabelStorage::Cuda(buf)
+        }
+    };
+    Ok(Labels { ctx: ctx.clone(), classes, len: labels.len(), storage })
 }
 
 impl Labels {
@@ -291,6 +281,12 @@ impl Labels {
     /// The number of classes every label is below.
     pub fn classes(&self) -> usize {
         self.classes
+    }
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
+    }
+    pub(crate) fn storage(&self) -> &LabelStorage {
+        &self.storage
     }
 
     /// Overwrite the labels in place (same count, each below `classes`). Refused during a capture
@@ -314,110 +310,212 @@ impl Labels {
     }
 }
 
-/// Mean cross-entropy of `logits` `[.., classes]` against one class index per row, with its
-/// gradient w.r.t. the logits (softmax − one-hot, divided by the rows), in one pass.
-/// Returns `(loss of shape [], gradient of the logits' shape)`. The labels are uploaded from the
-/// host on every call, so this cannot be captured into a graph: use [`cross_entropy_labels`].
+/// `(rows, classes)` of cross-entropy logits (rank ≥ 1, f32, f16 or bf16), at least one row.
+fn ce_rows_cols(op: &'static str, logits: &Tensor) -> Result<(usize, usize)> {
+    let Some((&cols, lead)) = logits.shape().split_last() else {
+        return Err(Error::InvalidArgument { op, shape: vec![], reason: "needs rank ≥ 1".into() });
+    };
+    let rows: usize = lead.iter().product();
+    if rows == 0 || cols == 0 {
+        let reason = if rows == 0 { "no rows" } else { "no classes" };
+        return Err(Error::InvalidArgument { op, shape: logits.shape().to_vec(), reason: reason.into() });
+    }
+    Ok((rows, cols))
+}
+
+/// Mean cross-entropy of `logits` `[.., classes]` (f32, f16 or bf16) against one class index per
+/// row, with its gradient w.r.t. the logits (softmax − one-hot, divided by the rows), in one pass.
+/// Returns `(loss: f32 of shape [], gradient of the logits' shape and dtype)`; the statistics are
+/// f32 whatever the logits' dtype. The labels are uploaded from the host on every call, so this
+/// cannot be captured into a graph: use [`cross_entropy_labels`].
 pub fn cross_entropy(logits: &Tensor, labels: &[u32]) -> Result<(Tensor, Tensor)> {
     const OP: &str = "cross_entropy";
-    let (rows, cols) = rows_cols(OP, logits)?;
+    let (rows, cols) = ce_rows_cols(OP, logits)?;
     if labels.len() != rows {
         return Err(Error::ShapeMismatch { op: OP, lhs: logits.shape().to_vec(), rhs: vec![labels.len()] });
     }
     check_labels(OP, labels, cols)?;
-    match logits.storage() {
-        Storage::Cpu(v) => cross_entropy_cpu(OP, logits, v, labels),
-        Storage::Cuda(_) => {
-            let ctx = logits.context();
-            let stream = ctx.stream(OP)?;
-            let labels_dev = stream.device.pool.alloc(stream, rows * 4, OP)?;
-            if rows > 0 {
-                // SAFETY: the fresh buffer of this stream holds `rows` u32 (see `copy_htod` on
-                // the pageable source).
-                unsafe {
-                    stream.copy_htod("cross_entropy (labels from host memory)", labels_dev.ptr(), labels)
-                }?;
-            }
-            // The labels buffer returns to the pool in stream order after the launch.
-            cross_entropy_cuda(OP, logits, &labels_dev)
-        }
-    }
+    // The labels buffer returns to the pool in stream order after the launch.
+    let labels = upload_labels(logits.context(), labels, cols, "cross_entropy (labels from host memory)")?;
+    cross_entropy_impl(OP, logits.clone(), &labels, false)
 }
 
 /// [`cross_entropy`] against labels already on the logits' context: no upload, so a graph may
 /// capture it and read new labels (refreshed with [`Labels::copy_from_slice`]) at each replay.
 pub fn cross_entropy_labels(logits: &Tensor, labels: &Labels) -> Result<(Tensor, Tensor)> {
-    const OP: &str = "cross_entropy_labels";
-    let (rows, cols) = rows_cols(OP, logits)?;
+    cross_entropy_impl("cross_entropy_labels", logits.clone(), labels, false)
+}
+
+/// [`cross_entropy_labels`] that writes the gradient over the logits it consumes: no second
+/// buffer of the logits' size. When a clone shares the logits' buffer, it is copied first (the
+/// clone keeps the logits), as the optimizers do with a shared parameter.
+pub fn cross_entropy_labels_in_place(logits: Tensor, labels: &Labels) -> Result<(Tensor, Tensor)> {
+    cross_entropy_impl("cross_entropy_labels_in_place", logits, labels, true)
+}
+
+fn cross_entropy_impl(
+    op: &'static str,
+    mut logits: Tensor,
+    labels: &Labels,
+    in_place: bool,
+) -> Result<(Tensor, Tensor)> {
+    let (rows, cols) = ce_rows_cols(op, &logits)?;
     if labels.len != rows {
-        return Err(Error::ShapeMismatch { op: OP, lhs: logits.shape().to_vec(), rhs: vec![labels.len] });
+        return Err(Error::ShapeMismatch { op, lhs: logits.shape().to_vec(), rhs: vec![labels.len] });
     }
     if labels.classes > cols {
         return Err(Error::InvalidArgument {
-            op: OP,
+            op,
             shape: logits.shape().to_vec(),
             reason: format!("labels of {} classes for {cols} logits per row", labels.classes),
         });
     }
     if !logits.context().same_queue(&labels.ctx) {
-        return Err(logits.context().mismatch(OP, &labels.ctx));
+        return Err(logits.context().mismatch(op, &labels.ctx));
     }
     match (logits.storage(), &labels.storage) {
-        (Storage::Cpu(v), LabelStorage::Cpu(l)) => cross_entropy_cpu(OP, logits, v, l),
-        (Storage::Cuda(_), LabelStorage::Cuda(buf)) => cross_entropy_cuda(OP, logits, buf),
-        _ => Err(logits.context().mismatch(OP, &labels.ctx)),
+        (Storage::Cpu(v), LabelStorage::Cpu(l)) => cross_entropy_cpu(&logits, v, l, rows, cols),
+        (Storage::Cuda(_), LabelStorage::Cuda(buf)) => {
+            if in_place {
+                logits.make_unique()?;
+                let grad = logits.clone();
+                cross_entropy_cuda(op, &logits, buf, grad, rows, cols)
+            } else {
+                let grad = Tensor::uninit_as(logits.context(), logits.shape(), logits.dtype(), op)?;
+                cross_entropy_cuda(op, &logits, buf, grad, rows, cols)
+            }
+        }
+        _ => Err(logits.context().mismatch(op, &labels.ctx)),
     }
 }
 
+/// The CPU twin: f64 statistics of the (dtype-exact) logits, the gradient rounded to their dtype.
 fn cross_entropy_cpu(
-    op: &'static str,
     logits: &Tensor,
     v: &[f32],
     labels: &[u32],
+    rows: usize,
+    cols: usize,
 ) -> Result<(Tensor, Tensor)> {
-    let (rows, cols) = rows_cols(op, logits)?;
-    if rows == 0 {
-        return Err(Error::InvalidArgument { op, shape: logits.shape().to_vec(), reason: "no rows".into() });
-    }
-    let scale = (1.0 / rows as f64) as f32;
-    let mut losses = vec![0.0f64; rows];
+    let (scale, dtype) = ((1.0 / rows as f64) as f32 as f64, logits.dtype());
     let grad = cpu_rows(v, cols, |r, row, out| {
         let (m, lse) = max_and_log_sum_exp(row);
         for (i, (o, &e)) in out.iter_mut().zip(row).enumerate() {
             let p = (e as f64 - m - lse).exp();
-            *o = (scale as f64 * (p - f64::from(i == labels[r] as usize))) as f32;
+            *o = dtype.round(scale * (p - f64::from(i == labels[r] as usize)));
         }
     });
-    for (r, l) in losses.iter_mut().enumerate() {
-        let row = &v[r * cols..(r + 1) * cols];
-        let (m, lse) = max_and_log_sum_exp(row);
-        *l = lse + m - row[labels[r] as usize] as f64;
-    }
-    let loss = (losses.iter().sum::<f64>() / rows as f64) as f32;
+    let total: f64 = (0..rows)
+        .into_par_iter()
+        .map(|r| {
+            let row = &v[r * cols..(r + 1) * cols];
+            let (m, lse) = max_and_log_sum_exp(row);
+            lse + m - row[labels[r] as usize] as f64
+        })
+        .collect::<Vec<f64>>()
+        .iter()
+        .sum();
     Ok((
-        Tensor::from_cpu(logits.context(), &[], vec![loss]),
-        Tensor::from_cpu(logits.context(), logits.shape(), grad),
+        Tensor::from_cpu(logits.context(), &[], vec![(total / rows as f64) as f32]),
+        Tensor::from_cpu_as(logits.context(), logits.shape(), dtype, grad),
     ))
 }
 
-/// The CUDA launch of both cross-entropy forms; `labels` holds one u32 below the logits' last
-/// dimension per row (both callers check it).
-fn cross_entropy_cuda(op: &'static str, logits: &Tensor, labels: &DeviceBuffer) -> Result<(Tensor, Tensor)> {
-    let (rows, cols) = rows_cols(op, logits)?;
-    if rows == 0 {
-        return Err(Error::InvalidArgument { op, shape: logits.shape().to_vec(), reason: "no rows".into() });
-    }
+/// The CUDA launches of every cross-entropy form: `grad` (the logits' shape and dtype) may be
+/// the logits themselves. `labels` holds one u32 below `cols` per row (checked on upload and
+/// against `cols` by the callers).
+fn cross_entropy_cuda(
+    op: &'static str,
+    logits: &Tensor,
+    labels: &DeviceBuffer,
+    grad: Tensor,
+    rows: usize,
+    cols: usize,
+) -> Result<(Tensor, Tensor)> {
+    let too_many = || Error::InvalidArgument {
+        op,
+        shape: logits.shape().to_vec(),
+        reason: "more than 2^31-1 blocks".into(),
+    };
     let scale = (1.0 / rows as f64) as f32;
     let ctx = logits.context();
     let stream = ctx.stream(op)?;
+    let info = &stream.device.info;
     let losses = Tensor::uninit(ctx, &[rows], op)?;
-    let grad = Tensor::uninit(ctx, logits.shape(), op)?;
-    // SAFETY: `cross_entropy_f32(logits, labels, loss, grad, cols, scale)`: logits and grad
-    // hold rows·cols floats, labels rows u32 < cols (the callers' checks), loss rows floats; one
-    // block per row.
-    let cfg = per_row(op, logits.shape(), rows)?;
-    let args = (logits.ptr(), labels.dev_ptr(), losses.ptr_mut(), grad.ptr_mut(), cols, scale);
-    unsafe { kernels::cross_entropy_f32.launch(stream, cfg, args)? };
+    let ce_rows = ByDType {
+        f32: kernels::cross_entropy_f32,
+        f16: kernels::cross_entropy_f16,
+        bf16: kernels::cross_entropy_bf16,
+    };
+    let ce_narrow = ByDType {
+        f32: kernels::cross_entropy_narrow_f32,
+        f16: kernels::cross_entropy_narrow_f16,
+        bf16: kernels::cross_entropy_narrow_bf16,
+    };
+    let (lab, loss) = (labels.dev_ptr(), losses.ptr_mut());
+    if cols <= CE_NARROW_COLS {
+        let lanes = cols.div_ceil(8).next_power_of_two().min(32);
+        let blocks = rows.div_ceil(CE_NARROW_BLOCK / lanes);
+        if blocks > i32::MAX as usize {
+            return Err(too_many());
+        }
+        let cfg = LaunchConfig { grid: (blocks as u32, 1, 1), block: (CE_NARROW_BLOCK as u32, 1, 1), shared_bytes: 0 };
+        // SAFETY: `cross_entropy_narrow_*(logits, labels, loss, grad, rows, cols, lanes, scale)`:
+        // logits and grad hold rows·cols elements of the kernel's type (grad may be the logits:
+        // each lane reads an element before it writes its gradient, and nothing else touches
+        // it), labels and loss `rows` u32 / f32, each label < cols; lanes a power of two ≤ 32
+        // dividing the block, whose teams cover every row.
+        launch_by_dtype!(ce_narrow, logits.dtype(), |k| unsafe {
+            k.launch(stream, cfg, (logits.ptr(), lab, loss, grad.ptr_mut(), rows, cols, lanes, scale))?
+        });
+        return Ok((losses.mean()?, grad));
+    }
+    let vec = 16 / logits.dtype().size_bytes();
+    let threads_for = |elems: usize| {
+        (elems.div_ceil(vec * CE_UNROLL)).next_power_of_two().clamp(CE_BLOCK_MIN, CE_BLOCK_MAX)
+    };
+    let resident = info.sm_count as usize * (info.max_threads_per_sm as usize / CE_BLOCK_MAX).max(1);
+    let segments = if rows >= resident { 1 } else { resident.div_ceil(rows).min(cols.div_ceil(CE_MIN_SEGMENT)) };
+    let seg_len = cols.div_ceil(segments).next_multiple_of(vec);
+    let segments = cols.div_ceil(seg_len);
+    let blocks = rows.checked_mul(segments).filter(|&b| b <= i32::MAX as usize).ok_or_else(too_many)?;
+    let threads = threads_for(seg_len);
+    let cfg = |shared_bytes: usize| LaunchConfig {
+        grid: (blocks as u32, 1, 1),
+        block: (threads as u32, 1, 1),
+        shared_bytes: shared_bytes as u32,
+    };
+    let (dtype, none) = (logits.dtype(), DevPtrMut::<f32>::new(0));
+    if segments == 1 {
+        // The row's whole vectors (plus one for a misaligned start) kept in shared memory when
+        // they fit beside the static reduction scratch.
+        let cache = (cols / vec + 1) * 16;
+        let cached = cache + 1024 <= info.max_shared_per_block_optin;
+        let cfg = cfg(if cached { cache } else { 0 });
+        // SAFETY: `cross_entropy_*(logits, labels, partials, loss, grad, cols, seg_len,
+        // segments, scale, CE_FUSED, cached)`: one block per row (segments = 1, seg_len ≥
+        // cols), logits and grad rows·cols elements (grad may be the logits: a block reads its
+        // row before the barrier that precedes its first write, and the gradient pass reads each
+        // vector in the thread that then writes it), labels and loss `rows` u32 / f32, each
+        // label < cols; partials unused; with `cached`, shared memory for every vector of a row.
+        launch_by_dtype!(ce_rows, dtype, |k| unsafe {
+            let args = (logits.ptr(), lab, none, loss, grad.ptr_mut(), cols, seg_len, 1, scale, CE_FUSED, cached as u32);
+            k.launch(stream, cfg, args)?
+        });
+        return Ok((losses.mean()?, grad));
+    }
+    let partials = stream.device.pool.alloc(stream, blocks * 2 * 4, op)?;
+    for phase in [CE_STATS, CE_GRADIENT] {
+        // SAFETY: as the fused launch, one block per (row, segment) of seg_len elements: the
+        // stats phase writes two floats per block to `partials` (blocks·2 floats) and reads the
+        // logits only; the gradient phase, after it on this stream, reads its row's partials and
+        // writes each gradient element after the same thread read its logit.
+        launch_by_dtype!(ce_rows, dtype, |k| unsafe {
+            let args =
+                (logits.ptr(), lab, partials.dev_ptr_mut(), loss, grad.ptr_mut(), cols, seg_len, segments, scale, phase, 0);
+            k.launch(stream, cfg(0), args)?
+        });
+    }
     Ok((losses.mean()?, grad))
 }
 

@@ -1,0 +1,292 @@
+//! Embedding lookup and its backward pass, for f32, f16 and bf16 tables.
+//!
+//! Forward (`embedding_*`): `out[i] = table[ids[i]] (+ pos[i % T])`, 16-byte vectors when a row
+//! is a whole number of them. Floor: one table row read and one output row written per id, 8 B
+//! per f32 output element (16384 ids × 768: 101 MB, ~34 µs at ~3.0 TB/s); 12 B with positions
+//! (whose T rows stay in L2).
+//!
+//! Backward: `dtable[v] = Σ dy[i]` over the i with `ids[i] = v`, in increasing i, accumulated in
+//! f32: the same sums in the same order on every run (no float atomics). The positions i are
+//! sorted by the 64-bit key `(id, i)` with a bitonic network (`embedding_sort_tile` sorts tiles
+//! of `EMBEDDING_SORT_TILE` keys in shared memory, or finishes a merge stage below that stride;
+//! `embedding_sort_step` is one compare-exchange step of a wider stride);
+//! `embedding_bucket_starts` finds where each id's run of sorted positions starts;
+//! `embedding_bwd_tiles_*` sums each run within each tile of `EMBEDDING_SUM_TILE` sorted positions
+//! into an f32 partial row, stored at the run's first position in the tile; and
+//! `embedding_bwd_table_*` adds an id's partials in tile order into its table row (zeros for an
+//! id that does not occur). Floor: dy read once and the dense `[vocab, C]` gradient written once;
+//! the partials add an f32 write and read per dy element. `embedding_bwd_pos_*`:
+//! `dpos[t] = Σ_b dy[b·T + t]`, in increasing b.
+use super::element::{Elem, F32};
+use crate::prelude::*;
+use crate::shapes::{EMBEDDING_SORT_TILE as TILE, EMBEDDING_SUM_TILE as SUM_TILE};
+
+shared_array!(static EMBEDDING_SORT_KEYS: [u64; 2048]);
+shared_array!(static EMBEDDING_SUM_KEYS: [u64; 32]);
+const _: () = assert!(TILE == 2048 && SUM_TILE == 32);
+
+/// Elements per unit of work along a row: a 16-byte vector when rows are whole vectors, else 1.
+#[inline(always)]
+fn unit_width<E: Elem>(c: usize) -> usize {
+    if c % E::VEC == 0 {
+        E::VEC
+    } else {
+        1
+    }
+}
+
+/// `w` elements (`unit_width`) from `p`, as f32 (the rest zero).
+#[inline(always)]
+unsafe fn load_unit<E: Elem>(p: *const E::Bits, w: usize) -> [f32; 8] {
+    if w == 1 {
+        let mut v = [0.0; 8];
+        v[0] = E::load(p);
+        v
+    } else {
+        E::unpack(E::load_vector(p))
+    }
+}
+
+#[inline(always)]
+unsafe fn store_unit<E: Elem>(p: *mut E::Bits, w: usize, v: [f32; 8]) {
+    if w == 1 {
+        E::store(p, v[0])
+    } else {
+        E::store_vector(p, E::pack(v))
+    }
+}
+
+/// `w` f32 of a partial row (16-byte aligned when `w` > 1).
+#[inline(always)]
+unsafe fn load_partial(p: *const f32, w: usize) -> [f32; 8] {
+    let mut v = [0.0; 8];
+    if w == 1 {
+        v[0] = load_f32(p);
+    } else {
+        for h in 0..w / 4 {
+            let q = load_f32x4(p.add(4 * h)).0;
+            v[4 * h..4 * h + 4].copy_from_slice(&q);
+        }
+    }
+    v
+}
+
+#[inline(always)]
+unsafe fn store_partial(p: *mut f32, w: usize, v: [f32; 8]) {
+    if w == 1 {
+        store_f32(p, v[0]);
+    } else {
+        for h in 0..w / 4 {
+            store_f32x4(p.add(4 * h), F32x4([v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]]));
+        }
+    }
+}
+
+#[inline(always)]
+fn add8(acc: &mut [f32; 8], v: [f32; 8]) {
+    for k in 0..8 {
+        acc[k] += v[k];
+    }
+}
+
+#[inline(always)]
+unsafe fn embedding_fwd<E: Elem>(
+    table: *const E::Bits,
+    ids: *const u32,
+    pos: *const E::Bits,
+    out: *mut E::Bits,
+    n: usize,
+    c: usize,
+    t: usize,
+) {
+    let w = unit_width::<E>(c);
+    let per_row = c / w;
+    for g in grid_stride(n * per_row) {
+        let (i, u) = (g / per_row, (g % per_row) * w);
+        let mut v = load_unit::<E>(table.add(*ids.add(i) as usize * c + u), w);
+        if !pos.is_null() {
+            add8(&mut v, load_unit::<E>(pos.add((i % t) * c + u), w));
+        }
+        store_unit::<E>(out.add(i * c + u), w, v);
+    }
+}
+
+/// Sorts tiles of `TILE` keys: from the ids (`k` = 0: key `(ids[g] << 32) | g`, `u64::MAX`
+/// past `n`) through every stage up to `TILE`, or, for a merge stage `k` > `TILE` whose wider
+/// strides `embedding_sort_step` did, its strides below `TILE`. One 1024-thread block per tile.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn embedding_sort_tile(ids: *const u32, keys: *mut u64, n: usize, k: usize) {
+    let s = shared_ptr(&raw mut EMBEDDING_SORT_KEYS);
+    let base = block_x() * TILE;
+    let t = thread_x();
+    for h in [t, t + TILE / 2] {
+        let g = base + h;
+        *s.add(h) = match (k, g < n) {
+            (0, true) => (*ids.add(g) as u64) << 32 | g as u64,
+            (0, false) => u64::MAX,
+            _ => *keys.add(g),
+        };
+    }
+    sync_threads();
+    let (mut stage, last) = if k == 0 { (2, TILE) } else { (k, k) };
+    while stage <= last {
+        let mut j = stage.min(TILE) / 2;
+        while j > 0 {
+            let i = 2 * j * (t / j) + t % j;
+            let (a, b) = (*s.add(i), *s.add(i + j));
+            if (a > b) == ((base + i) & stage == 0) {
+                *s.add(i) = b;
+                *s.add(i + j) = a;
+            }
+            sync_threads();
+            j /= 2;
+        }
+        stage *= 2;
+    }
+    for h in [t, t + TILE / 2] {
+        *keys.add(base + h) = *s.add(h);
+    }
+}
+
+/// One compare-exchange step (stride `j` of merge stage `k`) over `2 · half` keys.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn embedding_sort_step(keys: *mut u64, half: usize, k: usize, j: usize) {
+    for p in grid_stride(half) {
+        let i = 2 * j * (p / j) + p % j;
+        let (a, b) = (*keys.add(i), *keys.add(i + j));
+        if (a > b) == (i & k == 0) {
+            *keys.add(i) = b;
+            *keys.add(i + j) = a;
+        }
+    }
+}
+
+/// `starts[v]` = the first sorted position whose id is ≥ v, for v in `0..=vocab`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn embedding_bucket_starts(
+    keys: *const u64,
+    starts: *mut u32,
+    n: usize,
+    vocab: usize,
+) {
+    for p in grid_stride(n + 1) {
+        let first = if p == 0 { 0 } else { (*keys.add(p - 1) >> 32) as usize + 1 };
+        let last = if p == n { vocab } else { (*keys.add(p) >> 32) as usize };
+        for v in first..=last {
+            *starts.add(v) = p as u32;
+        }
+    }
+}
+
+/// One block per tile of `SUM_TILE` sorted positions: each run of equal ids within it summed
+/// (in position order) into `partials` at the run's first position.
+#[inline(always)]
+unsafe fn bwd_tiles<E: Elem>(dy: *const E::Bits, keys: *const u64, partials: *mut f32, n: usize, c: usize) {
+    let s = shared_ptr(&raw mut EMBEDDING_SUM_KEYS);
+    let p0 = block_x() * SUM_TILE;
+    let len = SUM_TILE.min(n - p0);
+    if thread_x() < len {
+        *s.add(thread_x()) = *keys.add(p0 + thread_x());
+    }
+    sync_threads();
+    let w = unit_width::<E>(c);
+    let mut u = thread_x() * w;
+    while u < c {
+        let (mut acc, mut first) = ([0.0f32; 8], 0);
+        for q in 0..len {
+            let key = *s.add(q);
+            add8(&mut acc, load_unit::<E>(dy.add((key & 0xffff_ffff) as usize * c + u), w));
+            if q + 1 == len || *s.add(q + 1) >> 32 != key >> 32 {
+                store_partial(partials.add((p0 + first) * c + u), w, acc);
+                (acc, first) = ([0.0; 8], q + 1);
+            }
+        }
+        u += block_dim_x() * w;
+    }
+}
+
+/// One block per id: its partials, in tile order, into its row of the table gradient.
+#[inline(always)]
+unsafe fn bwd_table<E: Elem>(partials: *const f32, starts: *const u32, dtable: *mut E::Bits, c: usize) {
+    let v = block_x();
+    let (s, e) = (*starts.add(v) as usize, *starts.add(v + 1) as usize);
+    let w = unit_width::<E>(c);
+    let mut u = thread_x() * w;
+    while u < c {
+        let mut acc = [0.0f32; 8];
+        let mut p = s;
+        while p < e {
+            add8(&mut acc, load_partial(partials.add(p * c + u), w));
+            p = (p / SUM_TILE + 1) * SUM_TILE;
+        }
+        store_unit::<E>(dtable.add(v * c + u), w, acc);
+        u += block_dim_x() * w;
+    }
+}
+
+/// One block per position t < T: `dpos[t] = Σ_b dy[b·T + t]`.
+#[inline(always)]
+unsafe fn bwd_pos<E: Elem>(dy: *const E::Bits, dpos: *mut E::Bits, n: usize, c: usize, t: usize) {
+    let w = unit_width::<E>(c);
+    let mut u = thread_x() * w;
+    while u < c {
+        let mut acc = [0.0f32; 8];
+        let mut i = block_x();
+        while i < n {
+            add8(&mut acc, load_unit::<E>(dy.add(i * c + u), w));
+            i += t;
+        }
+        store_unit::<E>(dpos.add(block_x() * c + u), w, acc);
+        u += block_dim_x() * w;
+    }
+}
+
+macro_rules! embedding_kernels {
+    ($($fwd:ident, $tiles:ident, $table:ident, $pos:ident: $e:ty, $bits:ty;)*) => {$(
+        /// `out[i] = table[ids[i]] (+ pos[i % t])` for `[n, c]` outputs (`pos` may be null).
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $fwd(
+            table: *const $bits,
+            ids: *const u32,
+            pos: *const $bits,
+            out: *mut $bits,
+            n: usize,
+            c: usize,
+            t: usize,
+        ) {
+            embedding_fwd::<$e>(table, ids, pos, out, n, c, t)
+        }
+        /// Per-tile run sums of the sorted positions; see the module documentation.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $tiles(
+            dy: *const $bits,
+            keys: *const u64,
+            partials: *mut f32,
+            n: usize,
+            c: usize,
+        ) {
+            bwd_tiles::<$e>(dy, keys, partials, n, c)
+        }
+        /// The table gradient from the run sums, one block per id.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $table(
+            partials: *const f32,
+            starts: *const u32,
+            dtable: *mut $bits,
+            c: usize,
+        ) {
+            bwd_table::<$e>(partials, starts, dtable, c)
+        }
+        /// The positional gradient, one block per position.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $pos(dy: *const $bits, dpos: *mut $bits, n: usize, c: usize, t: usize) {
+            bwd_pos::<$e>(dy, dpos, n, c, t)
+        }
+    )*};
+}
+
+embedding_kernels! {
+    embedding_f32, embedding_bwd_tiles_f32, embedding_bwd_table_f32, embedding_bwd_pos_f32: F32, f32;
+    embedding_f16, embedding_bwd_tiles_f16, embedding_bwd_table_f16, embedding_bwd_pos_f16: F16, u16;
+    embedding_bf16, embedding_bwd_tiles_bf16, embedding_bwd_table_bf16, embedding_bwd_pos_bf16: BF16, u16;
+}
