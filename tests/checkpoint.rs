@@ -40,7 +40,9 @@ fn bits(t: &Tensor) -> Vec<u32> {
 fn sample_tensors(ctx: &Context) -> Vec<(String, Tensor)> {
     let shapes: [&[usize]; 5] = [&[], &[1], &[31, 3], &[2, 3, 1000], &[0, 4]];
     let mut out = Vec::new();
-    for (d, (dtype, tag)) in [(DType::F32, "f32"), (DType::F16, "f16"), (DType::BF16, "bf16")].into_iter().enumerate() {
+    for (d, (dtype, tag)) in
+        [(DType::F32, "f32"), (DType::F16, "f16"), (DType::BF16, "bf16")].into_iter().enumerate()
+    {
         for (s, shape) in shapes.iter().enumerate() {
             let n = d * 10 + s + 1;
             let len: usize = shape.iter().product();
@@ -99,7 +101,8 @@ fn cpu_bad_files_are_typed_errors() {
     .unwrap();
     let err = back.get("y").unwrap_err();
     assert!(err.to_string().contains("\"y\""), "names the tensor: {err}");
-    let dup = [("x".to_string(), ctx.full(&[1], 1.0).unwrap()), ("x".to_string(), ctx.full(&[1], 2.0).unwrap())];
+    let dup =
+        [("x".to_string(), ctx.full(&[1], 1.0).unwrap()), ("x".to_string(), ctx.full(&[1], 2.0).unwrap())];
     let err = save(temp("dup.safetensors"), &dup, &[]).unwrap_err();
     assert!(err.to_string().contains("\"x\" twice"), "a duplicate name: {err}");
     std::fs::remove_file(garbage).ok();
@@ -107,15 +110,23 @@ fn cpu_bad_files_are_typed_errors() {
 
 /// `python3` with safetensors and torch, and the interop script, or `None` (said loudly).
 fn python() -> Option<PathBuf> {
-    let script = ["scripts/safetensors_interop.py", concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/safetensors_interop.py")]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    let works = Command::new("python3").args(["-c", "import safetensors.torch"]).output().is_ok_and(|o| o.status.success());
+    let script = [
+        "scripts/safetensors_interop.py",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/safetensors_interop.py"),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists());
+    let works = Command::new("python3")
+        .args(["-c", "import safetensors.torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
     match (script, works) {
         (Some(script), true) => Some(script),
         _ if std::env::var("FERROCUDA_REQUIRE_PYTHON").is_ok_and(|v| v == "1") => {
-            panic!("FERROCUDA_REQUIRE_PYTHON=1 but no python3 with safetensors and torch (or no interop script)")
+            panic!(
+                "FERROCUDA_REQUIRE_PYTHON=1 but no python3 with safetensors and torch (or no interop script)"
+            )
         }
         _ => {
             println!("    skipped (no python3 with safetensors and torch)");

@@ -31,7 +31,10 @@ fn cases() -> Vec<(usize, usize, usize, Option<usize>)> {
 
 /// Ids below `vocab`, skewed so that low ids repeat often.
 fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    randn_host(n, seed).iter().map(|v| ((v.abs() * v.abs() * vocab as f32 / 4.0) as usize % vocab) as u32).collect()
+    randn_host(n, seed)
+        .iter()
+        .map(|v| ((v.abs() * v.abs() * vocab as f32 / 4.0) as usize % vocab) as u32)
+        .collect()
 }
 
 fn tensors(gpu: &Context, shape: &[usize], seed: u64, dtype: DType) -> (Tensor, Tensor) {
@@ -107,7 +110,10 @@ fn gradients_match_finite_differences(ctx: &Context) {
                 loss(&a, &b)
             };
             let numeric = (bump(h) - bump(-h)) / (2.0 * h);
-            assert!((g as f64 - numeric).abs() < 1e-4 * (1.0 + numeric.abs()), "d[{which}][{i}]: {g} vs {numeric}");
+            assert!(
+                (g as f64 - numeric).abs() < 1e-4 * (1.0 + numeric.abs()),
+                "d[{which}][{i}]: {g} vs {numeric}"
+            );
         }
     }
     // The forward pass is what the loss differentiates.

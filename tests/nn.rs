@@ -4,9 +4,8 @@ mod common;
 use common::*;
 use ferrocuda::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
-    binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, cross_entropy_labels_in_place, dropout,
-    dropout_backward, layer_norm,
-    layer_norm_backward, mse_loss, Context, DType, Error, Tensor,
+    binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, cross_entropy_labels_in_place,
+    dropout, dropout_backward, layer_norm, layer_norm_backward, mse_loss, Context, DType, Error, Tensor,
 };
 
 const TOL: f64 = 1e-5;
@@ -166,7 +165,16 @@ fn cross_entropy_shapes() -> Vec<(usize, usize)> {
     if sanitizer() {
         return vec![(1, 1), (31, 1000), (5, 73), (2, 40000)];
     }
-    vec![(1, 1), (31, 1000), (1000, 31), (64, 50257), (3, (1 << 18) + 3), ((1 << 16) + 1, 73), (3, 8196), (257, 300)]
+    vec![
+        (1, 1),
+        (31, 1000),
+        (1000, 31),
+        (64, 50257),
+        (3, (1 << 18) + 3),
+        ((1 << 16) + 1, 73),
+        (3, 8196),
+        (257, 300),
+    ]
 }
 
 fn sanitizer() -> bool {
@@ -199,7 +207,10 @@ fn cross_entropy_matches_cpu(gpu: &Context) {
             poison_pool(gpu, &[rows]);
             let (lg, gg) = cross_entropy(&xg, &labels).unwrap();
             let (lc, gc) = cross_entropy(&xc, &labels).unwrap();
-            assert_eq!((gg.dtype(), gg.shape(), lg.dtype(), lg.shape()), (dtype, xg.shape(), DType::F32, &[][..]));
+            assert_eq!(
+                (gg.dtype(), gg.shape(), lg.dtype(), lg.shape()),
+                (dtype, xg.shape(), DType::F32, &[][..])
+            );
             let (l, want) = (lg.to_scalar().unwrap(), lc.to_scalar().unwrap());
             assert!((l - want).abs() <= 1e-5 * want.abs().max(1.0), "{what} loss: {l} vs {want}");
             let grad = gg.to_vec().unwrap();
@@ -239,7 +250,8 @@ fn cross_entropy_in_place_is_deterministic(gpu: &Context) {
 fn cpu_cross_entropy_16bit() {
     let cpu = Context::cpu();
     let (rows, cols) = (5, 37);
-    let x = cpu.from_slice(&randn_host(rows * cols, 1391), &[rows, cols]).unwrap().to_dtype(DType::BF16).unwrap();
+    let x =
+        cpu.from_slice(&randn_host(rows * cols, 1391), &[rows, cols]).unwrap().to_dtype(DType::BF16).unwrap();
     let labels: Vec<u32> = (0..rows as u32).map(|r| r * 7 % cols as u32).collect();
     let (loss, grad) = cross_entropy(&x, &labels).unwrap();
     assert_eq!(grad.dtype(), DType::BF16);
@@ -833,7 +845,12 @@ fn row_ops_every_dtype_and_branch_match_cpu(gpu: &Context) {
                     (y_same.softmax_backward(&dg), yc.softmax_backward(&dc))
                 };
                 let bwd_tol = if dtype == DType::F32 { 1e-4 } else { tol };
-                assert_close(&what(&format!("{op}_backward")), &bg.unwrap().to_vec().unwrap(), &bc.unwrap().to_vec().unwrap(), bwd_tol);
+                assert_close(
+                    &what(&format!("{op}_backward")),
+                    &bg.unwrap().to_vec().unwrap(),
+                    &bc.unwrap().to_vec().unwrap(),
+                    bwd_tol,
+                );
             }
             let (gg, gc) = pair_as(gpu, &g, &[cols], dtype);
             let (bg, bc) = pair_as(gpu, &b, &[cols], dtype);
@@ -843,8 +860,18 @@ fn row_ops_every_dtype_and_branch_match_cpu(gpu: &Context) {
             assert_eq!((yg.dtype(), sg.mean.dtype(), sg.rstd.dtype()), (dtype, DType::F32, DType::F32));
             assert_close(&what("layer_norm"), &yg.to_vec().unwrap(), &yc.to_vec().unwrap(), tol);
             let stat_tol = if dtype == DType::F32 { 1e-5 } else { 1e-4 };
-            assert_close(&what("layer_norm mean"), &sg.mean.to_vec().unwrap(), &sc.mean.to_vec().unwrap(), stat_tol);
-            assert_close(&what("layer_norm rstd"), &sg.rstd.to_vec().unwrap(), &sc.rstd.to_vec().unwrap(), stat_tol);
+            assert_close(
+                &what("layer_norm mean"),
+                &sg.mean.to_vec().unwrap(),
+                &sc.mean.to_vec().unwrap(),
+                stat_tol,
+            );
+            assert_close(
+                &what("layer_norm rstd"),
+                &sg.rstd.to_vec().unwrap(),
+                &sc.rstd.to_vec().unwrap(),
+                stat_tol,
+            );
             let saved = ferrocuda::LayerNormSaved {
                 mean: sc.mean.to_context(gpu).unwrap(),
                 rstd: sc.rstd.to_context(gpu).unwrap(),
@@ -886,7 +913,10 @@ fn row_ops_dtype_errors_on(ctx: &Context) {
     assert!(matches!(err, Error::DTypeMismatch { op: "log_softmax_backward", .. }), "{err}");
     let g32 = ctx.full(&[10], 1.0).unwrap();
     let err = layer_norm(&b, Some(&g32), None, 1e-5).unwrap_err();
-    assert!(matches!(err, Error::DTypeMismatch { op: "layer_norm", lhs: DType::BF16, rhs: DType::F32 }), "{err}");
+    assert!(
+        matches!(err, Error::DTypeMismatch { op: "layer_norm", lhs: DType::BF16, rhs: DType::F32 }),
+        "{err}"
+    );
     let (_, saved) = layer_norm(&b, None, None, 1e-5).unwrap();
     let err = layer_norm_backward(&b, None, &h, &saved).unwrap_err();
     assert!(matches!(err, Error::DTypeMismatch { op: "layer_norm_backward", .. }), "{err}");
@@ -936,7 +966,11 @@ fn cpu_row_ops_16_bit() {
         let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 77.0;
         let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 77.0;
         for c in 0..77 {
-            assert_eq!(lv[c], dtype.round((row[c] as f64 - mean) / (var + 1e-5).sqrt()), "{dtype:?} layer_norm [{c}]");
+            assert_eq!(
+                lv[c],
+                dtype.round((row[c] as f64 - mean) / (var + 1e-5).sqrt()),
+                "{dtype:?} layer_norm [{c}]"
+            );
         }
     }
 }

@@ -55,7 +55,11 @@ fn format_error(op: &'static str, path: &Path, reason: impl std::fmt::Display) -
 
 /// Write `tensors` (unique names) to `path`, with `metadata` as the header's string map (the
 /// format's `__metadata__`, e.g. the model's configuration).
-pub fn save(path: impl AsRef<Path>, tensors: &[(String, Tensor)], metadata: &[(String, String)]) -> Result<()> {
+pub fn save(
+    path: impl AsRef<Path>,
+    tensors: &[(String, Tensor)],
+    metadata: &[(String, String)],
+) -> Result<()> {
     const OP: &str = "checkpoint::save";
     let path = path.as_ref();
     let mut names: Vec<&str> = tensors.iter().map(|(n, _)| n.as_str()).collect();
@@ -63,7 +67,8 @@ pub fn save(path: impl AsRef<Path>, tensors: &[(String, Tensor)], metadata: &[(S
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(format_error(OP, path, format!("tensor name {:?} twice", w[0])));
     }
-    let bytes = tensors.iter().map(|(name, t)| Ok((name.as_str(), tensor_bytes(t)?))).collect::<Result<Vec<_>>>()?;
+    let bytes =
+        tensors.iter().map(|(name, t)| Ok((name.as_str(), tensor_bytes(t)?))).collect::<Result<Vec<_>>>()?;
     let info = (!metadata.is_empty()).then(|| metadata.iter().cloned().collect());
     safetensors::serialize_to_file(bytes.iter().map(|(n, b)| (*n, b)), info, path)
         .map_err(|e| format_error(OP, path, e))
@@ -100,8 +105,11 @@ fn decode<T: crate::tensor::Element, const N: usize>(data: &[u8], from: fn([u8; 
 pub fn load(ctx: &Context, path: impl AsRef<Path>) -> Result<Checkpoint> {
     const OP: &str = "checkpoint::load";
     let path = path.as_ref();
-    let buffer =
-        std::fs::read(path).map_err(|source| Error::Io { op: OP, path: path.display().to_string(), source })?;
+    let buffer = std::fs::read(path).map_err(|source| Error::Io {
+        op: OP,
+        path: path.display().to_string(),
+        source,
+    })?;
     let (_, header) = SafeTensors::read_metadata(&buffer).map_err(|e| format_error(OP, path, e))?;
     let file = SafeTensors::deserialize(&buffer).map_err(|e| format_error(OP, path, e))?;
     let mut tensors = file
@@ -113,14 +121,23 @@ pub fn load(ctx: &Context, path: impl AsRef<Path>) -> Result<Checkpoint> {
                 Dtype::F32 => ctx.from_slice(&decode(data, f32::from_le_bytes), shape)?,
                 Dtype::F16 => ctx.from_slice(&decode(data, f16::from_le_bytes), shape)?,
                 Dtype::BF16 => ctx.from_slice(&decode(data, bf16::from_le_bytes), shape)?,
-                other => return Err(format_error(OP, path, format!("tensor {name:?} has dtype {other:?}; f32, f16 and bf16 load"))),
+                other => {
+                    return Err(format_error(
+                        OP,
+                        path,
+                        format!("tensor {name:?} has dtype {other:?}; f32, f16 and bf16 load"),
+                    ))
+                }
             };
             Ok((name, t))
         })
         .collect::<Result<Vec<_>>>()?;
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut metadata: Vec<(String, String)> =
-        header.metadata().as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+    let mut metadata: Vec<(String, String)> = header
+        .metadata()
+        .as_ref()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
     metadata.sort();
     Ok(Checkpoint { tensors, metadata })
 }

@@ -32,7 +32,6 @@ struct Kept {
     merged: Tensor,
 }
 
-
 impl MultiHeadAttention {
     /// `embed` features in and out, `q_heads` query heads and `kv_heads` key/value heads of
     /// `head_dim`; PyTorch's initialisation (uniform ±1/√fan_in) from `seed`.

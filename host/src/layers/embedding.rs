@@ -38,7 +38,8 @@ impl Embedding {
     }
     /// With a learned position table of `max_seq` rows (normal(0, `std`) from `seed`).
     pub fn with_positions(mut self, max_seq: usize, std: f32, seed: u64) -> Result<Self> {
-        let (ctx, dim, dtype) = (self.table.value().context().clone(), self.dim(), self.table.value().dtype());
+        let (ctx, dim, dtype) =
+            (self.table.value().context().clone(), self.dim(), self.table.value().dtype());
         self.positions = Some(Param::new(normal_init(&ctx, &[max_seq, dim], std, seed, dtype)?));
         Ok(self)
     }
@@ -67,7 +68,10 @@ impl Embedding {
         self.head_input = None;
     }
     pub fn describe(&self) -> String {
-        let positions = self.positions.as_ref().map_or(String::new(), |p| format!(", {} positions", p.value().shape()[0]));
+        let positions = self
+            .positions
+            .as_ref()
+            .map_or(String::new(), |p| format!(", {} positions", p.value().shape()[0]));
         format!("Embedding({} × {}{positions})", self.vocab(), self.dim())
     }
 
@@ -86,7 +90,12 @@ impl Embedding {
             return Err(described_error(self.describe(), &[ids.len(), seq], reason));
         }
         // The lookup adds rows 0..seq of the position table.
-        let window = self.positions.as_ref().map(|p| p.value().rows(0..seq)).transpose().in_described(|| self.describe())?;
+        let window = self
+            .positions
+            .as_ref()
+            .map(|p| p.value().rows(0..seq))
+            .transpose()
+            .in_described(|| self.describe())?;
         let y = embedding(self.table.value(), ids, window.as_ref()).in_described(|| self.describe())?;
         if self.training {
             self.kept_seq = Some(seq);
@@ -98,7 +107,11 @@ impl Embedding {
     /// Store the lookup's gradients from `dy` `[ids.len(), dim]` (the ids of the last forward).
     pub fn backward(&mut self, dy: &Tensor, ids: &Labels) -> Result<()> {
         let seq = self.kept_seq.take().ok_or_else(|| {
-            described_error(self.describe(), dy.shape(), "no saved forward pass (call forward in training mode first)")
+            described_error(
+                self.describe(),
+                dy.shape(),
+                "no saved forward pass (call forward in training mode first)",
+            )
         })?;
         let (vocab, has_positions) = (self.vocab(), self.positions.is_some());
         let (dtable, dpos) = embedding_backward(dy, ids, vocab, has_positions.then_some(seq))
@@ -121,7 +134,11 @@ impl Embedding {
     /// returns dL/dx.
     pub fn logits_backward(&mut self, dlogits: &Tensor) -> Result<Tensor> {
         let x = self.head_input.take().ok_or_else(|| {
-            described_error(self.describe(), dlogits.shape(), "no saved head input (call logits in training mode first)")
+            described_error(
+                self.describe(),
+                dlogits.shape(),
+                "no saved head input (call logits in training mode first)",
+            )
         })?;
         let describe = || self.describe();
         let grads = (|| {

@@ -22,7 +22,12 @@ impl Linear {
     pub fn new(ctx: &Context, in_features: usize, out_features: usize, seed: u64) -> Result<Self> {
         let weight = uniform_init(ctx, &[out_features, in_features], in_features, seed)?;
         let bias = uniform_init(ctx, &[out_features], in_features, seed ^ 0x9e37_79b9)?;
-        Ok(Linear { weights: WeightBias::new(weight, Some(bias)), activation: Activation::None, input: None, training: true })
+        Ok(Linear {
+            weights: WeightBias::new(weight, Some(bias)),
+            activation: Activation::None,
+            input: None,
+            training: true,
+        })
     }
     /// Apply `activation` in the GEMM's epilogue.
     pub fn activation(mut self, activation: Activation) -> Self {
@@ -62,7 +67,8 @@ impl Layer for Linear {
         if x.rank() != 2 || x.shape()[1] != inputs {
             return Err(layer_error(self, x.shape(), format!("expects [batch, {inputs}]")));
         }
-        let y = linear(x, self.weights.weight.value(), self.weights.bias_value(), self.activation).in_layer(self)?;
+        let y = linear(x, self.weights.weight.value(), self.weights.bias_value(), self.activation)
+            .in_layer(self)?;
         self.input = self.training.then(|| x.clone());
         Ok(y)
     }

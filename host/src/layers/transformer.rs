@@ -26,7 +26,14 @@ impl TransformerBlock {
     /// `heads` causal heads over `embed` features (`embed` a multiple of `heads`), residual
     /// dropout `dropout`, weights `N(0, 0.02)` and zero biases from `seed`, parameters in
     /// `dtype`.
-    pub fn new(ctx: &Context, embed: usize, heads: usize, dropout: f32, seed: u64, dtype: DType) -> Result<Self> {
+    pub fn new(
+        ctx: &Context,
+        embed: usize,
+        heads: usize,
+        dropout: f32,
+        seed: u64,
+        dtype: DType,
+    ) -> Result<Self> {
         const STD: f32 = 0.02;
         let head_dim = embed / heads.max(1);
         let seeds = |i: u64| seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i);

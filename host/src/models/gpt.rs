@@ -34,9 +34,9 @@ impl GptConfig {
         GptConfig { vocab, block: 256, layers: 6, heads: 6, embed: 384, dropout: 0.1, dtype: DType::BF16 }
     }
 
-    /// A tiny model for tests and CPU runs: 2 layers, 2 heads, width 64, 64 positions.
+    /// A tiny model for tests and CPU runs: 2 layers, 1 head of 32, 32 positions, f32.
     pub fn tiny(vocab: usize) -> Self {
-        GptConfig { vocab, block: 64, layers: 2, heads: 2, embed: 64, dropout: 0.0, dtype: DType::F32 }
+        GptConfig { vocab, block: 32, layers: 2, heads: 1, embed: 32, dropout: 0.0, dtype: DType::F32 }
     }
 
     fn describe(&self) -> String {
@@ -101,14 +101,24 @@ impl Gpt {
                 source: Box::new(Error::InvalidArgument {
                     op: "Gpt::new",
                     shape: vec![config.vocab, config.block, config.embed, config.heads],
-                    reason: "needs a vocabulary, positions, and a width that is a multiple of the heads".into(),
+                    reason: "needs a vocabulary, positions, and a width that is a multiple of the heads"
+                        .into(),
                 }),
             });
         }
         let embedding = Embedding::new(ctx, config.vocab, config.embed, STD, seed, config.dtype)?
             .with_positions(config.block, STD, seed ^ 0x5851_f42d)?;
         let blocks = (0..config.layers)
-            .map(|i| TransformerBlock::new(ctx, config.embed, config.heads, config.dropout, seed + 1 + i as u64, config.dtype))
+            .map(|i| {
+                TransformerBlock::new(
+                    ctx,
+                    config.embed,
+                    config.heads,
+                    config.dropout,
+                    seed + 1 + i as u64,
+                    config.dtype,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Gpt {
             config,
@@ -144,9 +154,15 @@ impl Gpt {
     pub fn logits(&mut self, ids: &Labels, seq: usize) -> Result<Tensor> {
         let c = self.config;
         if seq == 0 || seq > c.block || ids.len() % seq != 0 || ids.is_empty() {
-            let reason = format!("{} ids do not make sequences of {seq} (1 to {} positions)", ids.len(), c.block);
+            let reason =
+                format!("{} ids do not make sequences of {seq} (1 to {} positions)", ids.len(), c.block);
             return Err(crate::layers::described_error(self.describe(), &[ids.len(), seq], reason));
         }
+        self.logits_parts(ids, seq).in_described(|| c.describe())
+    }
+
+    fn logits_parts(&mut self, ids: &Labels, seq: usize) -> Result<Tensor> {
+        let c = self.config;
         let batch = ids.len() / seq;
         let x = self.embedding.forward(ids, seq)?;
         let mut x = self.drop.forward(&x)?.reshape(&[batch, seq, c.embed])?;
@@ -171,8 +187,16 @@ impl Gpt {
     /// the same ids).
     pub fn backward(&mut self, ids: &Labels) -> Result<()> {
         let (dlogits, batch) = self.kept.take().ok_or_else(|| {
-            crate::layers::described_error(self.describe(), &[ids.len()], "no saved loss (call loss in training mode first)")
+            crate::layers::described_error(
+                self.describe(),
+                &[ids.len()],
+                "no saved loss (call loss in training mode first)",
+            )
         })?;
+        self.backward_parts(ids, dlogits, batch).in_described(|| self.config.describe())
+    }
+
+    fn backward_parts(&mut self, ids: &Labels, dlogits: Tensor, batch: usize) -> Result<()> {
         let c = self.config;
         let seq = ids.len() / batch.max(1);
         let dx = self.embedding.logits_backward(&dlogits)?;
@@ -214,7 +238,11 @@ impl Gpt {
         for (name, param) in self.named_params_mut() {
             let (value, grad) = param.parts();
             let grad = grad.ok_or_else(|| {
-                crate::layers::described_error(describe.clone(), value.shape(), format!("{name} has no gradient (run backward first)"))
+                crate::layers::described_error(
+                    describe.clone(),
+                    value.shape(),
+                    format!("{name} has no gradient (run backward first)"),
+                )
             })?;
             values.push(value);
             grads.push(grad);
@@ -249,7 +277,14 @@ impl Gpt {
     /// `count` tokens sampled after `prompt` (each below the vocabulary): softmax of the last
     /// logits divided by `temperature`, restricted to the `top_k` likeliest, from a generator
     /// seeded with `seed`. Runs in evaluation mode and restores the previous mode.
-    pub fn generate(&mut self, prompt: &[u32], count: usize, temperature: f32, top_k: usize, seed: u64) -> Result<Vec<u32>> {
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        count: usize,
+        temperature: f32,
+        top_k: usize,
+        seed: u64,
+    ) -> Result<Vec<u32>> {
         let was_training = self.training;
         self.set_training(false);
         let ctx = self.embedding.table().value().context().clone();

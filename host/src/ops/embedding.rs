@@ -6,7 +6,7 @@ use crate::kernels;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::ByDType;
 use crate::runtime::launch::LaunchConfig;
-use crate::shapes::{EMBEDDING_BLOCK, EMBEDDING_SORT_TILE, EMBEDDING_SUM_TILE, ELEMENTWISE_BLOCK};
+use crate::shapes::{ELEMENTWISE_BLOCK, EMBEDDING_BLOCK, EMBEDDING_SORT_TILE, EMBEDDING_SUM_TILE};
 use crate::tensor::{Storage, Tensor};
 
 /// `(vocab, C)` of a `[vocab, C]` table.
@@ -51,7 +51,11 @@ fn check_period(op: &'static str, n: usize, t: usize, shape: &[usize]) -> Result
 /// A grid of `blocks` blocks of `threads`, refusing more than 2^31-1 blocks.
 fn blocks_of(op: &'static str, shape: &[usize], blocks: usize, threads: usize) -> Result<LaunchConfig> {
     if blocks > i32::MAX as usize {
-        return Err(Error::InvalidArgument { op, shape: shape.to_vec(), reason: "more than 2^31-1 blocks".into() });
+        return Err(Error::InvalidArgument {
+            op,
+            shape: shape.to_vec(),
+            reason: "more than 2^31-1 blocks".into(),
+        });
     }
     Ok(LaunchConfig { grid: (blocks.max(1) as u32, 1, 1), block: (threads as u32, 1, 1), shared_bytes: 0 })
 }
@@ -72,7 +76,13 @@ pub fn embedding(table: &Tensor, ids: &Labels, positions: Option<&Tensor>) -> Re
             table.check_peer(OP, p)?;
             match *p.shape() {
                 [t, pc] if pc == c => check_period(OP, n, t, p.shape())?,
-                _ => return Err(Error::ShapeMismatch { op: OP, lhs: table.shape().to_vec(), rhs: p.shape().to_vec() }),
+                _ => {
+                    return Err(Error::ShapeMismatch {
+                        op: OP,
+                        lhs: table.shape().to_vec(),
+                        rhs: p.shape().to_vec(),
+                    })
+                }
             }
         }
     };
@@ -86,7 +96,9 @@ pub fn embedding(table: &Tensor, ids: &Labels, positions: Option<&Tensor>) -> Re
                 match &pv {
                     None => out.extend_from_slice(row),
                     Some(p) => out.extend(
-                        row.iter().zip(&p[(i % t) * c..(i % t + 1) * c]).map(|(&a, &b)| dtype.round(a as f64 + b as f64)),
+                        row.iter()
+                            .zip(&p[(i % t) * c..(i % t + 1) * c])
+                            .map(|(&a, &b)| dtype.round(a as f64 + b as f64)),
                     ),
                 }
             }
@@ -100,7 +112,11 @@ pub fn embedding(table: &Tensor, ids: &Labels, positions: Option<&Tensor>) -> Re
             let stream = ctx.stream(OP)?;
             let unit = if c % (16 / dtype.size_bytes()) == 0 { 16 / dtype.size_bytes() } else { 1 };
             let cfg = LaunchConfig::covering(n * c / unit, ELEMENTWISE_BLOCK);
-            let fwd = ByDType { f32: kernels::embedding_f32, f16: kernels::embedding_f16, bf16: kernels::embedding_bf16 };
+            let fwd = ByDType {
+                f32: kernels::embedding_f32,
+                f16: kernels::embedding_f16,
+                bf16: kernels::embedding_bf16,
+            };
             // SAFETY: `embedding_*(table, ids, pos, out, n, c, t)`: ids holds n u32 each < vocab
             // (checked on upload, and vocab is the table's row count), table vocab·c elements,
             // pos (or null) t·c, out n·c; 16-byte vectors only when c is a whole number of them
@@ -135,7 +151,11 @@ pub fn embedding_backward(
     check_ids(OP, dy, ids, vocab)?;
     let t = positions.map(|t| check_period(OP, n, t, dy.shape())).transpose()?;
     if n > u32::MAX as usize {
-        return Err(Error::InvalidArgument { op: OP, shape: dy.shape().to_vec(), reason: "more than 2^32-1 ids".into() });
+        return Err(Error::InvalidArgument {
+            op: OP,
+            shape: dy.shape().to_vec(),
+            reason: "more than 2^32-1 ids".into(),
+        });
     }
     let (ctx, dtype) = (dy.context(), dy.dtype());
     match (dy.storage(), ids.storage()) {
@@ -169,7 +189,13 @@ pub fn embedding_backward(
             loop {
                 // SAFETY: `embedding_sort_tile(ids, keys, n, k)`: one block of TILE/2 threads per
                 // tile of the `padded` keys (a multiple of TILE); ids holds n u32.
-                unsafe { kernels::embedding_sort_tile.launch(stream, sort_cfg, (buf.dev_ptr(), keys.dev_ptr_mut(), n, stage))? };
+                unsafe {
+                    kernels::embedding_sort_tile.launch(
+                        stream,
+                        sort_cfg,
+                        (buf.dev_ptr(), keys.dev_ptr_mut(), n, stage),
+                    )?
+                };
                 stage = if stage == 0 { 2 * EMBEDDING_SORT_TILE } else { 2 * stage };
                 if stage > padded {
                     break;
@@ -179,7 +205,13 @@ pub fn embedding_backward(
                     let cfg = LaunchConfig::covering(padded / 2, ELEMENTWISE_BLOCK);
                     // SAFETY: `embedding_sort_step(keys, half, k, j)`: pairs (i, i + j) of the
                     // `padded` = 2·half keys, j < k ≤ padded, powers of two; any grid.
-                    unsafe { kernels::embedding_sort_step.launch(stream, cfg, (keys.dev_ptr_mut(), padded / 2, stage, j))? };
+                    unsafe {
+                        kernels::embedding_sort_step.launch(
+                            stream,
+                            cfg,
+                            (keys.dev_ptr_mut(), padded / 2, stage, j),
+                        )?
+                    };
                     j /= 2;
                 }
             }
@@ -188,7 +220,11 @@ pub fn embedding_backward(
             // sorted (id < vocab, position) pairs; starts holds vocab + 1 u32, each written once.
             unsafe {
                 let cfg = LaunchConfig::covering(n + 1, ELEMENTWISE_BLOCK);
-                kernels::embedding_bucket_starts.launch(stream, cfg, (keys.dev_ptr(), starts.dev_ptr_mut(), n, vocab))?
+                kernels::embedding_bucket_starts.launch(
+                    stream,
+                    cfg,
+                    (keys.dev_ptr(), starts.dev_ptr_mut(), n, vocab),
+                )?
             };
             let partials = pool.alloc(stream, n * c * 4, OP)?;
             let tiles = ByDType {

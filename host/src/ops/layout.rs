@@ -44,7 +44,8 @@ impl Tensor {
             }
             Storage::Cuda(src) => {
                 let out = Tensor::uninit_as(self.context(), &shape, self.dtype(), OP)?;
-                let (bytes, size) = (range.len() * row * self.dtype().size_bytes(), self.dtype().size_bytes());
+                let (bytes, size) =
+                    (range.len() * row * self.dtype().size_bytes(), self.dtype().size_bytes());
                 if bytes > 0 {
                     let from = src.ptr() + (range.start * row * size) as u64;
                     // SAFETY: the source rows lie inside its buffer (range checked above), the
@@ -68,7 +69,11 @@ impl Tensor {
             return Err(Error::DTypeMismatch { op: OP, lhs: self.dtype(), rhs: src.dtype() });
         }
         if src_row != row || self.shape()[1..] != src.shape()[1..] || start + m > n {
-            return Err(Error::ShapeMismatch { op: OP, lhs: self.shape().to_vec(), rhs: src.shape().to_vec() });
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: self.shape().to_vec(),
+                rhs: src.shape().to_vec(),
+            });
         }
         if let Some(dst) = self.make_unique_cpu()? {
             let Storage::Cpu(x) = src.storage() else { unreachable!("peers share a backend") };
@@ -82,7 +87,9 @@ impl Tensor {
         if m * row > 0 {
             // SAFETY: the destination rows lie inside its buffer (checked above), the source
             // holds them all; both buffers live on this stream.
-            unsafe { dst.stream().copy_dtod(dst.ptr() + (start * row * size) as u64, from.ptr(), m * row * size) }?;
+            unsafe {
+                dst.stream().copy_dtod(dst.ptr() + (start * row * size) as u64, from.ptr(), m * row * size)
+            }?;
         }
         Ok(())
     }

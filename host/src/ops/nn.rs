@@ -2,19 +2,19 @@
 //! norm; the elementwise losses (MSE, binary cross-entropy), dropout, and batch norm over
 //! channels; forward and backward. Kernels: `gpu-kernels/src/nn/`.
 use super::random::philox;
+use super::rows::{ColumnPlan, RowPlan};
 use super::CPU_CHUNK;
 use crate::kernels;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{Error, Result};
-use super::rows::{ColumnPlan, RowPlan};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_FUSED, CE_GRADIENT,
-    CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_STATS, CE_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK,
-    NN_ROW_BLOCK,
+    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_FUSED,
+    CE_GRADIENT, CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_STATS, CE_UNROLL, ELEMENTWISE_BLOCK,
+    LOSS_BLOCK,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -22,7 +22,8 @@ use rayon::prelude::*;
 /// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk, mode.
 type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
 /// Their backward passes: y, dy, dx, partials, rows, cols, team, chunk, mode.
-type SoftmaxBwdArgs<T> = (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+type SoftmaxBwdArgs<T> =
+    (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
 /// Layer norm: x, γ, β, y, mean, rstd, partials, rows, cols, team, chunk, mode, eps.
 type LayerNormArgs<T> = (
     DevPtr<T>,
@@ -40,12 +41,35 @@ type LayerNormArgs<T> = (
     f32,
 );
 /// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk, mode.
-type LayerNormDxArgs<T> =
-    (DevPtr<T>, DevPtr<T>, DevPtr<T>, DevPtr<f32>, DevPtr<f32>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+type LayerNormDxArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<T>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    u32,
+);
 /// Layer norm's dγ, dβ per row group: x, dy, mean, rstd, partials, dγ, dβ, rows, cols, c_lanes,
 /// rows per group.
-type LayerNormParamsArgs<T> =
-    (DevPtr<T>, DevPtr<T>, DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, DevPtrMut<T>, DevPtrMut<T>, usize, usize, usize, usize);
+type LayerNormParamsArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<T>,
+    DevPtrMut<T>,
+    usize,
+    usize,
+    usize,
+    usize,
+);
 /// The final pass of a column sum: partials, groups, cols, stride, c_lanes, out.
 pub(crate) type ColumnPartialsArgs<T> = (DevPtr<f32>, usize, usize, usize, usize, DevPtrMut<T>);
 /// Dropout: x, y, n, seed, p, scale.
@@ -57,7 +81,8 @@ macro_rules! by_dtype {
     };
 }
 
-const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
+const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
+    by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
 const LOG_SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
     by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16);
 const SOFTMAX_BWD: ByDType<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> =
@@ -72,8 +97,8 @@ const LAYERNORM_PARAMS: ByDType<LayerNormParamsArgs<f32>, LayerNormParamsArgs<u1
     by_dtype!(layernorm_bwd_params_f32, layernorm_bwd_params_f16, layernorm_bwd_params_bf16);
 const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
     by_dtype!(layernorm_params_sum_f32, layernorm_params_sum_f16, layernorm_params_sum_bf16);
-const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> = by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
-
+const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> =
+    by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
 
 /// `(rows, cols)` of a tensor of any dtype viewed as rows of its last axis; rank ≥ 1.
 fn rows_cols_any(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
@@ -82,7 +107,6 @@ fn rows_cols_any(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
         None => Err(Error::InvalidArgument { op, shape: vec![], reason: "needs rank ≥ 1".into() }),
     }
 }
-
 
 /// The CPU twin's row map: `f(row) -> output row`, in parallel.
 fn cpu_rows(x: &[f32], cols: usize, f: impl Fn(usize, &[f32], &mut [f32]) + Sync) -> Vec<f32> {
@@ -129,8 +153,16 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
             plan.run(op, stream, 2, |l, partials| {
                 let at = l.row0 * cols;
                 launch_by_dtype!(table, dtype, |k| {
-                    let args =
-                        (x.ptr().offset(at), out.ptr_mut().offset(at), partials, l.rows, cols, l.team, l.chunk, l.mode);
+                    let args = (
+                        x.ptr().offset(at),
+                        out.ptr_mut().offset(at),
+                        partials,
+                        l.rows,
+                        cols,
+                        l.team,
+                        l.chunk,
+                        l.mode,
+                    );
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type, of which this launch's row group starts at `at`; partials
                     // holds the plan's statistics per group (or is null and unread: mode
@@ -172,7 +204,8 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                 return Ok(dx);
             }
             let stream = y.context().stream(op)?;
-            let plan = RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
+            let plan =
+                RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
             let table = if log { LOG_SOFTMAX_BWD } else { SOFTMAX_BWD };
             plan.run(op, stream, 1, |l, partials| {
                 let at = l.row0 * cols;
@@ -459,7 +492,11 @@ fn cross_entropy_cuda(
         if blocks > i32::MAX as usize {
             return Err(too_many());
         }
-        let cfg = LaunchConfig { grid: (blocks as u32, 1, 1), block: (CE_NARROW_BLOCK as u32, 1, 1), shared_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid: (blocks as u32, 1, 1),
+            block: (CE_NARROW_BLOCK as u32, 1, 1),
+            shared_bytes: 0,
+        };
         // SAFETY: `cross_entropy_narrow_*(logits, labels, loss, grad, rows, cols, lanes, scale)`:
         // logits and grad hold rows·cols elements of the kernel's type (grad may be the logits:
         // each lane reads an element before it writes its gradient, and nothing else touches
@@ -475,7 +512,8 @@ fn cross_entropy_cuda(
         (elems.div_ceil(vec * CE_UNROLL)).next_power_of_two().clamp(CE_BLOCK_MIN, CE_BLOCK_MAX)
     };
     let resident = info.sm_count as usize * (info.max_threads_per_sm as usize / CE_BLOCK_MAX).max(1);
-    let segments = if rows >= resident { 1 } else { resident.div_ceil(rows).min(cols.div_ceil(CE_MIN_SEGMENT)) };
+    let segments =
+        if rows >= resident { 1 } else { resident.div_ceil(rows).min(cols.div_ceil(CE_MIN_SEGMENT)) };
     let seg_len = cols.div_ceil(segments).next_multiple_of(vec);
     let segments = cols.div_ceil(seg_len);
     let blocks = rows.checked_mul(segments).filter(|&b| b <= i32::MAX as usize).ok_or_else(too_many)?;
@@ -499,7 +537,19 @@ fn cross_entropy_cuda(
         // vector in the thread that then writes it), labels and loss `rows` u32 / f32, each
         // label < cols; partials unused; with `cached`, shared memory for every vector of a row.
         launch_by_dtype!(ce_rows, dtype, |k| unsafe {
-            let args = (logits.ptr(), lab, none, loss, grad.ptr_mut(), cols, seg_len, 1, scale, CE_FUSED, cached as u32);
+            let args = (
+                logits.ptr(),
+                lab,
+                none,
+                loss,
+                grad.ptr_mut(),
+                cols,
+                seg_len,
+                1,
+                scale,
+                CE_FUSED,
+                cached as u32,
+            );
             k.launch(stream, cfg, args)?
         });
         return Ok((losses.mean()?, grad));
@@ -511,8 +561,19 @@ fn cross_entropy_cuda(
         // logits only; the gradient phase, after it on this stream, reads its row's partials and
         // writes each gradient element after the same thread read its logit.
         launch_by_dtype!(ce_rows, dtype, |k| unsafe {
-            let args =
-                (logits.ptr(), lab, partials.dev_ptr_mut(), loss, grad.ptr_mut(), cols, seg_len, segments, scale, phase, 0);
+            let args = (
+                logits.ptr(),
+                lab,
+                partials.dev_ptr_mut(),
+                loss,
+                grad.ptr_mut(),
+                cols,
+                seg_len,
+                segments,
+                scale,
+                phase,
+                0,
+            );
             k.launch(stream, cfg(0), args)?
         });
     }
@@ -589,7 +650,8 @@ pub fn layer_norm(
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
             if rows > 0 {
                 let stream = ctx.stream(OP)?;
-                let plan = RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
+                let plan =
+                    RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
                     let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_FWD, dtype, |k| {
@@ -683,7 +745,8 @@ pub fn layer_norm_backward(
         Storage::Cuda(_) => {
             let ctx = x.context();
             let dx = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
-            let (dgamma, dbeta) = (Tensor::uninit_as(ctx, &[cols], dtype, OP)?, Tensor::uninit_as(ctx, &[cols], dtype, OP)?);
+            let (dgamma, dbeta) =
+                (Tensor::uninit_as(ctx, &[cols], dtype, OP)?, Tensor::uninit_as(ctx, &[cols], dtype, OP)?);
             if cols == 0 {
                 return Ok((dx, dgamma, dbeta));
             }
