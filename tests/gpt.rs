@@ -51,7 +51,8 @@ fn params(model: &mut Gpt) -> Vec<Vec<f32>> {
 
 fn gpu_three_steps_match_cpu(gpu: &Context) {
     let cpu = Context::cpu();
-    for (dtype, dropout, tol) in [(DType::F32, 0.0, 2e-3), (DType::F32, 0.1, 2e-3), (DType::BF16, 0.1, 3e-2)]
+    for (dtype, dropout, loss_tol, tol) in
+        [(DType::F32, 0.0, 2e-3, 1e-2), (DType::F32, 0.1, 2e-3, 1e-2), (DType::BF16, 0.1, 3e-2, 3e-2)]
     {
         let cfg = config(dtype, dropout);
         let (mut mg, mut mc) = (Gpt::new(gpu, cfg, 7).unwrap(), Gpt::new(&cpu, cfg, 7).unwrap());
@@ -63,7 +64,7 @@ fn gpu_three_steps_match_cpu(gpu: &Context) {
             let (lg, lc) =
                 (step(&mut mg, &mut ag, gpu, &batch, 11), step(&mut mc, &mut ac, &cpu, &batch, 11));
             assert!(
-                lg.is_finite() && (lg - lc).abs() <= tol as f32 * lc.abs(),
+                lg.is_finite() && (lg - lc).abs() <= loss_tol as f32 * lc.abs(),
                 "{dtype:?} p={dropout} step {s}: loss {lg} vs {lc}"
             );
         }
