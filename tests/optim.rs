@@ -687,7 +687,7 @@ fn gpu_bad_state_and_mixed_input(gpu: &Context) {
     let err = clip_grad_norm(&[&g, &c], 1.0).unwrap_err();
     assert!(matches!(err, Error::DeviceMismatch { op: "clip_grad_norm", .. }), "{err}");
     let norm = clip_grad_norm(&[&c], 1.0).unwrap();
-    let err = Adam::new(1e-3).step_clipped(&mut [g.clone()], &[g.clone()], &norm).unwrap_err();
+    let err = Adam::new(1e-3).step_clipped(&mut [g.clone()], std::slice::from_ref(&g), &norm).unwrap_err();
     assert!(matches!(err, Error::DeviceMismatch { op: "adam", .. }), "{err}");
 }
 

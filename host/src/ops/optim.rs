@@ -329,7 +329,7 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f32) -> Result<GradNorm> {
             reason: "needs at least one gradient".into(),
         });
     };
-    if !(max_norm > 0.0) {
+    if max_norm.is_nan() || max_norm <= 0.0 {
         return Err(Error::InvalidArgument {
             op: OP,
             shape: vec![],
@@ -742,7 +742,7 @@ impl Adam {
             ));
         }
         let t = step.to_vec()?[0];
-        if !(t >= 0.0 && t <= i32::MAX as f32 && t.fract() == 0.0) {
+        if !((0.0..=i32::MAX as f32).contains(&t) && t.fract() == 0.0) {
             return Err(invalid(vec![], format!("`step` must be a whole number ≥ 0, got {t}")));
         }
         let t = t as u32;
