@@ -78,6 +78,8 @@ fn optim(c: &mut Criterion) {
         bench(c, &ctx, "clip_grad_norm", &format!("gpt_char_{name}"), bytes, || {
             clip_grad_norm(&refs, 1.0).map(drop)
         });
+        let graph = ctx.capture(|| clip_grad_norm(&refs, 1.0).map(drop)).unwrap();
+        bench(c, &ctx, "clip_grad_norm_graph", &format!("gpt_char_{name}"), bytes, || graph.launch());
         let norm = clip_grad_norm(&refs, 1.0).unwrap();
         let mut scaled = grads.clone();
         bench(c, &ctx, "scale_grads", &format!("gpt_char_{name}"), 2 * bytes, || {

@@ -171,12 +171,14 @@ fn slot(op: &'static str, words: [u64; 5], g: &Tensor, decay: bool) -> Result<[u
     Ok([p, grad, s0, s1, master, optimizer_slot_meta(g.len(), decay, g.dtype() as u64)])
 }
 
-/// An optimizer's slot table and chunk list on the device, kept between steps: the addresses
-/// only change when a parameter is copied on share or the context changes.
+/// An optimizer's slot table and chunk list on the device, in one buffer (one upload), kept
+/// between steps: the addresses only change when a parameter is copied on share or the context
+/// changes.
 struct DeviceTables {
     slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]>,
-    table: DeviceBuffer,
-    chunks: DeviceBuffer,
+    /// The slot words, then one u64 per chunk: its tensor's index in the low half, the chunk's
+    /// index in that tensor in the high half (the kernels read it as two u32, little-endian).
+    buffer: DeviceBuffer,
     blocks: usize,
 }
 
@@ -206,17 +208,14 @@ fn launch_multi_tensor(
     run: impl FnOnce(LaunchConfig, DevPtr<u64>, DevPtr<u32>) -> Result<()>,
 ) -> Result<()> {
     let stream = ctx.stream(op)?;
-    let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.table.stream(), stream));
+    let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.buffer.stream(), stream));
     if !fresh {
-        let table: Vec<u64> = slots.iter().flatten().copied().collect();
-        let mut chunks: Vec<u32> = Vec::new();
+        let mut words: Vec<u64> = slots.iter().flatten().copied().collect();
         for (i, s) in slots.iter().enumerate() {
             let (len, ..) = optimizer_slot_parts(s[OPTIMIZER_SLOT_WORDS - 1]);
-            for c in 0..len.div_ceil(OPTIMIZER_CHUNK) {
-                chunks.extend([i as u32, c as u32]);
-            }
+            words.extend((0..len.div_ceil(OPTIMIZER_CHUNK) as u64).map(|c| i as u64 | c << 32));
         }
-        let blocks = chunks.len() / 2;
+        let blocks = words.len() - slots.len() * OPTIMIZER_SLOT_WORDS;
         if blocks > i32::MAX as usize || slots.len() > u32::MAX as usize {
             return Err(Error::InvalidArgument {
                 op,
@@ -224,30 +223,28 @@ fn launch_multi_tensor(
                 reason: "too many parameters for one launch".into(),
             });
         }
-        let table_dev = stream.device.pool.alloc(stream, table.len() * 8, op)?;
-        let chunks_dev = stream.device.pool.alloc(stream, chunks.len() * 4, op)?;
+        let buffer = stream.device.pool.alloc(stream, words.len() * 8, op)?;
         if blocks > 0 {
-            // SAFETY: each fresh buffer of this stream holds exactly the slice copied into it (see
-            // `copy_htod` on pageable sources; u64 and u32 have no padding); later launches on this stream are ordered after.
-            unsafe {
-                stream.copy_htod_const(table_dev.ptr(), &table)?;
-                stream.copy_htod_const(chunks_dev.ptr(), &chunks)?;
-            }
+            // SAFETY: the fresh buffer of this stream holds exactly the words copied into it (see
+            // `copy_htod` on pageable sources; u64 has no padding); later launches on this stream
+            // are ordered after.
+            unsafe { stream.copy_htod_const(buffer.ptr(), &words)? };
         }
-        *cached = Some(DeviceTables { slots, table: table_dev, chunks: chunks_dev, blocks });
+        *cached = Some(DeviceTables { slots, buffer, blocks });
     }
     let tables = cached.as_ref().expect("filled above");
     if tables.blocks == 0 {
         return Ok(());
     }
+    let table = tables.buffer.ptr();
     run(
         LaunchConfig {
             grid: (tables.blocks as u32, 1, 1),
             block: (OPTIMIZER_BLOCK as u32, 1, 1),
             shared_bytes: 0,
         },
-        tables.table.dev_ptr(),
-        tables.chunks.dev_ptr(),
+        DevPtr::new(table),
+        DevPtr::new(table + (tables.slots.len() * OPTIMIZER_SLOT_WORDS * 8) as u64),
     )
 }
 
