@@ -10,7 +10,7 @@ mod common;
 /// The GPT's parameter shapes: token and position embeddings, per layer two layer norms, the
 /// attention's qkv and output projections and the MLP (weights and biases), the final norm.
 fn gpt_shapes() -> Vec<Vec<usize>> {
-    let (d, vocab, block) = (384, 77, 256);
+    let (d, vocab, block) = (384, 73, 256);
     let mut shapes = vec![vec![vocab, d], vec![block, d]];
     for _ in 0..6 {
         for s in [
