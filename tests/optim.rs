@@ -689,6 +689,11 @@ fn gpu_bad_state_and_mixed_input(gpu: &Context) {
     let norm = clip_grad_norm(&[&c], 1.0).unwrap();
     let err = Adam::new(1e-3).step_clipped(&mut [g.clone()], std::slice::from_ref(&g), &norm).unwrap_err();
     assert!(matches!(err, Error::DeviceMismatch { op: "adam", .. }), "{err}");
+    let long = LrSchedule::WarmupCosine { peak: 1e-3, min: 1e-4, warmup: 10, total: 1 << 25 };
+    let mut adam = Adam::new(1e-3).capturable(true).schedule(long);
+    let err = adam.step(&mut [g.clone()], std::slice::from_ref(&g)).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "adam", .. }), "{err}");
+    assert_eq!(adam.steps().unwrap(), 0);
 }
 
 fn main() {

@@ -95,6 +95,9 @@ impl LrSchedule {
     }
 }
 
+/// Longest warm-up or decay of a schedule on [`Adam::capturable`] (its table of rates: 64 MB).
+const MAX_CAPTURABLE_SCHEDULE: usize = 1 << 24;
+
 /// `x` as the f64 of its shortest decimal representation (the literal it was most likely written as).
 fn decimal(x: f32) -> f64 {
     x.to_string().parse().unwrap_or(f64::from(x))
@@ -757,6 +760,17 @@ impl Adam {
     fn lr_table(&mut self, ctx: &Context) -> Result<&Tensor> {
         let schedule = self.schedule.unwrap_or(LrSchedule::Constant(self.lr));
         if self.lr_table.as_ref().is_none_or(|(s, t)| *s != schedule || !t.context().same_queue(ctx)) {
+            if let LrSchedule::WarmupCosine { warmup, total, .. } = schedule {
+                if warmup.max(total) > MAX_CAPTURABLE_SCHEDULE {
+                    return Err(Error::InvalidArgument {
+                        op: "adam",
+                        shape: vec![warmup, total],
+                        reason: format!(
+                            "a capturable schedule keeps a rate per step on the device: at most {MAX_CAPTURABLE_SCHEDULE} steps"
+                        ),
+                    });
+                }
+            }
             let table = schedule.table();
             self.lr_table = Some((schedule, ctx.from_slice(&table, &[table.len()])?));
         }
