@@ -92,6 +92,16 @@ fn optim(c: &mut Criterion) {
             let norm = clip_grad_norm(&refs, 1.0)?;
             opt.step_clipped(&mut params, &grads, &norm)
         });
+        let mut opt = adamw().max_grad_norm(1.0);
+        bench(c, &ctx, "adamw_max_grad_norm", &format!("gpt_char_{name}"), count * 28 + bytes, || {
+            opt.step(&mut params, &grads)
+        });
+        let mut opt = adamw().max_grad_norm(1.0).capturable(true);
+        opt.step(&mut params, &grads).unwrap();
+        let graph = ctx.capture(|| opt.step(&mut params, &grads)).unwrap();
+        bench(c, &ctx, "adamw_max_grad_norm_graph", &format!("gpt_char_{name}"), count * 28 + bytes, || {
+            graph.launch()
+        });
         let mut opt = adamw().capturable(true);
         opt.step(&mut params, &grads).unwrap();
         let graph = ctx
