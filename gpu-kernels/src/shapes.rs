@@ -143,8 +143,6 @@ pub const fn optimizer_slot_parts(meta: u64) -> (usize, bool, u64) {
     )
 }
 
-/// Threads of the gradient-norm finishing block (`grad_norm_finish`).
-pub const GRAD_NORM_FINISH_BLOCK: usize = 1024;
 /// Added to the norm before dividing (PyTorch's `clip_grad_norm_`): the factor is
 /// `min(1, max_norm / (norm + GRAD_NORM_EPS))`.
 pub const GRAD_NORM_EPS: f32 = 1e-6;
