@@ -736,7 +736,12 @@ fn row_ops_every_dtype_and_branch_match_cpu(gpu: &Context) {
                     (y_same.softmax_backward(&dg), yc.softmax_backward(&dc))
                 };
                 let bwd_tol = if dtype == DType::F32 { 1e-4 } else { tol };
-                assert_close(&what(&format!("{op}_backward")), &bg.unwrap().to_vec().unwrap(), &bc.unwrap().to_vec().unwrap(), bwd_tol);
+                assert_close(
+                    &what(&format!("{op}_backward")),
+                    &bg.unwrap().to_vec().unwrap(),
+                    &bc.unwrap().to_vec().unwrap(),
+                    bwd_tol,
+                );
             }
             let (gg, gc) = pair_as(gpu, &g, &[cols], dtype);
             let (bg, bc) = pair_as(gpu, &b, &[cols], dtype);
@@ -746,8 +751,18 @@ fn row_ops_every_dtype_and_branch_match_cpu(gpu: &Context) {
             assert_eq!((yg.dtype(), sg.mean.dtype(), sg.rstd.dtype()), (dtype, DType::F32, DType::F32));
             assert_close(&what("layer_norm"), &yg.to_vec().unwrap(), &yc.to_vec().unwrap(), tol);
             let stat_tol = if dtype == DType::F32 { 1e-5 } else { 1e-4 };
-            assert_close(&what("layer_norm mean"), &sg.mean.to_vec().unwrap(), &sc.mean.to_vec().unwrap(), stat_tol);
-            assert_close(&what("layer_norm rstd"), &sg.rstd.to_vec().unwrap(), &sc.rstd.to_vec().unwrap(), stat_tol);
+            assert_close(
+                &what("layer_norm mean"),
+                &sg.mean.to_vec().unwrap(),
+                &sc.mean.to_vec().unwrap(),
+                stat_tol,
+            );
+            assert_close(
+                &what("layer_norm rstd"),
+                &sg.rstd.to_vec().unwrap(),
+                &sc.rstd.to_vec().unwrap(),
+                stat_tol,
+            );
             let saved = ferrocuda::LayerNormSaved {
                 mean: sc.mean.to_context(gpu).unwrap(),
                 rstd: sc.rstd.to_context(gpu).unwrap(),
@@ -789,7 +804,10 @@ fn row_ops_dtype_errors_on(ctx: &Context) {
     assert!(matches!(err, Error::DTypeMismatch { op: "log_softmax_backward", .. }), "{err}");
     let g32 = ctx.full(&[10], 1.0).unwrap();
     let err = layer_norm(&b, Some(&g32), None, 1e-5).unwrap_err();
-    assert!(matches!(err, Error::DTypeMismatch { op: "layer_norm", lhs: DType::BF16, rhs: DType::F32 }), "{err}");
+    assert!(
+        matches!(err, Error::DTypeMismatch { op: "layer_norm", lhs: DType::BF16, rhs: DType::F32 }),
+        "{err}"
+    );
     let (_, saved) = layer_norm(&b, None, None, 1e-5).unwrap();
     let err = layer_norm_backward(&b, None, &h, &saved).unwrap_err();
     assert!(matches!(err, Error::DTypeMismatch { op: "layer_norm_backward", .. }), "{err}");
@@ -839,7 +857,11 @@ fn cpu_row_ops_16_bit() {
         let mean = row.iter().map(|&v| v as f64).sum::<f64>() / 77.0;
         let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 77.0;
         for c in 0..77 {
-            assert_eq!(lv[c], dtype.round((row[c] as f64 - mean) / (var + 1e-5).sqrt()), "{dtype:?} layer_norm [{c}]");
+            assert_eq!(
+                lv[c],
+                dtype.round((row[c] as f64 - mean) / (var + 1e-5).sqrt()),
+                "{dtype:?} layer_norm [{c}]"
+            );
         }
     }
 }

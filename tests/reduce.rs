@@ -167,7 +167,8 @@ fn every_dtype_and_branch_matches_cpu(gpu: &Context) {
         for dtype in DTYPES {
             let (xg, xc) = pair_as(gpu, &x, &[rows, cols], dtype);
             let xv = xc.to_vec().unwrap();
-            let abs_rows: Vec<f64> = xv.chunks(cols).map(|r| r.iter().map(|v| v.abs() as f64).sum()).collect();
+            let abs_rows: Vec<f64> =
+                xv.chunks(cols).map(|r| r.iter().map(|v| v.abs() as f64).sum()).collect();
             for (name, op) in LAST {
                 poison_pool_as(gpu, &[rows], dtype);
                 let got = op(&xg).unwrap();
@@ -212,8 +213,18 @@ fn every_dtype_and_branch_matches_cpu(gpu: &Context) {
 /// and many, unaligned widths, rank 1 and 3, empty inputs.
 fn sum_leading_matches_cpu(gpu: &Context) {
     let tall = if under_sanitizer() { 4099 } else { (1 << 20) + 3 };
-    let shapes: [&[usize]; 10] =
-        [&[1, 1], &[7], &[3, 5, 7], &[1000, 31], &[tall, 16], &[31, 1000], &[16384, 384], &[64, 50257], &[0, 9], &[4, 0]];
+    let shapes: [&[usize]; 10] = [
+        &[1, 1],
+        &[7],
+        &[3, 5, 7],
+        &[1000, 31],
+        &[tall, 16],
+        &[31, 1000],
+        &[16384, 384],
+        &[64, 50257],
+        &[0, 9],
+        &[4, 0],
+    ];
     for (s, shape) in shapes.iter().enumerate() {
         let n: usize = shape.iter().product();
         let cols = *shape.last().unwrap();

@@ -169,8 +169,17 @@ pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
     if under_sanitizer() {
         vec![[1, 1], [1, (1 << 16) + 3], [3, 1 << 16], [1000, 31], [1003, 16], [31, 1000], [8, 50257]]
     } else {
-        vec![[1, 1], [1, (1 << 20) + 3], [3, 1 << 22], [1000, 31], [(1 << 20) + 3, 16], [31, 1000], [64, 50257]]
+        vec![
+            [1, 1],
+            [1, (1 << 20) + 3],
+            [3, 1 << 22],
+            [1000, 31],
+            [(1 << 20) + 3, 16],
+            [31, 1000],
+            [64, 50257],
+        ]
     }
 }
 
-pub const DTYPES: [ferrocuda::DType; 3] = [ferrocuda::DType::F32, ferrocuda::DType::F16, ferrocuda::DType::BF16];
+pub const DTYPES: [ferrocuda::DType; 3] =
+    [ferrocuda::DType::F32, ferrocuda::DType::F16, ferrocuda::DType::BF16];

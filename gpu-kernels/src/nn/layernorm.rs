@@ -77,7 +77,8 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     let t = RowTeam::new::<F>(rows, cols, team, chunk);
     let offset = t.row * cols;
     let active = t.begin < t.end;
-    let (mu, r) = if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
+    let (mu, r) =
+        if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
     let v = t.load::<F>(x.wrapping_add(offset), 0.0);
     let mut gs = t.load::<F>(dy.wrapping_add(offset), 0.0);
     if !gamma.is_null() {

@@ -2,11 +2,11 @@
 //! norm; the elementwise losses (MSE, binary cross-entropy), dropout, and batch norm over
 //! channels; forward and backward. Kernels: `gpu-kernels/src/nn/`.
 use super::random::philox;
+use super::rows::{ColumnPlan, RowPlan};
 use super::CPU_CHUNK;
 use crate::kernels;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{Error, Result};
-use super::rows::{ColumnPlan, RowPlan};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
@@ -20,7 +20,8 @@ use rayon::prelude::*;
 /// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk, mode.
 type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
 /// Their backward passes: y, dy, dx, partials, rows, cols, team, chunk, mode.
-type SoftmaxBwdArgs<T> = (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+type SoftmaxBwdArgs<T> =
+    (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
 /// Layer norm: x, γ, β, y, mean, rstd, partials, rows, cols, team, chunk, mode, eps.
 type LayerNormArgs<T> = (
     DevPtr<T>,
@@ -38,12 +39,35 @@ type LayerNormArgs<T> = (
     f32,
 );
 /// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk, mode.
-type LayerNormDxArgs<T> =
-    (DevPtr<T>, DevPtr<T>, DevPtr<T>, DevPtr<f32>, DevPtr<f32>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+type LayerNormDxArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<T>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    u32,
+);
 /// Layer norm's dγ, dβ per row group: x, dy, mean, rstd, partials, dγ, dβ, rows, cols, c_lanes,
 /// rows per group.
-type LayerNormParamsArgs<T> =
-    (DevPtr<T>, DevPtr<T>, DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, DevPtrMut<T>, DevPtrMut<T>, usize, usize, usize, usize);
+type LayerNormParamsArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<T>,
+    DevPtrMut<T>,
+    usize,
+    usize,
+    usize,
+    usize,
+);
 /// The final pass of a column sum: partials, groups, cols, stride, c_lanes, out.
 pub(crate) type ColumnPartialsArgs<T> = (DevPtr<f32>, usize, usize, usize, usize, DevPtrMut<T>);
 /// Dropout: x, y, n, seed, p, scale.
@@ -55,7 +79,8 @@ macro_rules! by_dtype {
     };
 }
 
-const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
+const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
+    by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
 const LOG_SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
     by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16);
 const SOFTMAX_BWD: ByDType<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> =
@@ -70,7 +95,8 @@ const LAYERNORM_PARAMS: ByDType<LayerNormParamsArgs<f32>, LayerNormParamsArgs<u1
     by_dtype!(layernorm_bwd_params_f32, layernorm_bwd_params_f16, layernorm_bwd_params_bf16);
 const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
     by_dtype!(layernorm_params_sum_f32, layernorm_params_sum_f16, layernorm_params_sum_bf16);
-const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> = by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
+const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> =
+    by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
 
 /// `(rows, cols)` of a tensor viewed as rows of its last axis; rank ≥ 1, f32.
 fn rows_cols(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
@@ -146,8 +172,16 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
             plan.run(op, stream, 2, |l, partials| {
                 let at = l.row0 * cols;
                 launch_by_dtype!(table, dtype, |k| {
-                    let args =
-                        (x.ptr().offset(at), out.ptr_mut().offset(at), partials, l.rows, cols, l.team, l.chunk, l.mode);
+                    let args = (
+                        x.ptr().offset(at),
+                        out.ptr_mut().offset(at),
+                        partials,
+                        l.rows,
+                        cols,
+                        l.team,
+                        l.chunk,
+                        l.mode,
+                    );
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type, of which this launch's row group starts at `at`; partials
                     // holds the plan's statistics per group (or is null and unread: mode
@@ -189,7 +223,8 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                 return Ok(dx);
             }
             let stream = y.context().stream(op)?;
-            let plan = RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
+            let plan =
+                RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
             let table = if log { LOG_SOFTMAX_BWD } else { SOFTMAX_BWD };
             plan.run(op, stream, 1, |l, partials| {
                 let at = l.row0 * cols;
@@ -491,7 +526,8 @@ pub fn layer_norm(
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
             if rows > 0 {
                 let stream = ctx.stream(OP)?;
-                let plan = RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
+                let plan =
+                    RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
                     let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_FWD, dtype, |k| {
@@ -585,7 +621,8 @@ pub fn layer_norm_backward(
         Storage::Cuda(_) => {
             let ctx = x.context();
             let dx = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
-            let (dgamma, dbeta) = (Tensor::uninit_as(ctx, &[cols], dtype, OP)?, Tensor::uninit_as(ctx, &[cols], dtype, OP)?);
+            let (dgamma, dbeta) =
+                (Tensor::uninit_as(ctx, &[cols], dtype, OP)?, Tensor::uninit_as(ctx, &[cols], dtype, OP)?);
             if cols == 0 {
                 return Ok((dx, dgamma, dbeta));
             }

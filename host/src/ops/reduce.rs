@@ -150,7 +150,11 @@ fn reduce_all(x: &Tensor, op: Reduce) -> Result<Tensor> {
 fn last_axis(name: &'static str, x: &Tensor) -> Result<(usize, usize)> {
     match x.shape().split_last() {
         Some((&cols, outer)) => Ok((outer.iter().product(), cols)),
-        None => Err(Error::InvalidArgument { op: name, shape: vec![], reason: "a scalar has no last axis".into() }),
+        None => Err(Error::InvalidArgument {
+            op: name,
+            shape: vec![],
+            reason: "a scalar has no last axis".into(),
+        }),
     }
 }
 
@@ -224,8 +228,11 @@ fn sum_leading(x: &Tensor) -> Result<Tensor> {
             let out = Tensor::uninit_as(x.context(), &[cols], dtype, OP)?;
             let stream = x.context().stream(OP)?;
             let plan = ColumnPlan::new(OP, x.shape(), rows, cols, &stream.device.info)?;
-            let partials =
-                if plan.groups > 1 { Some(stream.device.pool.alloc(stream, plan.groups * cols * 4, OP)?) } else { None };
+            let partials = if plan.groups > 1 {
+                Some(stream.device.pool.alloc(stream, plan.groups * cols * 4, OP)?)
+            } else {
+                None
+            };
             let p = partials.as_ref().map_or(DevPtrMut::new(0), |p| p.dev_ptr_mut());
             launch_by_dtype!(SUM_LEADING, dtype, |k| {
                 let args = (x.ptr(), rows, cols, plan.c_lanes, plan.rows_per_group, p, out.ptr_mut());

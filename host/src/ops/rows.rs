@@ -16,8 +16,8 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::DevPtrMut;
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::stream::Stream;
-use std::sync::Arc;
 use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_THREAD_VALUES, ROW_WHOLE};
+use std::sync::Arc;
 
 /// Widest row a team of at most a warp takes.
 const WARP_ROW_MAX: usize = 32 * ROW_THREAD_VALUES;
@@ -58,7 +58,8 @@ impl RowPlan {
         elem_bytes: usize,
         info: &DeviceInfo,
     ) -> Result<Self> {
-        let too_big = |reason: &str| Error::InvalidArgument { op, shape: shape.to_vec(), reason: reason.into() };
+        let too_big =
+            |reason: &str| Error::InvalidArgument { op, shape: shape.to_vec(), reason: reason.into() };
         if rows > i32::MAX as usize {
             return Err(too_big("more than 2^31-1 rows"));
         }
@@ -76,13 +77,15 @@ impl RowPlan {
             // The partials of a row must fit one block's registers for the reductions' last pass.
             return Err(too_big("rows longer than 2^26 values"));
         }
-        let group_rows = if chunks == 1 { rows } else { (info.l2_bytes / 3 / (cols * elem_bytes)).clamp(1, rows) };
+        let group_rows =
+            if chunks == 1 { rows } else { (info.l2_bytes / 3 / (cols * elem_bytes)).clamp(1, rows) };
         Ok(Self { rows, team: NN_ROW_BLOCK, chunk, chunks, group_rows })
     }
 
     /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row.
     pub(crate) fn whole_rows(rows: usize, cols: usize) -> Self {
-        let team = if cols <= WARP_ROW_MAX { cols.div_ceil(8).next_power_of_two().min(32) } else { NN_ROW_BLOCK };
+        let team =
+            if cols <= WARP_ROW_MAX { cols.div_ceil(8).next_power_of_two().min(32) } else { NN_ROW_BLOCK };
         Self { rows, team, chunk: cols.next_multiple_of(8), chunks: 1, group_rows: rows }
     }
 
@@ -144,11 +147,21 @@ pub(crate) struct ColumnPlan {
 const MIN_GROUP_ROWS: usize = 64;
 
 impl ColumnPlan {
-    pub(crate) fn new(op: &'static str, shape: &[usize], rows: usize, cols: usize, info: &DeviceInfo) -> Result<Self> {
+    pub(crate) fn new(
+        op: &'static str,
+        shape: &[usize],
+        rows: usize,
+        cols: usize,
+        info: &DeviceInfo,
+    ) -> Result<Self> {
         let c_lanes = cols.div_ceil(8).next_power_of_two().min(32);
         let col_blocks = cols.div_ceil(8 * c_lanes);
         if col_blocks > i32::MAX as usize {
-            return Err(Error::InvalidArgument { op, shape: shape.to_vec(), reason: "too many columns".into() });
+            return Err(Error::InvalidArgument {
+                op,
+                shape: shape.to_vec(),
+                reason: "too many columns".into(),
+            });
         }
         let wanted = (4 * info.sm_count as usize).div_ceil(col_blocks);
         let groups = wanted.min(rows.div_ceil(MIN_GROUP_ROWS)).clamp(1, u16::MAX as usize);
@@ -182,8 +195,11 @@ impl RowPlan {
         width: usize,
         mut launch: impl FnMut(&RowLaunch, DevPtrMut<f32>) -> Result<()>,
     ) -> Result<()> {
-        let partials =
-            if self.split() { Some(stream.device.pool.alloc(stream, self.partials_len(width) * 4, op)?) } else { None };
+        let partials = if self.split() {
+            Some(stream.device.pool.alloc(stream, self.partials_len(width) * 4, op)?)
+        } else {
+            None
+        };
         let ptr = partials.as_ref().map_or(DevPtrMut::new(0), |p| p.dev_ptr_mut());
         for l in self.launches() {
             launch(&l, ptr)?;
