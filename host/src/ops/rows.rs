@@ -15,6 +15,7 @@ use crate::runtime::device::DeviceInfo;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::DevPtrMut;
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_THREAD_VALUES, ROW_WHOLE};
 use std::sync::Arc;
@@ -177,6 +178,22 @@ impl ColumnPlan {
                 shared_bytes: 0,
             },
         })
+    }
+
+    /// A buffer of `per_group` floats of partial sums per row group, when there is more than one
+    /// group (its pointer, or null).
+    pub(crate) fn partials(
+        &self,
+        op: &'static str,
+        stream: &Arc<Stream>,
+        per_group: usize,
+    ) -> Result<(Option<DeviceBuffer>, DevPtrMut<f32>)> {
+        if self.groups == 1 {
+            return Ok((None, DevPtrMut::new(0)));
+        }
+        let buf = stream.device.pool.alloc(stream, self.groups * per_group * 4, op)?;
+        let ptr = buf.dev_ptr_mut();
+        Ok((Some(buf), ptr))
     }
 
     /// The final pass: one group of `groups` rows of partial sums.
