@@ -90,6 +90,12 @@ impl RowPlan {
         Self { rows, team, chunk: cols.next_multiple_of(8), chunks: 1, group_rows: rows }
     }
 
+    /// The plan with every row in one group: for ops whose second pass reads only the partials
+    /// (the reductions), where smaller groups would only add launches.
+    pub(crate) fn one_group(self) -> Self {
+        Self { group_rows: self.rows, ..self }
+    }
+
     /// Rows run split (two launches per row group).
     pub(crate) fn split(&self) -> bool {
         self.chunks > 1
