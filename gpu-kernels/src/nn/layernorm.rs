@@ -50,15 +50,13 @@ unsafe fn layernorm_rows<F: Float>(
         store_f32(mean_out.add(t.row), mean);
         store_f32(rstd_out.add(t.row), rstd);
     }
-    let g = if gamma.is_null() { [[1.0; 8]; SLOTS] } else { t.load::<F>(gamma, 1.0) };
-    let b = if beta.is_null() { [[0.0; 8]; SLOTS] } else { t.load::<F>(beta, 0.0) };
-    let mut out = v;
-    unroll!(k in [0, 1, 2, 3] => {
-        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            out[k][e] = (v[k][e] - mean) * rstd * g[k][e] + b[k][e];
-        });
+    t.store::<F>(y.wrapping_add(offset), |k| {
+        let g = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
+        let b = if beta.is_null() { [0.0; 8] } else { t.load_chunk::<F>(beta, k, 0.0) };
+        let mut out = [0.0f32; 8];
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { out[e] = (v[k][e] - mean) * rstd * g[e] + b[e]; });
+        out
     });
-    t.store::<F>(y.wrapping_add(offset), &out);
 }
 
 /// `dx`; `gamma` may be null.
@@ -80,20 +78,26 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     let (mu, r) =
         if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
     let v = t.load::<F>(x.wrapping_add(offset), 0.0);
-    let mut gs = t.load::<F>(dy.wrapping_add(offset), 0.0);
-    if !gamma.is_null() {
-        let w = t.load::<F>(gamma, 1.0);
-        unroll!(k in [0, 1, 2, 3] => {
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { gs[k][e] *= w[k][e]; });
-        });
-    }
+    let d = t.load::<F>(dy.wrapping_add(offset), 0.0);
+    // g = dy·γ, chunk by chunk: γ is read again where needed rather than held.
+    let g = |k: usize| {
+        let w = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
+        let mut g = d[k];
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { g[e] *= w[e]; });
+        g
+    };
     let Sum2(sum_g, sum_gx) = if mode == ROW_APPLY {
         t.merge_partials(partials)
     } else {
         let (mut a, mut b) = (0.0f32, 0.0f32);
-        t.each(|k, e, _| {
-            a += gs[k][e];
-            b += gs[k][e] * (v[k][e] - mu) * r;
+        unroll!(k in [0, 1, 2, 3] => {
+            let gk = g(k);
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if t.index(k, e) < t.end {
+                    a += gk[e];
+                    b += gk[e] * (v[k][e] - mu) * r;
+                }
+            });
         });
         t.combine(Sum2(a, b))
     };
@@ -102,13 +106,14 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     }
     let inv_n = 1.0 / cols as f32;
     let (mean_g, mean_gx) = (sum_g * inv_n, sum_gx * inv_n);
-    let mut d = v;
-    unroll!(k in [0, 1, 2, 3] => {
+    t.store::<F>(dx.wrapping_add(offset), |k| {
+        let gk = g(k);
+        let mut out = [0.0f32; 8];
         unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            d[k][e] = r * (gs[k][e] - mean_g - (v[k][e] - mu) * r * mean_gx);
+            out[e] = r * (gk[e] - mean_g - (v[k][e] - mu) * r * mean_gx);
         });
+        out
     });
-    t.store::<F>(dx.wrapping_add(offset), &d);
 }
 
 /// `dγ`, `dβ` of one row group (column teams; see `prelude::rows::ColumnTeam`): written to

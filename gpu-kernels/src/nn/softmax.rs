@@ -73,8 +73,9 @@ unsafe fn softmax_rows<F: Float, const LOG: bool>(
         return t.write_partial(partials, MaxSumExp(m, s));
     }
     let (shift, inv) = (m + ln_fast(s), 1.0 / s);
-    let y = v.map(|c| c.map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }));
-    t.store::<F>(out.wrapping_add(offset), &y);
+    t.store::<F>(out.wrapping_add(offset), |k| {
+        v[k].map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv })
+    });
 }
 
 /// Backward of softmax (`LOG = false`: `dx = y (dy - Σ dy·y)`) or log-softmax (`dx = dy - e^y Σ dy`).
@@ -106,14 +107,14 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool>(
         return t.write_partial(partials, total);
     }
     let total = total.0;
-    let mut d = g;
-    unroll!(k in [0, 1, 2, 3] => {
+    t.store::<F>(dx.wrapping_add(offset), |k| {
+        let mut d = [0.0f32; 8];
         unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
             let (pe, ge) = (p[k][e], g[k][e]);
-            d[k][e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
+            d[e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
         });
+        d
     });
-    t.store::<F>(dx.wrapping_add(offset), &d);
 }
 
 macro_rules! softmax_kernels {

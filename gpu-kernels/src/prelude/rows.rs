@@ -160,35 +160,46 @@ impl RowTeam {
     #[inline(always)]
     pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw, fill: f32) -> Slots {
         let mut v = [[fill; 8]; SLOTS];
-        unroll!(k in [0, 1, 2, 3] => {
-            if self.whole(k) {
-                v[k] = F::load8(row_start.add(self.index(k, 0)));
-            } else {
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    let i = self.index(k, e);
-                    if i < self.end {
-                        v[k][e] = F::load(row_start.add(i));
-                    }
-                });
+        unroll!(k in [0, 1, 2, 3] => { v[k] = self.load_chunk::<F>(row_start, k, fill); });
+        v
+    }
+
+    /// This thread's chunk `k` of the row at `row_start` (for per-row parameters such as γ, read
+    /// when needed rather than held).
+    ///
+    /// # Safety
+    /// As [`RowTeam::load`].
+    #[inline(always)]
+    pub unsafe fn load_chunk<F: Float>(&self, row_start: *const F::Raw, k: usize, fill: f32) -> [f32; 8] {
+        if self.whole(k) {
+            return F::load8(row_start.add(self.index(k, 0)));
+        }
+        let mut v = [fill; 8];
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            let i = self.index(k, e);
+            if i < self.end {
+                v[e] = F::load(row_start.add(i));
             }
         });
         v
     }
 
-    /// Store this thread's values (those in range) to the row at `row_start`.
+    /// Store `f(k)`, this thread's chunk `k` of the output, for each chunk (the values in range)
+    /// to the row at `row_start`.
     ///
     /// # Safety
     /// As [`RowTeam::load`], writable.
     #[inline(always)]
-    pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, v: &Slots) {
+    pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, f: impl Fn(usize) -> [f32; 8]) {
         unroll!(k in [0, 1, 2, 3] => {
             if self.whole(k) {
-                F::store8(row_start.add(self.index(k, 0)), v[k]);
-            } else {
+                F::store8(row_start.add(self.index(k, 0)), f(k));
+            } else if self.index(k, 0) < self.end {
+                let v = f(k);
                 unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
                     let i = self.index(k, e);
                     if i < self.end {
-                        F::store(row_start.add(i), v[k][e]);
+                        F::store(row_start.add(i), v[e]);
                     }
                 });
             }
