@@ -21,10 +21,10 @@ unsafe fn dropout<F: Float>(x: *const F::Raw, y: *mut F::Raw, n: usize, seed: u6
         let u = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
         let keep = |k: usize, v: f32| v * if u[k] >= p { scale } else { 0.0 };
         if g < full {
-            let v = F::load8(x.add(8 * g));
+            let v = F::load8(x.add(8 * g), 4);
             let mut out = [0.0f32; 8];
             unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => { out[k] = keep(k, v[k]); });
-            F::store8(y.add(8 * g), out);
+            F::store8(y.add(8 * g), 4, out);
         } else {
             for k in 0..n - 8 * g {
                 F::store(y.add(8 * g + k), keep(k, F::load(x.add(8 * g + k))));
