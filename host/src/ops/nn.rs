@@ -816,7 +816,8 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
             let n = out.len();
             if n > 0 {
                 let stream = x.context().stream(op)?;
-                let cfg = LaunchConfig::covering(n.div_ceil(8), ELEMENTWISE_BLOCK);
+                let per_thread = 16 / dtype.size_bytes();
+                let cfg = LaunchConfig::covering(n.div_ceil(per_thread), ELEMENTWISE_BLOCK);
                 launch_by_dtype!(DROPOUT, dtype, |k| {
                     // SAFETY: `dropout_<dtype>(x, y, n, seed, p, scale)`: x and y hold n values of
                     // the kernel's type (16-byte aligned); any grid.
