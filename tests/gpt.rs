@@ -5,10 +5,10 @@ mod common;
 use common::*;
 use ferrocuda::layers::TransformerBlock;
 use ferrocuda::models::{Gpt, GptConfig};
-use ferrocuda::{clip_grad_norm, Adam, Context, DType, Error, Layer, LrSchedule, Tensor};
+use ferrocuda::{clip_grad_norm, Adam, Context, DType, Error, Layer, LrSchedule, Optimizer, Tensor};
 
 fn config(dtype: DType, dropout: f32) -> GptConfig {
-    GptConfig { vocab: 13, block: 16, layers: 2, heads: 2, embed: 32, dropout, dtype }
+    GptConfig { vocab: 13, block: 16, layers: 2, heads: 2, embed: 64, dropout, dtype }
 }
 
 fn optimizer() -> Adam {
@@ -51,7 +51,8 @@ fn params(model: &mut Gpt) -> Vec<Vec<f32>> {
 
 fn gpu_three_steps_match_cpu(gpu: &Context) {
     let cpu = Context::cpu();
-    for (dtype, dropout, tol) in [(DType::F32, 0.0, 2e-3), (DType::F32, 0.1, 2e-3), (DType::BF16, 0.1, 3e-2)]
+    for (dtype, dropout, loss_tol, tol) in
+        [(DType::F32, 0.0, 2e-3, 1e-2), (DType::F32, 0.1, 2e-3, 1e-2), (DType::BF16, 0.1, 3e-2, 3e-2)]
     {
         let cfg = config(dtype, dropout);
         let (mut mg, mut mc) = (Gpt::new(gpu, cfg, 7).unwrap(), Gpt::new(&cpu, cfg, 7).unwrap());
@@ -63,7 +64,7 @@ fn gpu_three_steps_match_cpu(gpu: &Context) {
             let (lg, lc) =
                 (step(&mut mg, &mut ag, gpu, &batch, 11), step(&mut mc, &mut ac, &cpu, &batch, 11));
             assert!(
-                lg.is_finite() && (lg - lc).abs() <= tol as f32 * lc.abs(),
+                lg.is_finite() && (lg - lc).abs() <= loss_tol as f32 * lc.abs(),
                 "{dtype:?} p={dropout} step {s}: loss {lg} vs {lc}"
             );
         }
@@ -93,7 +94,8 @@ fn cpu_learns_a_pattern() {
 }
 
 fn round_trip_on(ctx: &Context) {
-    let cfg = config(DType::BF16, 0.1);
+    // No dropout: its generator's position is not part of a checkpoint (nor of PyTorch's).
+    let cfg = config(DType::BF16, 0.0);
     let path = std::env::temp_dir().join(format!(
         "ferrocuda-gpt-{}-{}.safetensors",
         std::process::id(),
@@ -105,7 +107,7 @@ fn round_trip_on(ctx: &Context) {
         step(&mut model, &mut adam, ctx, &tokens(cfg.vocab, 2, 9, 200 + s), 9);
     }
     let state: Vec<(String, Tensor)> =
-        adam.state_tensors().into_iter().map(|(n, t)| (format!("optimizer.{n}"), t)).collect();
+        adam.state_tensors().unwrap().into_iter().map(|(n, t)| (format!("optimizer.{n}"), t)).collect();
     model.save(&path, &state).unwrap();
     // A different model and a fresh optimizer, then the checkpoint: the next step is the same.
     let mut restored = Gpt::new(ctx, cfg, 12).unwrap();
@@ -136,12 +138,13 @@ fn cpu_checkpoint_round_trip() {
     round_trip_on(&Context::cpu());
 }
 
-fn expect_layer_error(result: ferrocuda::Result<impl std::fmt::Debug>, layer: &str, what: &str) {
+fn expect_layer_error<T>(result: ferrocuda::Result<T>, layer: &str, what: &str) {
     match result {
         Err(e @ Error::Layer { .. }) => {
             assert!(e.to_string().contains(layer), "{what}: {e} should name {layer}")
         }
-        other => panic!("{what}: expected an error naming {layer}, got {other:?}"),
+        Err(e) => panic!("{what}: expected an error naming {layer}, got {e}"),
+        Ok(_) => panic!("{what}: expected an error naming {layer}, got a result"),
     }
 }
 
@@ -157,9 +160,9 @@ fn cpu_bad_input_is_a_typed_error() {
     expect_layer_error(model.logits(&ids, 17), "Gpt(", "sequences longer than the positions");
     expect_layer_error(model.logits(&ids, 4), "Gpt(", "ids not a multiple of the sequence");
     expect_layer_error(model.backward(&ids), "Gpt(", "backward before a loss");
-    let mut block = TransformerBlock::new(&ctx, 32, 2, 0.0, 5, DType::BF16).unwrap();
-    expect_layer_error(block.forward(&ctx.zeros(&[4, 32]).unwrap()), "TransformerBlock", "rank 2");
-    let f32_input = ctx.randn(&[2, 3, 32], 4).unwrap();
+    let mut block = TransformerBlock::new(&ctx, 64, 2, 0.0, 5, DType::BF16).unwrap();
+    expect_layer_error(block.forward(&ctx.zeros(&[4, 64]).unwrap()), "TransformerBlock", "rank 2");
+    let f32_input = ctx.randn(&[2, 3, 64], 4).unwrap();
     expect_layer_error(block.forward(&f32_input), "TransformerBlock", "f32 input to a bf16 block");
     expect_layer_error(block.backward(&f32_input), "TransformerBlock", "backward before forward");
     expect_layer_error(

@@ -6,7 +6,7 @@ use common::*;
 use ferrocuda::layers::{
     AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, Relu, Sigmoid, Tanh,
 };
-use ferrocuda::{Adam, Context, Error, Layer, Result, Sequential, Sgd, Tensor};
+use ferrocuda::{Activation, Adam, Context, Error, Layer, Result, Sequential, Sgd, Tensor};
 
 /// A small network of every MLP layer (the final Relu only when `relu`: finite differences
 /// across its kink are meaningless), its parameters identical on every backend (the generator
@@ -16,6 +16,7 @@ fn mlp(ctx: &Context, (inputs, hidden, outputs): (usize, usize, usize), relu: bo
         .layer(Linear::new(ctx, inputs, hidden, 11)?)
         .layer(LayerNorm::new(ctx, hidden)?)
         .layer(Gelu::new())
+        .layer(Linear::new(ctx, hidden, hidden, 15)?.activation(Activation::Gelu))
         .layer(Linear::new(ctx, hidden, hidden, 12)?)
         .layer(Tanh::new())
         .layer(Linear::new(ctx, hidden, hidden, 13)?.without_bias())

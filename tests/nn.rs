@@ -929,6 +929,11 @@ fn row_ops_dtype_errors_on(ctx: &Context) {
     assert!(matches!(err, Error::UnsupportedDType { op: "layer_norm_backward", .. }), "{err}");
     let err = layer_norm(&ctx.full_as(&[4, 0], 1.0, DType::F16).unwrap(), None, None, 1e-5).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { op: "layer_norm", .. }), "{err}");
+    let wrong = ctx.full_as(&[9], 1.0, DType::BF16).unwrap();
+    let err = layer_norm(&b, None, Some(&wrong), 1e-5).unwrap_err();
+    assert!(matches!(&err, Error::ShapeMismatch { op: "layer_norm", lhs, .. } if lhs == &[9]), "{err}");
+    let err = h.softmax_backward(&ctx.full_as(&[4, 9], 1.0, DType::F16).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "softmax_backward", .. }), "{err}");
     let err = ctx.full_as(&[], 1.0, DType::BF16).unwrap().log_softmax().unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { op: "log_softmax", .. }), "{err}");
 }

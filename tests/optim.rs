@@ -445,6 +445,16 @@ fn clipped_step_is_scaled_step_on(ctx: &Context) {
         for (i, (c, s)) in clipped.iter().zip(&scaled).enumerate() {
             assert_same(&format!("adam tensor {i}"), &c.to_vec().unwrap(), &s.to_vec().unwrap());
         }
+        // The optimizer's own clipping (max_grad_norm) is the same step, and keeps the same norm.
+        let (mut own, mut adam) = (params(), make().max_grad_norm(1.0));
+        adam.step(&mut own, &grads).unwrap();
+        for (i, (o, c)) in own.iter().zip(&clipped).enumerate() {
+            assert_same(&format!("max_grad_norm tensor {i}"), &o.to_vec().unwrap(), &c.to_vec().unwrap());
+        }
+        let kept = adam.last_grad_norm().unwrap().tensor().to_vec().unwrap();
+        assert_same("max_grad_norm's norm", &kept, &norm.tensor().to_vec().unwrap());
+        let err = adam.step_clipped(&mut own, &grads, &norm).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { op: "adam", .. }), "{err}");
         let factor = norm.factor().unwrap();
         assert!(factor < 1.0, "the case clips ({factor})");
         assert_same(
@@ -497,12 +507,16 @@ fn clipped_step_in_a_graph(gpu: &Context) {
     let grads = mixed_params(gpu, 4500);
     let refs: Vec<&Tensor> = grads.iter().collect();
     let (mut eager, mut replayed) = (mixed_params(gpu, 4400), mixed_params(gpu, 4400));
+    let mut own = mixed_params(gpu, 4400);
     let (mut a, mut b) = (mixed_adam(), mixed_adam().capturable(true));
+    let mut c = mixed_adam().capturable(true).max_grad_norm(40.0);
     for _ in 0..4 {
         let norm = clip_grad_norm(&refs, 40.0).unwrap();
         a.step_clipped(&mut eager, &grads, &norm).unwrap();
     }
     b.step_clipped(&mut replayed, &grads, &clip_grad_norm(&refs, 40.0).unwrap()).unwrap();
+    c.step(&mut own, &grads).unwrap();
+    let own_graph = gpu.capture(|| c.step(&mut own, &grads)).unwrap();
     let mut norm = None;
     let graph = gpu
         .capture(|| {
@@ -514,11 +528,19 @@ fn clipped_step_in_a_graph(gpu: &Context) {
         .unwrap();
     for _ in 0..3 {
         graph.launch().unwrap();
+        own_graph.launch().unwrap();
     }
+    let own_norm = c.last_grad_norm().unwrap().tensor().to_vec().unwrap();
+    assert_same("max_grad_norm's norm", &own_norm, &norm.as_ref().unwrap().tensor().to_vec().unwrap());
     assert_close("norm", &[norm.unwrap().norm().unwrap()], &[norm_f64(&grads) as f32], 1e-5);
     assert_eq!(b.steps().unwrap(), 4);
-    for (i, (r, e)) in replayed.iter().zip(&eager).enumerate() {
+    for (i, ((r, o), e)) in replayed.iter().zip(&own).zip(&eager).enumerate() {
         assert_same(&format!("replayed parameter {i}"), &r.to_vec().unwrap(), &e.to_vec().unwrap());
+        assert_same(
+            &format!("replayed max_grad_norm parameter {i}"),
+            &o.to_vec().unwrap(),
+            &e.to_vec().unwrap(),
+        );
     }
 }
 
@@ -687,8 +709,13 @@ fn gpu_bad_state_and_mixed_input(gpu: &Context) {
     let err = clip_grad_norm(&[&g, &c], 1.0).unwrap_err();
     assert!(matches!(err, Error::DeviceMismatch { op: "clip_grad_norm", .. }), "{err}");
     let norm = clip_grad_norm(&[&c], 1.0).unwrap();
-    let err = Adam::new(1e-3).step_clipped(&mut [g.clone()], &[g.clone()], &norm).unwrap_err();
+    let err = Adam::new(1e-3).step_clipped(&mut [g.clone()], std::slice::from_ref(&g), &norm).unwrap_err();
     assert!(matches!(err, Error::DeviceMismatch { op: "adam", .. }), "{err}");
+    let long = LrSchedule::WarmupCosine { peak: 1e-3, min: 1e-4, warmup: 10, total: 1 << 25 };
+    let mut adam = Adam::new(1e-3).capturable(true).schedule(long);
+    let err = adam.step(&mut [g.clone()], std::slice::from_ref(&g)).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { op: "adam", .. }), "{err}");
+    assert_eq!(adam.steps().unwrap(), 0);
 }
 
 fn main() {

@@ -108,6 +108,28 @@ fn one_context_four_threads(gpu: &Context) {
     }
 }
 
+/// Four threads on three streams (two threads share one), each queueing a chain of adds
+/// without waiting in between: the profiler test's workload with the profiler off.
+fn four_threads_three_streams(gpu: &Context) {
+    let contexts = [gpu.clone(), gpu.clone(), gpu.new_stream().unwrap(), gpu.new_stream().unwrap()];
+    let adds = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 25 } else { 250 };
+    std::thread::scope(|scope| {
+        for (i, ctx) in contexts.iter().enumerate() {
+            scope.spawn(move || {
+                let x = ctx.randn(&[1000 + i], 10 + i as u64).unwrap();
+                let mut y = x.clone();
+                for _ in 0..adds {
+                    y = y.add(&x).unwrap();
+                }
+                let cpu = Context::cpu();
+                let xc = cpu.randn(&[1000 + i], 10 + i as u64).unwrap();
+                let want = (0..adds).try_fold(xc.clone(), |acc, _| acc.add(&xc)).unwrap();
+                assert_same(&format!("thread {i}"), &y.to_vec().unwrap(), &want.to_vec().unwrap());
+            });
+        }
+    });
+}
+
 fn streams_events_and_pinned_copies(gpu: &Context) {
     let other = gpu.new_stream().unwrap();
     let n = (1 << 20) + 3;
@@ -243,6 +265,7 @@ fn main() {
         ),
         ("gpu_bad_sizes", Case::Gpu(gpu_bad_sizes)),
         ("gpu_one_context_four_threads", Case::Gpu(one_context_four_threads)),
+        ("gpu_four_threads_three_streams", Case::Gpu(four_threads_three_streams)),
         ("gpu_streams_events_and_pinned_copies", Case::Gpu(streams_events_and_pinned_copies)),
         ("gpu_pinned_uploads_from_two_threads", Case::Gpu(pinned_uploads_from_two_threads)),
         ("gpu_two_contexts_alternating_on_one_thread", Case::Gpu(two_contexts_alternating_on_one_thread)),

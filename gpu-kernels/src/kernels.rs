@@ -357,8 +357,10 @@ kernel_table! {
             );
         }
         optim::clip {
-            [grad_sq_partials](slots: *const u64, chunks: *const u32, partials: *mut f32);
-            [grad_norm_finish](partials: *const f32, blocks: u32, max_norm: f32, out: *mut f32);
+            [grad_norm](
+                slots: *const u64, chunks: *const u32, partials: *mut f32, counter: *mut u32, max_norm: f32,
+                out: *mut f32
+            );
             [grad_scale](slots: *const u64, chunks: *const u32, norm: *const f32);
         }
     }

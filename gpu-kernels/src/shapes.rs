@@ -71,6 +71,18 @@ pub const NN_ROW_BLOCK: usize = 256;
 /// stay in registers between the passes of softmax; longer or unaligned rows are read twice.
 pub const NN_ROW_VECTORS: usize = 8;
 
+/// Modes of a row-kernel launch (softmax, layer norm, row reductions; see
+/// `gpu-kernels/src/prelude/rows.rs`): `ROW_WHOLE` handles whole rows; a row split across
+/// blocks runs `ROW_PARTIAL` (each block writes its chunk's statistic) then `ROW_APPLY` (each
+/// block merges its row's statistics and writes its chunk's outputs).
+pub const ROW_WHOLE: u32 = 0;
+/// See [`ROW_WHOLE`].
+pub const ROW_PARTIAL: u32 = 1;
+/// See [`ROW_WHOLE`].
+pub const ROW_APPLY: u32 = 2;
+/// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
+pub const ROW_THREAD_VALUES: usize = 32;
+
 /// Cross-entropy (`nn::cross_entropy`): 16-byte vectors each thread loads before it uses any.
 pub const CE_UNROLL: usize = 4;
 /// Threads of a cross-entropy block over a (part of a) row: a power of two in this range, about
@@ -100,18 +112,6 @@ pub const EMBEDDING_SORT_THREADS: usize = 1024;
 /// Sorted positions one block of the embedding backward sums (per run of equal ids): buckets of
 /// more rows add one partial per tile they cross, in tile order.
 pub const EMBEDDING_SUM_TILE: usize = 32;
-
-/// Modes of a row-kernel launch (softmax, layer norm, row reductions; see
-/// `gpu-kernels/src/prelude/rows.rs`): `ROW_WHOLE` handles whole rows; a row split across
-/// blocks runs `ROW_PARTIAL` (each block writes its chunk's statistic) then `ROW_APPLY` (each
-/// block merges its row's statistics and writes its chunk's outputs).
-pub const ROW_WHOLE: u32 = 0;
-/// See [`ROW_WHOLE`].
-pub const ROW_PARTIAL: u32 = 1;
-/// See [`ROW_WHOLE`].
-pub const ROW_APPLY: u32 = 2;
-/// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
-pub const ROW_THREAD_VALUES: usize = 32;
 
 /// Elements one block of a multi-tensor optimizer launch updates (one chunk of one tensor).
 pub const OPTIMIZER_CHUNK: usize = 4096;
@@ -145,8 +145,6 @@ pub const fn optimizer_slot_parts(meta: u64) -> (usize, bool, u64) {
     )
 }
 
-/// Threads of the gradient-norm finishing block (`grad_norm_finish`).
-pub const GRAD_NORM_FINISH_BLOCK: usize = 1024;
 /// Added to the norm before dividing (PyTorch's `clip_grad_norm_`): the factor is
 /// `min(1, max_norm / (norm + GRAD_NORM_EPS))`.
 pub const GRAD_NORM_EPS: f32 = 1e-6;

@@ -164,9 +164,10 @@ pub fn under_sanitizer() -> bool {
 
 /// `[rows, cols]` shapes that reach every branch of the row kernels' dispatch: one value; one
 /// long row (split over blocks); rows of 2^22 (split, L2-sized groups); narrow rows (several per
-/// warp); a warp per row; a block per row split for want of rows; GPT-2's vocabulary.
+/// warp); a warp per row; a block per row split for want of rows; GPT-2's vocabulary; whole rows
+/// on blocks of 64 (unaligned), 128 and 256 threads.
 pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
-    if under_sanitizer() {
+    let mut shapes = if under_sanitizer() {
         vec![[1, 1], [1, (1 << 16) + 3], [3, 1 << 16], [1000, 31], [1003, 16], [31, 1000], [8, 50257]]
     } else {
         vec![
@@ -178,7 +179,9 @@ pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
             [31, 1000],
             [64, 50257],
         ]
-    }
+    };
+    shapes.extend([[300, 1501], [270, 4000], [265, 8192]]);
+    shapes
 }
 
 pub const DTYPES: [ferrocuda::DType; 3] =

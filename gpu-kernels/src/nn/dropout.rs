@@ -6,28 +6,32 @@
 //!
 //! Floor: 8 B per f32 element (read, write; 4 B for 16-bit) plus the Philox rounds (~40 integer multiplies per 4
 //! elements): memory-bound; 2^26 elements → 0.18 ms at 3.0 TB/s.
-//! Launch: one thread per 8 elements (two Philox calls of 4), 16-byte accesses for 16-bit
-//! values (two for f32); the last, partial group element by element.
+//! Launch: one thread per 16-byte vector (4 f32: one Philox call of 4; 8 16-bit values: two);
+//! the last, partial vector element by element.
 use crate::prelude::*;
 use crate::random::philox;
 
 /// Dropout of `n` elements of format `F` with drop probability `p` and `scale = 1/(1 - p)` (from
-/// the host, so both backends use the same f32).
+/// the host, so both backends use the same f32). Each thread takes one 16-byte vector: 4 f32 (one
+/// Philox call) or 8 16-bit values (two).
 #[inline(always)]
 unsafe fn dropout<F: Float>(x: *const F::Raw, y: *mut F::Raw, n: usize, seed: u64, p: f32, scale: f32) {
-    let full = n / 8;
-    for g in grid_stride(n.div_ceil(8)) {
-        let (a, b) = (philox::uniform4(seed, 2 * g as u64), philox::uniform4(seed, 2 * g as u64 + 1));
+    let per = F::PER_16B;
+    let full = n / per;
+    for g in grid_stride(n.div_ceil(per)) {
+        let group = (g * per / 4) as u64;
+        let a = philox::uniform4(seed, group);
+        let b = if per == 8 { philox::uniform4(seed, group + 1) } else { a };
         let u = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
         let keep = |k: usize, v: f32| v * if u[k] >= p { scale } else { 0.0 };
         if g < full {
-            let v = F::load8(x.add(8 * g));
+            let v = F::load_vec(x.add(per * g));
             let mut out = [0.0f32; 8];
             unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => { out[k] = keep(k, v[k]); });
-            F::store8(y.add(8 * g), out);
+            F::store_vec(y.add(per * g), out);
         } else {
-            for k in 0..n - 8 * g {
-                F::store(y.add(8 * g + k), keep(k, F::load(x.add(8 * g + k))));
+            for k in 0..n - per * g {
+                F::store(y.add(per * g + k), keep(k, F::load(x.add(per * g + k))));
             }
         }
     }

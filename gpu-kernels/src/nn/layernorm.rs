@@ -4,10 +4,10 @@
 //! Floor: forward reads x and writes y (8 B per f32 element, 4 B per 16-bit one; mean, rstd, γ, β
 //! are noise); backward reads x and dy and writes dx (12 B / 6 B), and the parameter gradients
 //! read x and dy once more.
-//! Forward: a row team (see `prelude::rows`) holds its row in registers: each thread's exact
-//! two-pass (count, mean, M2) of its values, merged over the team by Chan's formula, then
-//! `y = (x - mean) · rstd · γ + β` from the registers; one read, one write. Rows split across
-//! blocks merge the chunks' (count, mean, M2) in a second launch that re-reads its chunk.
+//! Forward: a row team (see `prelude::rows`) holds its row in registers: the exact two-pass
+//! mean and M2 over the team (two plain sums), then `y = (x - mean) · rstd · γ + β` from the
+//! registers; one read, one write. Rows split across blocks merge the chunks' (count, mean, M2)
+//! by Chan's formula in a second launch that re-reads its chunk.
 //! Backward, per row with x̂ = (x - mean)·rstd and g = dy·γ:
 //! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`, the two sums merged the same way; per column
 //! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds
@@ -32,14 +32,18 @@ unsafe fn layernorm_rows<F: Float>(
     let t = RowTeam::new::<F>(rows, cols, team, chunk);
     let offset = t.row * cols;
     let v = t.load::<F>(x.wrapping_add(offset), 0.0);
+    // Whole rows and chunks: the exact two-pass mean and M2 over the values held (two plain
+    // reductions); only the merge of a split row's chunks takes Chan's formula.
     let stat = if mode == ROW_APPLY {
         t.merge_partials::<Welford>(partials)
     } else {
-        let mut n = 0.0f32;
-        t.each(|_, _, _| n += 1.0);
-        let mean = if n > 0.0 { sum_slots(&t, &v) / n } else { 0.0 };
-        let m2 = fold_slots::<Sum>(&t, &v, |e| (e - mean) * (e - mean));
-        t.combine(Welford(n, mean, m2))
+        let n = (t.end - t.begin) as f32;
+        let mean = t.combine(Folded::<Sum>::new(sum_slots(&t, &v))).0 / n;
+        Welford(
+            n,
+            mean,
+            t.combine(Folded::<Sum>::new(fold_slots::<Sum>(&t, &v, |e| (e - mean) * (e - mean)))).0,
+        )
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, stat);
@@ -50,15 +54,17 @@ unsafe fn layernorm_rows<F: Float>(
         store_f32(mean_out.add(t.row), mean);
         store_f32(rstd_out.add(t.row), rstd);
     }
-    let g = if gamma.is_null() { [[1.0; 8]; SLOTS] } else { t.load::<F>(gamma, 1.0) };
-    let b = if beta.is_null() { [[0.0; 8]; SLOTS] } else { t.load::<F>(beta, 0.0) };
-    let mut out = v;
-    unroll!(k in [0, 1, 2, 3] => {
-        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            out[k][e] = (v[k][e] - mean) * rstd * g[k][e] + b[k][e];
-        });
-    });
-    t.store::<F>(y.wrapping_add(offset), &out);
+    t.store::<F>(
+        y.wrapping_add(offset),
+        #[inline(always)]
+        |k| {
+            let g = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
+            let b = if beta.is_null() { [0.0; 8] } else { t.load_chunk::<F>(beta, k, 0.0) };
+            let mut out = [0.0f32; 8];
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { out[e] = (v[k][e] - mean) * rstd * g[e] + b[e]; });
+            out
+        },
+    );
 }
 
 /// `dx`; `gamma` may be null.
@@ -80,20 +86,29 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     let (mu, r) =
         if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
     let v = t.load::<F>(x.wrapping_add(offset), 0.0);
-    let mut gs = t.load::<F>(dy.wrapping_add(offset), 0.0);
-    if !gamma.is_null() {
-        let w = t.load::<F>(gamma, 1.0);
-        unroll!(k in [0, 1, 2, 3] => {
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { gs[k][e] *= w[k][e]; });
-        });
-    }
+    let d = t.load::<F>(dy.wrapping_add(offset), 0.0);
+    // g = dy·γ, chunk by chunk: γ is read again where needed rather than held.
+    let g = #[inline(always)]
+    |k: usize| {
+        let w = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
+        let mut g = d[k];
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { g[e] *= w[e]; });
+        g
+    };
     let Sum2(sum_g, sum_gx) = if mode == ROW_APPLY {
         t.merge_partials(partials)
     } else {
         let (mut a, mut b) = (0.0f32, 0.0f32);
-        t.each(|k, e, _| {
-            a += gs[k][e];
-            b += gs[k][e] * (v[k][e] - mu) * r;
+        unroll!(k in [0, 1, 2, 3] => {
+            if t.holds(k, 0) {
+                let gk = g(k);
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    if t.holds(k, e) {
+                        a += gk[e];
+                        b += gk[e] * (v[k][e] - mu) * r;
+                    }
+                });
+            }
         });
         t.combine(Sum2(a, b))
     };
@@ -102,13 +117,18 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     }
     let inv_n = 1.0 / cols as f32;
     let (mean_g, mean_gx) = (sum_g * inv_n, sum_gx * inv_n);
-    let mut d = v;
-    unroll!(k in [0, 1, 2, 3] => {
-        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            d[k][e] = r * (gs[k][e] - mean_g - (v[k][e] - mu) * r * mean_gx);
-        });
-    });
-    t.store::<F>(dx.wrapping_add(offset), &d);
+    t.store::<F>(
+        dx.wrapping_add(offset),
+        #[inline(always)]
+        |k| {
+            let gk = g(k);
+            let mut out = [0.0f32; 8];
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                out[e] = r * (gk[e] - mean_g - (v[k][e] - mu) * r * mean_gx);
+            });
+            out
+        },
+    );
 }
 
 /// `dγ`, `dβ` of one row group (column teams; see `prelude::rows::ColumnTeam`): written to

@@ -30,18 +30,23 @@ unsafe fn softmax_rows<F: Float, const LOG: bool>(
     let t = RowTeam::new::<F>(rows, cols, team, chunk);
     let offset = t.row * cols;
     let v = t.load::<F>(x.wrapping_add(offset), f32::NEG_INFINITY);
+    // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
+    // reductions); only the merge of a split row's chunks takes the online form.
     let MaxSumExp(m, s) = if mode == ROW_APPLY {
         t.merge_partials(partials)
     } else {
-        let m = fold_slots::<Max>(&t, &v, |e| e);
-        t.combine(MaxSumExp(m, fold_slots::<Sum>(&t, &v, |e| exp_fast(e - m))))
+        let m = t.combine(Folded::<Max>::new(fold_slots::<Max>(&t, &v, |e| e))).0;
+        MaxSumExp(m, t.combine(Folded::<Sum>::new(fold_slots::<Sum>(&t, &v, |e| exp_fast(e - m)))).0)
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, MaxSumExp(m, s));
     }
     let (shift, inv) = (m + ln_fast(s), 1.0 / s);
-    let y = v.map(|c| c.map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }));
-    t.store::<F>(out.wrapping_add(offset), &y);
+    t.store::<F>(
+        out.wrapping_add(offset),
+        #[inline(always)]
+        |k| v[k].map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }),
+    );
 }
 
 /// Backward of softmax (`LOG = false`: `dx = y (dy - Σ dy·y)`) or log-softmax (`dx = dy - e^y Σ dy`).
@@ -66,21 +71,25 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool>(
         t.merge_partials::<Folded<Sum>>(partials)
     } else {
         let mut acc = 0.0f32;
-        t.each(|k, e, _| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
+        t.each(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
         t.combine(Folded::<Sum>::new(acc))
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, total);
     }
     let total = total.0;
-    let mut d = g;
-    unroll!(k in [0, 1, 2, 3] => {
-        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            let (pe, ge) = (p[k][e], g[k][e]);
-            d[k][e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
-        });
-    });
-    t.store::<F>(dx.wrapping_add(offset), &d);
+    t.store::<F>(
+        dx.wrapping_add(offset),
+        #[inline(always)]
+        |k| {
+            let mut d = [0.0f32; 8];
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let (pe, ge) = (p[k][e], g[k][e]);
+                d[e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
+            });
+            d
+        },
+    );
 }
 
 macro_rules! softmax_kernels {

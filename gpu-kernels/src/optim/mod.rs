@@ -1,7 +1,7 @@
 //! Optimizers: fused multi-tensor steps, `sgd_step` (momentum, Nesterov, weight decay) and
 //! `adam_step` (Adam, or AdamW with decoupled weight decay, bias-corrected, f32 or mixed precision),
-//! updating every parameter tensor of a model in one launch; `grad_sq_partials` +
-//! `grad_norm_finish` (global gradient norm and clip factor) and `grad_scale`.
+//! updating every parameter tensor of a model in one launch; `grad_norm` (global gradient norm and
+//! clip factor, one launch) and `grad_scale`.
 //!
 //! Floor: SGD with momentum reads p, g, buf and writes p, buf (20 B per parameter); Adam reads p,
 //! g, m, v and writes p, m, v (28 B for f32; for a 16-bit parameter it reads g, m, v and the f32
@@ -41,7 +41,7 @@ pub(crate) unsafe fn my_chunk(slots: *const u64, chunks: *const u32) -> Chunk {
     Chunk { words, start, end: (start + CHUNK).min(len), decay, dtype }
 }
 
-/// `1` when `clip` is null, else the clip factor `clip[1]` written by `grad_norm_finish`.
+/// `1` when `clip` is null, else the clip factor `clip[1]` written by `grad_norm`.
 #[inline(always)]
 pub(crate) unsafe fn clip_factor(clip: *const f32) -> f32 {
     if clip.is_null() {

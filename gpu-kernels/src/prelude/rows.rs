@@ -4,11 +4,12 @@
 //!
 //! A team is `size` threads of a 1-D block: a power of two up to 32 (several rows per warp, or a
 //! warp per row; combined by butterflies within the warp) or the whole block (one row, or one
-//! chunk of a row, per block; combined through shared memory). `blockIdx.y` picks the chunk
-//! `[y·chunk, (y+1)·chunk)` of the row. Each thread holds [`SLOTS`] chunks of 8 values: 16-byte
-//! loads (two for f32) at `begin + 8·(lane + k·size)` where the row start is 16-byte aligned,
-//! scalar loads at `begin + lane + size·(8k + e)` where it is not. The host keeps a team's range
-//! within `8 · SLOTS · size` values.
+//! chunk of a row, per block of 64-256 threads; combined through shared memory). `blockIdx.y`
+//! picks the chunk `[y·chunk, (y+1)·chunk)` of the row. Each thread holds [`SLOTS`] chunks of 8
+//! values: 16-byte vectors (one of 8 16-bit values, two of 4 f32) with the team's lanes on
+//! consecutive vectors, so that each load instruction of a warp reads one contiguous span, where
+//! the row start is 16-byte aligned; scalars at `begin + lane + size·(8k + e)` where it is not.
+//! The host keeps a team's range within `8 · SLOTS · size` values.
 use super::block::{welford_combine, Max, ReduceOp, Sum};
 use super::half::{HalfFloat, BF16, F16};
 use super::index::{block_dim_x, block_x, block_y, grid_dim_y, lane, thread_x, warp_in_block};
@@ -34,15 +35,44 @@ pub trait Float {
     /// # Safety
     /// `p` is readable global memory that nothing writes during the kernel.
     unsafe fn load(p: *const Self::Raw) -> f32;
+    /// One 16-byte vector (`PER_16B` values) into the first entries.
+    ///
     /// # Safety
-    /// As [`Float::load`], 8 values, 16-byte aligned.
-    unsafe fn load8(p: *const Self::Raw) -> [f32; 8];
+    /// As [`Float::load`], 16-byte aligned.
+    unsafe fn load_vec(p: *const Self::Raw) -> [f32; 8];
     /// # Safety
     /// `p` is writable global memory.
     unsafe fn store(p: *mut Self::Raw, v: f32);
+    /// The first `PER_16B` entries as one 16-byte vector.
+    ///
     /// # Safety
-    /// As [`Float::store`], 8 values, 16-byte aligned.
-    unsafe fn store8(p: *mut Self::Raw, v: [f32; 8]);
+    /// As [`Float::store`], 16-byte aligned.
+    unsafe fn store_vec(p: *mut Self::Raw, v: [f32; 8]);
+
+    /// 8 values: from `p`, and (f32, 4 per vector) the second four from `p + second`.
+    ///
+    /// # Safety
+    /// As [`Float::load_vec`] at both addresses.
+    #[inline(always)]
+    unsafe fn load8(p: *const Self::Raw, second: usize) -> [f32; 8] {
+        let a = Self::load_vec(p);
+        if Self::PER_16B == 8 {
+            return a;
+        }
+        let b = Self::load_vec(p.add(second));
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    }
+    /// The store of [`Float::load8`]'s layout.
+    ///
+    /// # Safety
+    /// As [`Float::store_vec`] at both addresses.
+    #[inline(always)]
+    unsafe fn store8(p: *mut Self::Raw, second: usize, v: [f32; 8]) {
+        Self::store_vec(p, v);
+        if Self::PER_16B == 4 {
+            Self::store_vec(p.add(second), [v[4], v[5], v[6], v[7], 0.0, 0.0, 0.0, 0.0]);
+        }
+    }
 }
 
 impl Float for f32 {
@@ -53,18 +83,17 @@ impl Float for f32 {
         load_nc_f32(p)
     }
     #[inline(always)]
-    unsafe fn load8(p: *const f32) -> [f32; 8] {
-        let (a, b) = (load_nc_f32x4(p), load_nc_f32x4(p.add(4)));
-        [a.0[0], a.0[1], a.0[2], a.0[3], b.0[0], b.0[1], b.0[2], b.0[3]]
+    unsafe fn load_vec(p: *const f32) -> [f32; 8] {
+        let a = load_nc_f32x4(p).0;
+        [a[0], a[1], a[2], a[3], 0.0, 0.0, 0.0, 0.0]
     }
     #[inline(always)]
     unsafe fn store(p: *mut f32, v: f32) {
         store_f32(p, v)
     }
     #[inline(always)]
-    unsafe fn store8(p: *mut f32, v: [f32; 8]) {
+    unsafe fn store_vec(p: *mut f32, v: [f32; 8]) {
         store_f32x4(p, F32x4([v[0], v[1], v[2], v[3]]));
-        store_f32x4(p.add(4), F32x4([v[4], v[5], v[6], v[7]]));
     }
 }
 
@@ -78,7 +107,7 @@ macro_rules! half_float {
                 <$h as HalfFloat>::to_f32(load_nc_u16(p))
             }
             #[inline(always)]
-            unsafe fn load8(p: *const u16) -> [f32; 8] {
+            unsafe fn load_vec(p: *const u16) -> [f32; 8] {
                 load_nc_u16x8(p).0.map(<$h as HalfFloat>::to_f32)
             }
             #[inline(always)]
@@ -86,13 +115,26 @@ macro_rules! half_float {
                 store_u16(p, <$h as HalfFloat>::from_f32(v))
             }
             #[inline(always)]
-            unsafe fn store8(p: *mut u16, v: [f32; 8]) {
+            unsafe fn store_vec(p: *mut u16, v: [f32; 8]) {
                 store_u16x8(p, U16x8(v.map(<$h as HalfFloat>::from_f32)))
             }
         }
     )*};
 }
 half_float!(F16, BF16);
+
+/// Where value `e` (of 8) of chunk `k` lies, for a thread at `lane` of `size` lanes: 16-byte
+/// vectors of `vec` values (4 or 8) with a warp's lanes on consecutive vectors, so that each load
+/// instruction of a warp reads one contiguous span; `vec == 0`: scalars, lanes consecutive.
+#[inline(always)]
+fn slot_offset(vec: u32, lane: u32, size: u32, k: usize, e: usize) -> u32 {
+    let (k, e) = (k as u32, e as u32);
+    match vec {
+        8 => 8 * (lane + k * size) + e,
+        4 => 4 * (lane + (2 * k + e / 4) * size) + e % 4,
+        _ => lane + size * (8 * k + e),
+    }
+}
 
 /// Where this thread works: row, lane in its team, and the team's range `[begin, end)` of the row
 /// (empty past the last row).
@@ -105,7 +147,11 @@ pub struct RowTeam {
     pub end: usize,
     /// The chunk's index along the row (`blockIdx.y`).
     pub chunk: usize,
-    vector: bool,
+    /// Values per 16-byte vector, or 0 where rows are not 16-byte aligned (scalar accesses).
+    vec: u32,
+    /// `begin`, `end`, `lane`, `size` in 32 bits (rows are below 2^26 values): the per-value
+    /// index arithmetic stays in single instructions.
+    narrow: [u32; 4],
 }
 
 impl RowTeam {
@@ -113,42 +159,64 @@ impl RowTeam {
     /// (a power of two ≤ 32, or `blockDim.x`), chunks of `chunk` values (a multiple of 8).
     #[inline(always)]
     pub fn new<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize) -> Self {
+        // `size` is a power of two: shifts and masks, not divisions.
+        let shift = size.trailing_zeros();
         let (row, lane) = if size >= block_dim_x() {
             (block_x(), thread_x())
         } else {
-            (block_x() * (block_dim_x() / size) + thread_x() / size, thread_x() % size)
+            ((block_x() * block_dim_x() + thread_x()) >> shift, thread_x() & (size - 1))
         };
         let begin = block_y() * chunk;
         let end = if row < rows { cols.min(begin + chunk) } else { begin };
-        RowTeam { row, lane, size, begin, end, chunk: block_y(), vector: cols % F::PER_16B == 0 }
+        let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
+        let narrow = [begin as u32, end as u32, lane as u32, size as u32];
+        RowTeam { row, lane, size, begin, end, chunk: block_y(), vec, narrow }
     }
 
     /// Index in the row of value `e` of chunk `k` of this thread.
     #[inline(always)]
     pub fn index(&self, k: usize, e: usize) -> usize {
-        if self.vector {
-            self.begin + 8 * (self.lane + k * self.size) + e
-        } else {
-            self.begin + self.lane + self.size * (8 * k + e)
-        }
+        self.index32(k, e) as usize
     }
 
-    /// Whether chunk `k` lies wholly in the range and loads as one vector.
+    #[inline(always)]
+    fn index32(&self, k: usize, e: usize) -> u32 {
+        let [begin, _, lane, size] = self.narrow;
+        begin + slot_offset(self.vec, lane, size, k, e)
+    }
+
+    /// Whether value `e` of chunk `k` is in the range.
+    #[inline(always)]
+    pub fn holds(&self, k: usize, e: usize) -> bool {
+        self.index32(k, e) < self.narrow[1]
+    }
+
+    /// Whether chunk `k` lies wholly in the range and loads as vectors (its last value is its
+    /// furthest).
     #[inline(always)]
     fn whole(&self, k: usize) -> bool {
-        self.vector && self.index(k, 7) < self.end
+        self.vec != 0 && self.holds(k, 7)
+    }
+
+    /// Distance from a chunk's first value to its fifth (the second f32 vector).
+    #[inline(always)]
+    fn second(&self, k: usize) -> usize {
+        (self.index32(k, 4) - self.index32(k, 0)) as usize
     }
 
     /// `f(k, e, index)` for each of this thread's values in range.
     #[inline(always)]
-    pub fn each(&self, mut f: impl FnMut(usize, usize, usize)) {
+    pub fn each(&self, mut f: impl FnMut(usize, usize)) {
         unroll!(k in [0, 1, 2, 3] => {
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                let i = self.index(k, e);
-                if i < self.end {
-                    f(k, e, i);
-                }
-            });
+            if self.whole(k) {
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { f(k, e); });
+            } else if self.holds(k, 0) {
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    if self.holds(k, e) {
+                        f(k, e);
+                    }
+                });
+            }
         });
     }
 
@@ -160,35 +228,46 @@ impl RowTeam {
     #[inline(always)]
     pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw, fill: f32) -> Slots {
         let mut v = [[fill; 8]; SLOTS];
-        unroll!(k in [0, 1, 2, 3] => {
-            if self.whole(k) {
-                v[k] = F::load8(row_start.add(self.index(k, 0)));
-            } else {
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    let i = self.index(k, e);
-                    if i < self.end {
-                        v[k][e] = F::load(row_start.add(i));
-                    }
-                });
-            }
-        });
+        unroll!(k in [0, 1, 2, 3] => { v[k] = self.load_chunk::<F>(row_start, k, fill); });
         v
     }
 
-    /// Store this thread's values (those in range) to the row at `row_start`.
+    /// This thread's chunk `k` of the row at `row_start` (for per-row parameters such as γ, read
+    /// when needed rather than held).
+    ///
+    /// # Safety
+    /// As [`RowTeam::load`].
+    #[inline(always)]
+    pub unsafe fn load_chunk<F: Float>(&self, row_start: *const F::Raw, k: usize, fill: f32) -> [f32; 8] {
+        if self.whole(k) {
+            return F::load8(row_start.add(self.index(k, 0)), self.second(k));
+        }
+        let mut v = [fill; 8];
+        if self.holds(k, 0) {
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if self.holds(k, e) {
+                    v[e] = F::load(row_start.add(self.index(k, e)));
+                }
+            });
+        }
+        v
+    }
+
+    /// Store `f(k)`, this thread's chunk `k` of the output, for each chunk (the values in range)
+    /// to the row at `row_start`.
     ///
     /// # Safety
     /// As [`RowTeam::load`], writable.
     #[inline(always)]
-    pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, v: &Slots) {
+    pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, f: impl Fn(usize) -> [f32; 8]) {
         unroll!(k in [0, 1, 2, 3] => {
             if self.whole(k) {
-                F::store8(row_start.add(self.index(k, 0)), v[k]);
-            } else {
+                F::store8(row_start.add(self.index(k, 0)), self.second(k), f(k));
+            } else if self.holds(k, 0) {
+                let v = f(k);
                 unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    let i = self.index(k, e);
-                    if i < self.end {
-                        F::store(row_start.add(i), v[k][e]);
+                    if self.holds(k, e) {
+                        F::store(row_start.add(self.index(k, e)), v[e]);
                     }
                 });
             }
@@ -393,7 +472,7 @@ fn block_combine<S: RowStat>(s: S) -> S {
     }
     let scratch = shared_ptr(&raw mut ROW_STAT_SCRATCH);
     if lane() == 0 {
-        for (i, &e) in s.to_array().iter().enumerate() {
+        for (i, &e) in s.to_array().iter().enumerate().take(S::WIDTH) {
             // SAFETY: warp_in_block() < 32: inside the scratch.
             unsafe { *scratch.add(3 * warp_in_block() + i) = e };
         }
@@ -401,8 +480,11 @@ fn block_combine<S: RowStat>(s: S) -> S {
     sync_threads();
     let mut total = S::EMPTY;
     for w in 0..block_dim_x().div_ceil(32) {
-        // SAFETY: written by warp `w` before the barrier.
-        let v = unsafe { [*scratch.add(3 * w), *scratch.add(3 * w + 1), *scratch.add(3 * w + 2)] };
+        let mut v = [0.0f32; 3];
+        for (i, e) in v.iter_mut().enumerate().take(S::WIDTH) {
+            // SAFETY: written by warp `w` before the barrier.
+            *e = unsafe { *scratch.add(3 * w + i) };
+        }
         total = total.merge(S::from_array(v));
     }
     // The scratch is reused by the next call: nobody may overwrite it before all have read it.
@@ -414,7 +496,7 @@ fn block_combine<S: RowStat>(s: S) -> S {
 #[inline(always)]
 pub fn fold_slots<R: ReduceOp>(t: &RowTeam, v: &Slots, f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = R::IDENTITY;
-    t.each(|k, e, _| acc = R::combine(acc, f(v[k][e])));
+    t.each(|k, e| acc = R::combine(acc, f(v[k][e])));
     acc
 }
 
@@ -441,7 +523,8 @@ pub struct ColumnTeam {
     cols: usize,
     pub rows_begin: usize,
     pub rows_end: usize,
-    vector: bool,
+    /// Values per 16-byte vector, or 0 (scalar accesses).
+    vec: usize,
 }
 
 /// Column sums a block adds up in shared memory: `K ≤ 2` sums of `blockDim.x · 8` columns.
@@ -461,18 +544,14 @@ impl ColumnTeam {
             cols,
             rows_begin,
             rows_end: rows.min(rows_begin + rows_per_group),
-            vector: cols % F::PER_16B == 0,
+            vec: if cols % F::PER_16B == 0 { F::PER_16B } else { 0 },
         }
     }
 
     /// The offset from `col0` of this thread's value `e`.
     #[inline(always)]
     fn slot(&self, e: usize) -> usize {
-        if self.vector {
-            8 * self.c_lane + e
-        } else {
-            self.c_lane + self.c_lanes * e
-        }
+        slot_offset(self.vec as u32, self.c_lane as u32, self.c_lanes as u32, 0, e) as usize
     }
 
     /// The column of this thread's value `e` (may be ≥ cols).
@@ -488,8 +567,8 @@ impl ColumnTeam {
     /// `F::PER_16B`).
     #[inline(always)]
     pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw) -> [f32; 8] {
-        if self.vector && self.column(7) < self.cols {
-            return F::load8(row_start.add(self.column(0)));
+        if self.vec != 0 && self.column(7) < self.cols {
+            return F::load8(row_start.add(self.column(0)), self.column(4) - self.column(0));
         }
         let mut v = [0.0f32; 8];
         unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {

@@ -33,12 +33,12 @@ pub(crate) unsafe fn fold_strided<F: Float, R: ReduceOp>(
     let mut i = first;
     while i + 3 * step < n8 {
         let mut v = [[0.0f32; 8]; 4];
-        unroll!(u in [0, 1, 2, 3] => { v[u] = F::load8(x.add(8 * (i + u * step))); });
+        unroll!(u in [0, 1, 2, 3] => { v[u] = F::load8(x.add(8 * (i + u * step)), 4); });
         unroll!(u in [0, 1, 2, 3] => { acc = fold8(acc, v[u]); });
         i += 4 * step;
     }
     while i < n8 {
-        acc = fold8(acc, F::load8(x.add(8 * i)));
+        acc = fold8(acc, F::load8(x.add(8 * i), 4));
         i += step;
     }
     let t = 8 * n8 + first;

@@ -7,13 +7,15 @@ use crate::Context;
 
 /// Fully connected layer: input `[batch, in]`, weight `[out, in]`, bias `[out]`.
 ///
-/// With an [`activation`](Linear::activation), `y = act(x·Wᵀ + b)` in one fused GEMM; backward
-/// then recomputes the pre-activation with one more GEMM instead of keeping it (a transformer's
-/// 4× MLP would otherwise keep its largest activation twice).
+/// With an [`activation`](Linear::activation), `y = act(x·Wᵀ + b)`: in evaluation one fused
+/// GEMM; in training the GEMM writes the pre-activation, which backward needs, and one
+/// elementwise pass applies the activation (cheaper than the fused GEMM plus a second GEMM in
+/// backward to recompute it: 33 µs against ~130 µs for a GPT MLP's 16384×1536 bf16 output).
 pub struct Linear {
     weights: WeightBias,
     activation: Activation,
-    input: Option<Tensor>,
+    /// The input, and the pre-activation when there is an activation.
+    kept: Option<(Tensor, Option<Tensor>)>,
     training: bool,
 }
 
@@ -25,7 +27,7 @@ impl Linear {
         Ok(Linear {
             weights: WeightBias::new(weight, Some(bias)),
             activation: Activation::None,
-            input: None,
+            kept: None,
             training: true,
         })
     }
@@ -67,22 +69,32 @@ impl Layer for Linear {
         if x.rank() != 2 || x.shape()[1] != inputs {
             return Err(layer_error(self, x.shape(), format!("expects [batch, {inputs}]")));
         }
-        let y = linear(x, self.weights.weight.value(), self.weights.bias_value(), self.activation)
-            .in_layer(self)?;
-        self.input = self.training.then(|| x.clone());
+        let (w, b) = (self.weights.weight.value(), self.weights.bias_value());
+        if !self.training || self.activation == Activation::None {
+            let y = linear(x, w, b, self.activation).in_layer(self)?;
+            self.kept = self.training.then(|| (x.clone(), None));
+            return Ok(y);
+        }
+        let pre = linear(x, w, b, Activation::None).in_layer(self)?;
+        let y = match self.activation {
+            Activation::Relu => pre.relu(),
+            _ => pre.gelu(),
+        }
+        .in_layer(self)?;
+        self.kept = Some((x.clone(), Some(pre)));
         Ok(y)
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
-        let x = saved(self.input.take(), self, dy)?;
+        let (x, pre) = saved(self.kept.take(), self, dy)?;
         let grads = (|| {
-            let (w, b) = (self.weights.weight.value(), self.weights.bias_value());
-            let dpre = match self.activation {
-                Activation::None => dy.clone(),
-                Activation::Relu => linear(&x, w, b, Activation::None)?.relu_backward(dy)?,
-                Activation::Gelu => linear(&x, w, b, Activation::None)?.gelu_backward(dy)?,
+            let w = self.weights.weight.value();
+            let dpre = match (self.activation, pre) {
+                (Activation::Relu, Some(pre)) => pre.relu_backward(dy)?,
+                (Activation::Gelu, Some(pre)) => pre.gelu_backward(dy)?,
+                _ => dy.clone(),
             };
             let dw = Gemm::new(&dpre, &x).transpose_a(true).run()?;
-            let db = b.map(|_| bias_grad(&dpre)).transpose()?;
+            let db = self.weights.bias.as_ref().map(|_| bias_grad(&dpre)).transpose()?;
             Ok((dpre.matmul(w)?, dw, db))
         })();
         let (dx, dw, db) = grads.in_layer(self)?;
@@ -94,7 +106,7 @@ impl Layer for Linear {
     }
     fn set_training(&mut self, training: bool) {
         self.training = training;
-        self.input = None;
+        self.kept = None;
     }
     fn describe(&self) -> String {
         let (i, o) = self.sizes();

@@ -112,9 +112,13 @@ impl<T> InLayer<T> for Result<T> {
     fn in_layer(self, layer: &dyn Layer) -> Result<T> {
         self.in_described(|| layer.describe())
     }
+    /// An error of a layer inside this one keeps its source and gets the path of layers
+    /// (`TransformerBlock(..) › LayerNorm(384)`).
     fn in_described(self, describe: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|e| match e {
-            e @ Error::Layer { .. } => e,
+            Error::Layer { layer, source } => {
+                Error::Layer { layer: format!("{} › {layer}", describe()), source }
+            }
             e => Error::Layer { layer: describe(), source: Box::new(e) },
         })
     }
@@ -211,8 +215,7 @@ pub(crate) fn normal_init(
 
 /// The gradient of a bias added to every row of `dy` `[rows, features]`: its column sums.
 pub(crate) fn bias_grad(dy: &Tensor) -> Result<Tensor> {
-    let rows = dy.shape()[0];
-    dy.context().full_as(&[1, rows], 1.0, dy.dtype())?.matmul(dy)
+    dy.sum_leading()
 }
 
 /// PyTorch's default initialisation of weights and biases: uniform in ±1/√fan_in.

@@ -34,9 +34,9 @@ impl GptConfig {
         GptConfig { vocab, block: 256, layers: 6, heads: 6, embed: 384, dropout: 0.1, dtype: DType::BF16 }
     }
 
-    /// A tiny model for tests and CPU runs: 2 layers, 2 heads, width 64, 64 positions.
+    /// A tiny model for tests and CPU runs: 2 layers, 1 head of 32, 32 positions, f32.
     pub fn tiny(vocab: usize) -> Self {
-        GptConfig { vocab, block: 64, layers: 2, heads: 2, embed: 64, dropout: 0.0, dtype: DType::F32 }
+        GptConfig { vocab, block: 32, layers: 2, heads: 1, embed: 32, dropout: 0.0, dtype: DType::F32 }
     }
 
     fn describe(&self) -> String {
@@ -158,6 +158,11 @@ impl Gpt {
                 format!("{} ids do not make sequences of {seq} (1 to {} positions)", ids.len(), c.block);
             return Err(crate::layers::described_error(self.describe(), &[ids.len(), seq], reason));
         }
+        self.logits_parts(ids, seq).in_described(|| c.describe())
+    }
+
+    fn logits_parts(&mut self, ids: &Labels, seq: usize) -> Result<Tensor> {
+        let c = self.config;
         let batch = ids.len() / seq;
         let x = self.embedding.forward(ids, seq)?;
         let mut x = self.drop.forward(&x)?.reshape(&[batch, seq, c.embed])?;
@@ -188,6 +193,10 @@ impl Gpt {
                 "no saved loss (call loss in training mode first)",
             )
         })?;
+        self.backward_parts(ids, dlogits, batch).in_described(|| self.config.describe())
+    }
+
+    fn backward_parts(&mut self, ids: &Labels, dlogits: Tensor, batch: usize) -> Result<()> {
         let c = self.config;
         let seq = ids.len() / batch.max(1);
         let dx = self.embedding.logits_backward(&dlogits)?;

@@ -639,14 +639,22 @@ fn copy_heads(
     if src.dtype() == DType::F32 {
         return Err(Error::UnsupportedDType { op: HEADS_OP, dtype: DType::F32 });
     }
-    let n = b * h * s * d;
-    if n > 0 {
+    let vectors = b * h * s * d / 8;
+    if d % 8 != 0 || vectors >= 1 << 32 {
+        return Err(Error::InvalidArgument {
+            op: HEADS_OP,
+            shape: src.shape().to_vec(),
+            reason: "head dim a multiple of 8 and fewer than 2^35 elements".into(),
+        });
+    }
+    if vectors > 0 {
         let stream = src.context().stream(HEADS_OP)?;
-        let cfg = LaunchConfig::grid_stride(&stream.device.info, n, ATTN_AUX_BLOCK, 4);
+        let cfg = LaunchConfig::grid_stride(&stream.device.info, vectors, ATTN_AUX_BLOCK, 4);
         let flag = u32::from(to_heads);
         // SAFETY: `attention_heads(src, dst, b, s, htot, h0, h, d, to_heads)`: the head-major
         // tensor is [B, H, S, D] and the token-major one [B, S, Htot, D] with h0 + H ≤ Htot
-        // (checked above), both 16-bit live buffers of this stream, `dst` unshared; any 1-D grid.
+        // (checked above), both 16-bit live buffers of this stream (pool blocks, 16-byte
+        // aligned; h0·D·2 bytes is a multiple of 16 as D is of 8), `dst` unshared; any 1-D grid.
         let args = (src.ptr(), dst.ptr_mut(), b, s, htot, h0, h, d, flag);
         unsafe { kernels::attention_heads.launch(stream, cfg, args)? };
     }

@@ -39,12 +39,6 @@ enum BinaryOp {
     GeluGrad,
 }
 
-macro_rules! by_dtype {
-    ($f32:ident, $f16:ident, $bf16:ident) => {
-        ByDType { f32: kernels::$f32, f16: kernels::$f16, bf16: kernels::$bf16 }
-    };
-}
-
 impl BinaryOp {
     /// The tensor-tensor op's name and kernels.
     fn tensor_kernels(self) -> (&'static str, BinaryKernels) {

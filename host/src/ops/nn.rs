@@ -75,12 +75,6 @@ pub(crate) type ColumnPartialsArgs<T> = (DevPtr<f32>, usize, usize, usize, usize
 /// Dropout: x, y, n, seed, p, scale.
 type DropoutArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, u64, f32, f32);
 
-macro_rules! by_dtype {
-    ($f32:ident, $f16:ident, $bf16:ident) => {
-        ByDType { f32: kernels::$f32, f16: kernels::$f16, bf16: kernels::$bf16 }
-    };
-}
-
 const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
     by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
 const LOG_SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
@@ -779,12 +773,7 @@ pub fn layer_norm_backward(
                 })?;
             }
             let plan = ColumnPlan::new(OP, x.shape(), rows, cols, info)?;
-            let partials = if plan.groups > 1 {
-                Some(stream.device.pool.alloc(stream, plan.groups * 2 * cols * 4, OP)?)
-            } else {
-                None
-            };
-            let p = partials.as_ref().map_or(DevPtrMut::new(0), |p| p.dev_ptr_mut());
+            let (partials, p) = plan.partials(OP, stream, 2 * cols)?;
             launch_by_dtype!(LAYERNORM_PARAMS, dtype, |k| {
                 let args = (
                     x.ptr(),
@@ -950,7 +939,8 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
             let n = out.len();
             if n > 0 {
                 let stream = x.context().stream(op)?;
-                let cfg = LaunchConfig::covering(n.div_ceil(8), ELEMENTWISE_BLOCK);
+                let per_thread = 16 / dtype.size_bytes();
+                let cfg = LaunchConfig::covering(n.div_ceil(per_thread), ELEMENTWISE_BLOCK);
                 launch_by_dtype!(DROPOUT, dtype, |k| {
                     // SAFETY: `dropout_<dtype>(x, y, n, seed, p, scale)`: x and y hold n values of
                     // the kernel's type (16-byte aligned); any grid.

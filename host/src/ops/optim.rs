@@ -36,10 +36,10 @@ use crate::runtime::kernel::DevPtr;
 use crate::runtime::kernel::DevPtrMut;
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
+use crate::runtime::stream::Stream;
 use crate::shapes::{
-    adam_bias_correction, optimizer_slot_meta, optimizer_slot_parts, GRAD_NORM_EPS, GRAD_NORM_FINISH_BLOCK,
-    OPTIMIZER_BF16, OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_F16, OPTIMIZER_F32, OPTIMIZER_MAX_LEN,
-    OPTIMIZER_SLOT_WORDS,
+    adam_bias_correction, optimizer_slot_meta, optimizer_slot_parts, GRAD_NORM_EPS, OPTIMIZER_BF16,
+    OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_F16, OPTIMIZER_F32, OPTIMIZER_MAX_LEN, OPTIMIZER_SLOT_WORDS,
 };
 use crate::tensor::{DType, Tensor};
 use std::collections::HashMap;
@@ -94,6 +94,9 @@ impl LrSchedule {
         (0..n).map(|step| self.lr_at(step)).collect()
     }
 }
+
+/// Longest warm-up or decay of a schedule on [`Adam::capturable`] (its table of rates: 64 MB).
+const MAX_CAPTURABLE_SCHEDULE: usize = 1 << 24;
 
 /// `x` as the f64 of its shortest decimal representation (the literal it was most likely written as).
 fn decimal(x: f32) -> f64 {
@@ -171,12 +174,14 @@ fn slot(op: &'static str, words: [u64; 5], g: &Tensor, decay: bool) -> Result<[u
     Ok([p, grad, s0, s1, master, optimizer_slot_meta(g.len(), decay, g.dtype() as u64)])
 }
 
-/// An optimizer's slot table and chunk list on the device, kept between steps: the addresses
-/// only change when a parameter is copied on share or the context changes.
+/// An optimizer's slot table and chunk list on the device, in one buffer (one upload), kept
+/// between steps: the addresses only change when a parameter is copied on share or the context
+/// changes.
 struct DeviceTables {
     slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]>,
-    table: DeviceBuffer,
-    chunks: DeviceBuffer,
+    /// The slot words, then one u64 per chunk: its tensor's index in the low half, the chunk's
+    /// index in that tensor in the high half (the kernels read it as two u32, little-endian).
+    buffer: DeviceBuffer,
     blocks: usize,
 }
 
@@ -196,8 +201,8 @@ fn refuse_in_capture(ctx: &Context, refuse: bool, op: &'static str) -> Result<()
 }
 
 /// Make sure `cached` holds the tables of `slots` on `ctx`'s stream (uploading them when they
-/// changed), then hand their addresses, with the launch shape, to `run` (not called when there
-/// is nothing to update).
+/// changed), then hand their addresses, with the launch shape, to `run` (not called for an empty
+/// list).
 fn launch_multi_tensor(
     op: &'static str,
     ctx: &Context,
@@ -206,17 +211,15 @@ fn launch_multi_tensor(
     run: impl FnOnce(LaunchConfig, DevPtr<u64>, DevPtr<u32>) -> Result<()>,
 ) -> Result<()> {
     let stream = ctx.stream(op)?;
-    let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.table.stream(), stream));
+    let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.buffer.stream(), stream));
     if !fresh {
-        let table: Vec<u64> = slots.iter().flatten().copied().collect();
-        let mut chunks: Vec<u32> = Vec::new();
+        let mut words: Vec<u64> = slots.iter().flatten().copied().collect();
         for (i, s) in slots.iter().enumerate() {
             let (len, ..) = optimizer_slot_parts(s[OPTIMIZER_SLOT_WORDS - 1]);
-            for c in 0..len.div_ceil(OPTIMIZER_CHUNK) {
-                chunks.extend([i as u32, c as u32]);
-            }
+            // An empty tensor still gets a (no-op) block, so every list of tensors has one.
+            words.extend((0..len.div_ceil(OPTIMIZER_CHUNK).max(1) as u64).map(|c| i as u64 | c << 32));
         }
-        let blocks = chunks.len() / 2;
+        let blocks = words.len() - slots.len() * OPTIMIZER_SLOT_WORDS;
         if blocks > i32::MAX as usize || slots.len() > u32::MAX as usize {
             return Err(Error::InvalidArgument {
                 op,
@@ -224,30 +227,28 @@ fn launch_multi_tensor(
                 reason: "too many parameters for one launch".into(),
             });
         }
-        let table_dev = stream.device.pool.alloc(stream, table.len() * 8, op)?;
-        let chunks_dev = stream.device.pool.alloc(stream, chunks.len() * 4, op)?;
+        let buffer = stream.device.pool.alloc(stream, words.len() * 8, op)?;
         if blocks > 0 {
-            // SAFETY: each fresh buffer of this stream holds exactly the slice copied into it (see
-            // `copy_htod` on pageable sources; u64 and u32 have no padding); later launches on this stream are ordered after.
-            unsafe {
-                stream.copy_htod_const(table_dev.ptr(), &table)?;
-                stream.copy_htod_const(chunks_dev.ptr(), &chunks)?;
-            }
+            // SAFETY: the fresh buffer of this stream holds exactly the words copied into it (see
+            // `copy_htod` on pageable sources; u64 has no padding); later launches on this stream
+            // are ordered after.
+            unsafe { stream.copy_htod_const(buffer.ptr(), &words)? };
         }
-        *cached = Some(DeviceTables { slots, table: table_dev, chunks: chunks_dev, blocks });
+        *cached = Some(DeviceTables { slots, buffer, blocks });
     }
     let tables = cached.as_ref().expect("filled above");
     if tables.blocks == 0 {
         return Ok(());
     }
+    let table = tables.buffer.ptr();
     run(
         LaunchConfig {
             grid: (tables.blocks as u32, 1, 1),
             block: (OPTIMIZER_BLOCK as u32, 1, 1),
             shared_bytes: 0,
         },
-        tables.table.dev_ptr(),
-        tables.chunks.dev_ptr(),
+        DevPtr::new(table),
+        DevPtr::new(table + (tables.slots.len() * OPTIMIZER_SLOT_WORDS * 8) as u64),
     )
 }
 
@@ -315,11 +316,12 @@ impl GradNorm {
 }
 
 /// The global L2 norm of `grads` (f32, f16 or bf16, one context) and the clip factor for
-/// `max_norm` (> 0), on the device: one launch writes each chunk's sum of squares (f32), a second
-/// one-block launch folds them in a fixed order (bit-identical across runs) into the norm and the
-/// factor. Nothing is read back: pass the result to [`Optimizer::step_clipped`] or
+/// `max_norm` (> 0), on the device, in one launch: each block writes its chunk's sum of squares
+/// (f32), the last block to finish folds them in a fixed order (bit-identical across runs) into
+/// the norm and the factor. Nothing is read back: pass the result to [`Optimizer::step_clipped`] or
 /// [`GradNorm::scale_grads`]; [`GradNorm::norm`] reads it for logging. Works inside a CUDA graph
-/// capture. On the CPU backend the sum is accumulated in f64.
+/// capture. On the CPU backend the sum is accumulated in f64. (The slot table is uploaded at every
+/// call; [`Adam::max_grad_norm`] reuses the optimizer's.)
 pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f32) -> Result<GradNorm> {
     const OP: &str = "clip_grad_norm";
     let Some(first) = grads.first() else {
@@ -329,53 +331,67 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f32) -> Result<GradNorm> {
             reason: "needs at least one gradient".into(),
         });
     };
-    if !(max_norm > 0.0) {
-        return Err(Error::InvalidArgument {
-            op: OP,
-            shape: vec![],
-            reason: format!("max_norm must be positive, got {max_norm}"),
-        });
-    }
+    check_max_norm(OP, max_norm)?;
     let ctx = first.context();
     for g in grads {
         if !ctx.same_queue(g.context()) {
             return Err(ctx.mismatch(OP, g.context()));
         }
     }
-    let finish = |norm: f32| {
-        let factor = max_norm / (norm + GRAD_NORM_EPS);
-        [norm, if factor > 1.0 { 1.0 } else { factor }]
-    };
-    let stream = match &ctx.backend {
-        Backend::Cpu => {
-            let mut sum = 0.0f64;
-            for g in grads {
-                sum += g.to_vec()?.iter().map(|&x| x as f64 * x as f64).sum::<f64>();
-            }
-            let values = ctx.from_slice(&finish(sum.sqrt() as f32), &[2])?;
-            return Ok(GradNorm { values });
+    let Backend::Cuda(stream) = &ctx.backend else {
+        let mut sum = 0.0f64;
+        for g in grads {
+            sum += g.to_vec()?.iter().map(|&x| x as f64 * x as f64).sum::<f64>();
         }
-        Backend::Cuda(stream) => stream,
+        let norm = sum.sqrt() as f32;
+        let factor = max_norm / (norm + GRAD_NORM_EPS);
+        let values = ctx.from_slice(&[norm, if factor > 1.0 { 1.0 } else { factor }], &[2])?;
+        return Ok(GradNorm { values });
     };
-    let slots: Vec<_> =
+    let slots =
         grads.iter().map(|g| slot(OP, [0, g.device_ptr(), 0, 0, 0], g, false)).collect::<Result<_>>()?;
-    let blocks: usize = grads.iter().map(|g| g.len().div_ceil(OPTIMIZER_CHUNK)).sum();
-    let partials = stream.device.pool.alloc(stream, blocks.max(1) * 4, OP)?;
-    let values = Tensor::uninit(ctx, &[2], OP)?;
-    let partials_out = DevPtrMut::<f32>::new(partials.ptr());
+    let mut values = None;
     launch_multi_tensor(OP, ctx, &mut None, slots, |cfg, table, chunks| {
-        // SAFETY: `grad_sq_partials(slots, chunks, partials)`: the table holds, per tensor, a
-        // gradient of the meta word's length and element type; the chunks cover each tensor once,
-        // one block per chunk, and `partials` holds a float per block.
-        unsafe { kernels::grad_sq_partials.launch(stream, cfg, (table, chunks, partials_out)) }
+        values = Some(launch_grad_norm(OP, ctx, stream, cfg, (table, chunks), max_norm)?);
+        Ok(())
     })?;
-    let cfg = LaunchConfig { grid: (1, 1, 1), block: (GRAD_NORM_FINISH_BLOCK as u32, 1, 1), shared_bytes: 0 };
-    let args = (DevPtr::<f32>::new(partials.ptr()), blocks as u32, max_norm, values.ptr_mut::<f32>());
-    // SAFETY: `grad_norm_finish(partials, blocks, max_norm, out)`: one block; `partials` holds the
-    // `blocks` floats written by the launch queued before on this stream (`blocks` fits u32: it
-    // was checked against i32::MAX with the chunk list), `out` is the fresh 2-float tensor.
-    unsafe { kernels::grad_norm_finish.launch(stream, cfg, args)? };
-    Ok(GradNorm { values })
+    Ok(GradNorm { values: values.expect("every gradient list has a chunk") })
+}
+
+/// `InvalidArgument` unless `max_norm` > 0.
+fn check_max_norm(op: &'static str, max_norm: f32) -> Result<()> {
+    if max_norm.is_nan() || max_norm <= 0.0 {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: vec![],
+            reason: format!("max_norm must be positive, got {max_norm}"),
+        });
+    }
+    Ok(())
+}
+
+/// Queue `grad_norm` over the gradients (slot word 1) of a multi-tensor table; returns the
+/// `[norm, factor]` tensor it writes.
+fn launch_grad_norm(
+    op: &'static str,
+    ctx: &Context,
+    stream: &Arc<Stream>,
+    cfg: LaunchConfig,
+    (table, chunks): (DevPtr<u64>, DevPtr<u32>),
+    max_norm: f32,
+) -> Result<Tensor> {
+    let partials = stream.device.pool.alloc(stream, cfg.grid.0 as usize * 4, op)?;
+    let counter = DevPtrMut::<u32>::new(stream.reduce_counter()?);
+    let values = Tensor::uninit(ctx, &[2], op)?;
+    let args =
+        (table, chunks, DevPtrMut::<f32>::new(partials.ptr()), counter, max_norm, values.ptr_mut::<f32>());
+    // SAFETY: `grad_norm(slots, chunks, partials, counter, max_norm, out)`: the table holds, per
+    // tensor, a gradient of the meta word's length and element type; the chunks cover each tensor
+    // once, one block per chunk (`cfg` is the table's launch shape); `partials` holds a float per
+    // block; `counter` is this stream's zeroed reduction counter (launches on one stream do not
+    // overlap, and every kernel using it leaves it zero); `out` is the fresh 2-float tensor.
+    unsafe { kernels::grad_norm.launch(stream, cfg, args)? };
+    Ok(values)
 }
 
 /// A fused multi-tensor optimizer: one launch updates every parameter.
@@ -592,6 +608,9 @@ pub struct Adam {
     /// [`Adam::capturable`]'s learning rates by step on the device, and the schedule they are of.
     lr_table: Option<(LrSchedule, Tensor)>,
     capturable: bool,
+    /// [`Adam::max_grad_norm`], and the norm of the last step it clipped.
+    max_grad_norm: Option<f32>,
+    grad_norm: Option<GradNorm>,
 }
 
 impl Adam {
@@ -610,6 +629,8 @@ impl Adam {
             device_step: None,
             lr_table: None,
             capturable: false,
+            max_grad_norm: None,
+            grad_norm: None,
         }
     }
     /// Keep the step count (the bias correction and the scheduled learning rate) on the device,
@@ -647,6 +668,23 @@ impl Adam {
     pub fn schedule(mut self, schedule: LrSchedule) -> Self {
         self.schedule = Some(schedule);
         self
+    }
+
+    /// Clip the gradients to a global L2 norm of `max_norm` (> 0) inside every step: PyTorch's
+    /// `clip_grad_norm_` then `step`, without writing the gradients. The norm is computed over the
+    /// optimizer's own device tables (no upload once they are made) by one launch before the
+    /// update (two in all, three with [`Adam::capturable`]); [`Adam::last_grad_norm`] has it. The
+    /// same update as [`clip_grad_norm`] + [`Optimizer::step_clipped`], which it cannot be combined
+    /// with (`InvalidArgument`).
+    pub fn max_grad_norm(mut self, max_norm: f32) -> Self {
+        self.max_grad_norm = Some(max_norm);
+        self
+    }
+
+    /// The gradient norm and clip factor of the last step taken with [`Adam::max_grad_norm`], on
+    /// the device (after graph replays: the latest replay's).
+    pub fn last_grad_norm(&self) -> Option<&GradNorm> {
+        self.grad_norm.as_ref()
     }
 
     /// Steps taken (read from the device for [`Adam::capturable`], whose graph replays count
@@ -742,7 +780,7 @@ impl Adam {
             ));
         }
         let t = step.to_vec()?[0];
-        if !(t >= 0.0 && t <= i32::MAX as f32 && t.fract() == 0.0) {
+        if !((0.0..=i32::MAX as f32).contains(&t) && t.fract() == 0.0) {
             return Err(invalid(vec![], format!("`step` must be a whole number ≥ 0, got {t}")));
         }
         let t = t as u32;
@@ -760,6 +798,17 @@ impl Adam {
     fn lr_table(&mut self, ctx: &Context) -> Result<&Tensor> {
         let schedule = self.schedule.unwrap_or(LrSchedule::Constant(self.lr));
         if self.lr_table.as_ref().is_none_or(|(s, t)| *s != schedule || !t.context().same_queue(ctx)) {
+            if let LrSchedule::WarmupCosine { warmup, total, .. } = schedule {
+                if warmup.max(total) > MAX_CAPTURABLE_SCHEDULE {
+                    return Err(Error::InvalidArgument {
+                        op: "adam",
+                        shape: vec![warmup, total],
+                        reason: format!(
+                            "a capturable schedule keeps a rate per step on the device: at most {MAX_CAPTURABLE_SCHEDULE} steps"
+                        ),
+                    });
+                }
+            }
             let table = schedule.table();
             self.lr_table = Some((schedule, ctx.from_slice(&table, &[table.len()])?));
         }
@@ -785,6 +834,17 @@ impl Optimizer for Adam {
             }
         }
         let clip = clip_on(OP, &ctx, clip)?;
+        if let Some(max_norm) = self.max_grad_norm {
+            check_max_norm(OP, max_norm)?;
+            if clip.is_some() {
+                return Err(Error::InvalidArgument {
+                    op: OP,
+                    shape: vec![],
+                    reason: "step_clipped with a GradNorm on an optimizer that clips itself (max_grad_norm)"
+                        .into(),
+                });
+            }
+        }
         refuse_in_capture(&ctx, self.state.is_empty(), "adam (first step; take it before the capture)")?;
         refuse_in_capture(&ctx, !self.capturable, "adam (host-side step count; use Adam::capturable)")?;
         if self.state.is_empty() {
@@ -816,9 +876,12 @@ impl Optimizer for Adam {
         let c2 = adam_bias_correction(b2, steps as u32);
         let matrices_only = self.decay_matrices_only;
         let decays = move |p: &Tensor| !matrices_only || p.rank() >= 2;
+        let max_grad_norm = self.max_grad_norm;
+        let mut own_norm = None;
         let stepped = match &ctx.backend {
             Backend::Cpu => {
-                let factor = host_factor(clip.as_ref())?;
+                own_norm = max_grad_norm.map(|m| clip_grad_norm(grads, m).map(|n| n.values)).transpose()?;
+                let factor = host_factor(own_norm.as_ref().or(clip.as_ref()))?;
                 for ((p, g), s) in params.iter_mut().zip(grads).zip(self.state.iter_mut()) {
                     let wd = if decays(p) { wd as f64 } else { 0.0 };
                     let (g, dtype) = (g.to_vec()?, p.dtype());
@@ -868,6 +931,12 @@ impl Optimizer for Adam {
                 };
                 let device_step = self.device_step.as_ref();
                 launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks| {
+                    let clip = match max_grad_norm {
+                        Some(m) => own_norm
+                            .insert(launch_grad_norm(OP, &ctx, stream, cfg, (table, chunks), m)?)
+                            .ptr(),
+                        None => clip,
+                    };
                     let (Some(step), Some(lrs)) = (device_step, lr_table) else {
                         // SAFETY: `adam_step(slots, chunks, lr, beta1, beta2, eps, weight_decay,
                         // c1, c2, decoupled, clip)`: the table holds, per tensor, a uniquely owned
@@ -902,6 +971,9 @@ impl Optimizer for Adam {
         };
         if stepped.is_ok() {
             self.steps = steps;
+            if let Some(values) = own_norm {
+                self.grad_norm = Some(GradNorm { values });
+            }
         }
         stepped
     }

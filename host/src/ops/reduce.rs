@@ -7,7 +7,6 @@
 use super::nn::ColumnPartialsArgs;
 use super::rows::{ColumnPlan, RowPlan};
 use super::CPU_CHUNK;
-use crate::kernels;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
@@ -21,12 +20,6 @@ type AllArgs<T> = (DevPtr<T>, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<T
 type RowsArgs<T> = (DevPtr<T>, DevPtrMut<f32>, DevPtrMut<T>, usize, usize, usize, usize, u32, f32);
 /// x, rows, cols, c_lanes, rows per group, partials, out.
 type LeadingArgs<T> = (DevPtr<T>, usize, usize, usize, usize, DevPtrMut<f32>, DevPtrMut<T>);
-
-macro_rules! by_dtype {
-    ($f32:ident, $f16:ident, $bf16:ident) => {
-        ByDType { f32: kernels::$f32, f16: kernels::$f16, bf16: kernels::$bf16 }
-    };
-}
 
 const SUM_LEADING: ByDType<LeadingArgs<f32>, LeadingArgs<u16>> =
     by_dtype!(sum_leading_f32, sum_leading_f16, sum_leading_bf16);
@@ -182,7 +175,7 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
             }
             let stream = x.context().stream(name)?;
             let info = &stream.device.info;
-            let plan = RowPlan::new(name, x.shape(), (rows, cols), dtype.size_bytes(), info)?;
+            let plan = RowPlan::new(name, x.shape(), (rows, cols), dtype.size_bytes(), info)?.one_group();
             let kernels = op.rows_kernels();
             let scale = op.scale(cols);
             plan.run(name, stream, 1, |l, partials| {
@@ -228,12 +221,7 @@ fn sum_leading(x: &Tensor) -> Result<Tensor> {
             let out = Tensor::uninit_as(x.context(), &[cols], dtype, OP)?;
             let stream = x.context().stream(OP)?;
             let plan = ColumnPlan::new(OP, x.shape(), rows, cols, &stream.device.info)?;
-            let partials = if plan.groups > 1 {
-                Some(stream.device.pool.alloc(stream, plan.groups * cols * 4, OP)?)
-            } else {
-                None
-            };
-            let p = partials.as_ref().map_or(DevPtrMut::new(0), |p| p.dev_ptr_mut());
+            let (partials, p) = plan.partials(OP, stream, cols)?;
             launch_by_dtype!(SUM_LEADING, dtype, |k| {
                 let args = (x.ptr(), rows, cols, plan.c_lanes, plan.rows_per_group, p, out.ptr_mut());
                 // SAFETY: `sum_leading_<dtype>`: x holds rows·cols values of the kernel's type,

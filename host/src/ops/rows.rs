@@ -6,7 +6,8 @@
 //! (`ROW_THREAD_VALUES` = 32 values per thread):
 //! - `cols ≤ 1024`: a team of `next_pow2(⌈cols/8⌉)` threads, at most a warp (several rows per
 //!   warp for narrow rows: a thread holds about one 16-byte vector per row, rows stay coalesced);
-//! - longer rows: a block of `NN_ROW_BLOCK` threads per row, or per chunk of a row when the row
+//! - longer rows: a block per row of 64-256 threads (`next_pow2(⌈cols/32⌉)`: each thread holds
+//!   close to its 32 values), or a block of `NN_ROW_BLOCK` per chunk of a row when the row
 //!   exceeds what a block holds (8192 values) or rows are too few to give every SM two blocks
 //!   (chunks of at least `MIN_SPLIT_CHUNK` values). A split row takes two launches
 //!   (`ROW_PARTIAL`, `ROW_APPLY`); they run over groups of rows that fit in a third of L2, so
@@ -15,6 +16,7 @@ use crate::runtime::device::DeviceInfo;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::DevPtrMut;
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_THREAD_VALUES, ROW_WHOLE};
 use std::sync::Arc;
@@ -71,6 +73,9 @@ impl RowPlan {
         if rows < wanted {
             chunks = chunks.max(wanted.div_ceil(rows).min(cols / MIN_SPLIT_CHUNK));
         }
+        if chunks == 1 {
+            return Ok(Self::whole_rows(rows, cols));
+        }
         let chunk = cols.div_ceil(chunks).next_multiple_of(8);
         let chunks = cols.div_ceil(chunk);
         if chunks > BLOCK_CHUNK_MAX {
@@ -89,6 +94,12 @@ impl RowPlan {
         Self { rows, team, chunk: cols.next_multiple_of(8), chunks: 1, group_rows: rows }
     }
 
+    /// The plan with every row in one group: for ops whose second pass reads only the partials
+    /// (the reductions), where smaller groups would only add launches.
+    pub(crate) fn one_group(self) -> Self {
+        Self { group_rows: self.rows, ..self }
+    }
+
     /// Rows run split (two launches per row group).
     pub(crate) fn split(&self) -> bool {
         self.chunks > 1
@@ -105,11 +116,13 @@ impl RowPlan {
 
     /// The launches, in order.
     pub(crate) fn launches(&self) -> Vec<RowLaunch> {
-        let per_block = NN_ROW_BLOCK / self.team;
+        // Teams of up to a warp share blocks of NN_ROW_BLOCK threads; larger teams are the block.
+        let block = if self.team <= 32 { NN_ROW_BLOCK } else { self.team };
+        let per_block = block / self.team;
         let launch = |row0: usize, rows: usize, mode: u32| RowLaunch {
             cfg: LaunchConfig {
                 grid: (rows.div_ceil(per_block) as u32, self.chunks as u32, 1),
-                block: (NN_ROW_BLOCK as u32, 1, 1),
+                block: (block as u32, 1, 1),
                 shared_bytes: 0,
             },
             row0,
@@ -177,6 +190,22 @@ impl ColumnPlan {
                 shared_bytes: 0,
             },
         })
+    }
+
+    /// A buffer of `per_group` floats of partial sums per row group, when there is more than one
+    /// group (its pointer, or null).
+    pub(crate) fn partials(
+        &self,
+        op: &'static str,
+        stream: &Arc<Stream>,
+        per_group: usize,
+    ) -> Result<(Option<DeviceBuffer>, DevPtrMut<f32>)> {
+        if self.groups == 1 {
+            return Ok((None, DevPtrMut::new(0)));
+        }
+        let buf = stream.device.pool.alloc(stream, self.groups * per_group * 4, op)?;
+        let ptr = buf.dev_ptr_mut();
+        Ok((Some(buf), ptr))
     }
 
     /// The final pass: one group of `groups` rows of partial sums.

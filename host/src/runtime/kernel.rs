@@ -272,6 +272,17 @@ pub(crate) struct ByDType<F, H> {
     pub bf16: Kernel<H>,
 }
 
+/// `by_dtype!(add_f32, add_f16, add_bf16)`: the [`ByDType`] table of three kernels of `kernels`.
+macro_rules! by_dtype {
+    ($f32:ident, $f16:ident, $bf16:ident) => {
+        crate::runtime::kernel::ByDType {
+            f32: crate::kernels::$f32,
+            f16: crate::kernels::$f16,
+            bf16: crate::kernels::$bf16,
+        }
+    };
+}
+
 /// `launch_by_dtype!(table, dtype, |k| unsafe { k.launch(...) })`: the launch expression is
 /// written once and type-checked for each dtype's kernel (each infers its own pointer types).
 macro_rules! launch_by_dtype {
