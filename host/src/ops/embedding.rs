@@ -4,7 +4,6 @@
 use super::nn::{LabelStorage, Labels};
 use crate::kernels;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::kernel::ByDType;
 use crate::runtime::launch::LaunchConfig;
 use crate::shapes::{
     ELEMENTWISE_BLOCK, EMBEDDING_BLOCK, EMBEDDING_SORT_THREADS, EMBEDDING_SORT_TILE, EMBEDDING_SUM_TILE,
@@ -114,11 +113,7 @@ pub fn embedding(table: &Tensor, ids: &Labels, positions: Option<&Tensor>) -> Re
             let stream = ctx.stream(OP)?;
             let unit = if c % (16 / dtype.size_bytes()) == 0 { 16 / dtype.size_bytes() } else { 1 };
             let cfg = LaunchConfig::covering(n * c / unit, ELEMENTWISE_BLOCK);
-            let fwd = ByDType {
-                f32: kernels::embedding_f32,
-                f16: kernels::embedding_f16,
-                bf16: kernels::embedding_bf16,
-            };
+            let fwd = by_dtype!(embedding_f32, embedding_f16, embedding_bf16);
             // SAFETY: `embedding_*(table, ids, pos, out, n, c, t)`: ids holds n u32 each < vocab
             // (checked on upload, and vocab is the table's row count), table vocab·c elements,
             // pos (or null) t·c, out n·c; 16-byte vectors only when c is a whole number of them
@@ -231,11 +226,7 @@ pub fn embedding_backward(
                 )?
             };
             let partials = pool.alloc(stream, n * c * 4, OP)?;
-            let tiles = ByDType {
-                f32: kernels::embedding_bwd_tiles_f32,
-                f16: kernels::embedding_bwd_tiles_f16,
-                bf16: kernels::embedding_bwd_tiles_bf16,
-            };
+            let tiles = by_dtype!(embedding_bwd_tiles_f32, embedding_bwd_tiles_f16, embedding_bwd_tiles_bf16);
             let cfg = blocks_of(OP, shape, n.div_ceil(EMBEDDING_SUM_TILE), EMBEDDING_BLOCK)?;
             // SAFETY: `embedding_bwd_tiles_*(dy, keys, partials, n, c)`: one block per tile of
             // SUM_TILE sorted keys, whose positions index dy's n rows of c elements; partials
@@ -244,11 +235,7 @@ pub fn embedding_backward(
                 k.launch(stream, cfg, (dy.ptr(), keys.dev_ptr(), partials.dev_ptr_mut(), n, c))?
             });
             let dtable = Tensor::uninit_as(ctx, &[vocab, c], dtype, OP)?;
-            let table = ByDType {
-                f32: kernels::embedding_bwd_table_f32,
-                f16: kernels::embedding_bwd_table_f16,
-                bf16: kernels::embedding_bwd_table_bf16,
-            };
+            let table = by_dtype!(embedding_bwd_table_f32, embedding_bwd_table_f16, embedding_bwd_table_bf16);
             let cfg = blocks_of(OP, shape, vocab, EMBEDDING_BLOCK)?;
             // SAFETY: `embedding_bwd_table_*(partials, starts, dtable, c)`: one block per id
             // v < vocab, whose bucket [starts[v], starts[v+1]) ⊆ [0, n) indexes written partials;
@@ -260,11 +247,7 @@ pub fn embedding_backward(
                 None => None,
                 Some(t) => {
                     let dpos = Tensor::uninit_as(ctx, &[t, c], dtype, OP)?;
-                    let pos = ByDType {
-                        f32: kernels::embedding_bwd_pos_f32,
-                        f16: kernels::embedding_bwd_pos_f16,
-                        bf16: kernels::embedding_bwd_pos_bf16,
-                    };
+                    let pos = by_dtype!(embedding_bwd_pos_f32, embedding_bwd_pos_f16, embedding_bwd_pos_bf16);
                     let cfg = blocks_of(OP, shape, t, EMBEDDING_BLOCK)?;
                     // SAFETY: `embedding_bwd_pos_*(dy, dpos, n, c, t)`: one block per position
                     // < t, reading dy's n rows of c elements; dpos holds t·c elements.

@@ -466,16 +466,8 @@ fn cross_entropy_cuda(
     let stream = ctx.stream(op)?;
     let info = &stream.device.info;
     let losses = Tensor::uninit(ctx, &[rows], op)?;
-    let ce_rows = ByDType {
-        f32: kernels::cross_entropy_f32,
-        f16: kernels::cross_entropy_f16,
-        bf16: kernels::cross_entropy_bf16,
-    };
-    let ce_narrow = ByDType {
-        f32: kernels::cross_entropy_narrow_f32,
-        f16: kernels::cross_entropy_narrow_f16,
-        bf16: kernels::cross_entropy_narrow_bf16,
-    };
+    let ce_rows = by_dtype!(cross_entropy_f32, cross_entropy_f16, cross_entropy_bf16);
+    let ce_narrow = by_dtype!(cross_entropy_narrow_f32, cross_entropy_narrow_f16, cross_entropy_narrow_bf16);
     let (lab, loss) = (labels.dev_ptr(), losses.ptr_mut());
     if cols <= CE_NARROW_COLS {
         // At most 8 values a lane: 8 · 32 ≥ CE_NARROW_COLS.
