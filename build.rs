@@ -67,9 +67,9 @@ mod kernels;
 /// `setmaxnreg` may move them): name prefix, threads per block.
 const MAX_THREADS: [(&str, usize); 3] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
-    // Blocks of up to 1024 threads: at most 64 registers each.
-    ("cross_entropy_f", shapes::CE_BLOCK_MAX),
-    ("cross_entropy_bf", shapes::CE_BLOCK_MAX),
+    // At most 64 registers a thread: two blocks of CE_BLOCK_MAX threads fit an SM.
+    ("cross_entropy_f", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
+    ("cross_entropy_bf", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
 ];
 
 const ENV_VARS: [&str; 7] = [

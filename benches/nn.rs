@@ -1,11 +1,13 @@
 //! Batch norm (training forward, eval, backward) at (32, 64, 32, 32), the elementwise losses at
 //! 2^24 elements, dropout at 2^26, softmax and layer norm (forward, backward) at the row shapes of
-//! issue 10, timed with CUDA events. Throughput counts torch_ref's
-//! bytes for batch norm (8 B per element: read x, write y) and read/write once for the rest.
+//! issue 10, and cross-entropy (forward and gradient) at torch_ref's (8192, 50257) and
+//! (16384, 73), timed with CUDA events. Throughput counts torch_ref's bytes for batch norm and
+//! cross-entropy (8 B per element: read x, write y or the gradient) and read/write once for the
+//! rest.
 use criterion::{criterion_group, criterion_main, Criterion};
 use ferrocuda::{
-    batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy_with_logits, dropout,
-    layer_norm, layer_norm_backward, mse_loss, Tensor,
+    batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy_with_logits,
+    cross_entropy_labels, dropout, layer_norm, layer_norm_backward, mse_loss, Tensor,
 };
 use std::cell::RefCell;
 mod common;
@@ -47,6 +49,13 @@ fn nn(c: &mut Criterion) {
         let (_, saved) = layer_norm(&x, Some(&gamma), None, 1e-5).unwrap();
         common::bench_op(c, &ctx, "layer_norm_backward", &shape, 12, |dy| {
             layer_norm_backward(&x, Some(&gamma), dy, &saved).map(|r| r.0)
+        });
+    }
+    for (rows, classes) in [(8192, 50257), (16384, 73)] {
+        let ids: Vec<u32> = (0..rows).map(|r| (r * 7919 % classes) as u32).collect();
+        let labels = ctx.labels(&ids, classes).unwrap();
+        common::bench_op(c, &ctx, "cross_entropy_fwd_bwd", &[rows, classes], 8, |x| {
+            cross_entropy_labels(x, &labels).map(|r| r.1)
         });
     }
 }

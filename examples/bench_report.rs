@@ -79,7 +79,16 @@ fn measure_as(
     let past_l2 = n * dtype.size_bytes() > 50 << 20;
     let target = match op {
         "transpose" => Some(0.8),
-        "softmax" | "layernorm" | "sum_rows" | "layernorm_bf16" if past_l2 => Some(0.85),
+        "softmax"
+        | "layernorm"
+        | "sum_rows"
+        | "layernorm_bf16"
+        | "cross_entropy_fwd_bwd"
+        | "cross_entropy_fwd_bwd_bf16"
+            if past_l2 =>
+        {
+            Some(0.85)
+        }
         "softmax" | "layernorm" | "maxpool2x2" | "avgpool2x2" if big => Some(0.85),
         "add" | "gelu_tanh" | "relu" | "sum" | "max" if big => Some(0.9),
         _ => None,
@@ -157,6 +166,29 @@ fn main() -> Result<()> {
             ferrocuda::layer_norm(x, Some(&gamma), Some(&beta), 1e-5).map(|(y, _)| y)
         })?);
     }
+    // Cross-entropy forward and gradient (labels on the device, as torch's), 8 B per f32 logit;
+    // the bf16 rows (4 B per logit) have no PyTorch twin.
+    for (r, classes) in [(8192, 50257), (16384, 73)] {
+        let ids: Vec<u32> = (0..r).map(|i| (i * 7919 % classes) as u32).collect();
+        let labels = ctx.labels(&ids, classes)?;
+        let ce = |x: &Tensor| ferrocuda::cross_entropy_labels(x, &labels).map(|r| r.1);
+        rows.push(measure(&ctx, "cross_entropy_fwd_bwd", &[r, classes], true, 8, ce)?);
+        rows.push(measure_as(&ctx, "cross_entropy_fwd_bwd_bf16", &[r, classes], true, 4, DType::BF16, ce)?);
+    }
+    // Embedding lookup of 16384 ids in a GPT-2 table of width 768 (f32): read and write each
+    // output row once (torch_ref's bytes); its backward (no PyTorch twin) reads dy and writes the
+    // dense table gradient.
+    let (n, vocab, width) = (16384, 50257, 768);
+    let table = ctx.randn(&[vocab, width], 21)?;
+    let ids: Vec<u32> = (0..n).map(|i| (i * 7919 % vocab) as u32).collect();
+    let ids = ctx.labels(&ids, vocab)?;
+    let ms = median_ms(&ctx, WARMUP, REPS, || ferrocuda::embedding(&table, &ids, None).map(drop))?;
+    let shape = py_shape(&[n, vocab, width], true);
+    rows.push(Row { op: "embedding", shape: shape.clone(), ms, bytes: n * width * 8, target: None });
+    let dy = ctx.randn(&[n, width], 22)?;
+    let ms =
+        median_ms(&ctx, WARMUP, REPS, || ferrocuda::embedding_backward(&dy, &ids, vocab, None).map(drop))?;
+    rows.push(Row { op: "embedding_backward", shape, ms, bytes: (n + vocab) * width * 4, target: None });
     // Bytes as torch_ref counts them: pools read 4 and write 1 per input element (ferrocuda's
     // max pool also writes a 1-byte argmax per output, not counted); batch norm 8 per element.
     let images = [32, 64, 128, 128];

@@ -13,10 +13,15 @@ fn sanitizer() -> bool {
 
 /// `(vocab, C, ids, T)`: a one-token vocabulary (every id repeated), the GPT's (75 tokens, 16384
 /// ids, 256 positions), a GPT-2 vocabulary, widths that are not whole 16-byte vectors (31, 12 for
-/// 16-bit), and a single id.
+/// 16-bit), a single id, and more ids than one sort tile holds (40000).
 fn cases() -> Vec<(usize, usize, usize, Option<usize>)> {
     if sanitizer() {
-        return vec![(1, 5, 40, None), (75, 64, 512, Some(64)), (1000, 31, 300, Some(3))];
+        return vec![
+            (1, 5, 40, None),
+            (75, 64, 512, Some(64)),
+            (1000, 31, 300, Some(3)),
+            (50, 8, 20000, None),
+        ];
     }
     vec![
         (1, 5, 5000, None),
@@ -26,6 +31,7 @@ fn cases() -> Vec<(usize, usize, usize, Option<usize>)> {
         (1000, 31, 1000, Some(10)),
         (13, 12, 100, Some(4)),
         (7, 8, 33, Some(3)),
+        (300, 16, 40000, Some(8)),
     ]
 }
 

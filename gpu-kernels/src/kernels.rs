@@ -196,7 +196,7 @@ kernel_table! {
             [embedding_f16, embedding_bf16](
                 table: *const u16, ids: *const u32, pos: *const u16, out: *mut u16, n: usize, c: usize, t: usize
             );
-            [embedding_sort_tile](ids: *const u32, keys: *mut u64, n: usize, k: usize);
+            [embedding_sort_tile](ids: *const u32, keys: *mut u64, n: usize, k: usize, tile: usize);
             [embedding_sort_step](keys: *mut u64, half: usize, k: usize, j: usize);
             [embedding_bucket_starts](keys: *const u64, starts: *mut u32, n: usize, vocab: usize);
             [embedding_bwd_tiles_f32](dy: *const f32, keys: *const u64, partials: *mut f32, n: usize, c: usize);

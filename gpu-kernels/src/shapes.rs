@@ -88,25 +88,28 @@ pub const CE_UNROLL: usize = 4;
 /// Threads of a cross-entropy block over a (part of a) row: a power of two in this range, about
 /// one unrolled step per thread.
 pub const CE_BLOCK_MIN: usize = 128;
-pub const CE_BLOCK_MAX: usize = 1024;
-/// Rows up to this many classes run `CE_NARROW_BLOCK`-thread blocks in which a team of 1 to 32
-/// lanes owns a row; wider rows run a block per row (or per segment of it).
+pub const CE_BLOCK_MAX: usize = 512;
+/// Cross-entropy blocks an SM holds at once: its kernels are built for 64 registers a thread
+/// (`.maxntid` of this many blocks of `CE_BLOCK_MAX`), and each block caches its row in this
+/// share of the SM's shared memory.
+pub const CE_BLOCKS_PER_SM: usize = 2;
+/// Rows up to this many classes (8 per lane of a warp) run `CE_NARROW_BLOCK`-thread blocks in
+/// which a team of 1 to 32 lanes holds a row in registers; wider rows run a block per row (or
+/// per segment of it).
 pub const CE_NARROW_COLS: usize = 256;
 pub const CE_NARROW_BLOCK: usize = 256;
 /// A row split across blocks (when rows are fewer than the device holds blocks) is cut into
 /// segments of at least this many elements.
 pub const CE_MIN_SEGMENT: usize = 16384;
-/// The `phase` argument of the row kernels: the whole row in one block (statistics, then the
-/// gradient); a segment's partial statistics; a segment's gradient from its row's partials.
-pub const CE_FUSED: u32 = 0;
-pub const CE_STATS: u32 = 1;
-pub const CE_GRADIENT: u32 = 2;
 
 /// Threads per block of the embedding kernels.
 pub const EMBEDDING_BLOCK: usize = 128;
-/// Keys one block of the embedding backward's bitonic sort orders in shared memory (two per
-/// thread of a 1024-thread block).
-pub const EMBEDDING_SORT_TILE: usize = 2048;
+/// Keys one block of the embedding backward's bitonic sort orders in shared memory at most
+/// (128 KiB): up to this many ids sort in one launch. Tiles are powers of two of at least
+/// `EMBEDDING_SORT_MIN` keys, sorted by blocks of `EMBEDDING_SORT_THREADS`.
+pub const EMBEDDING_SORT_TILE: usize = 16384;
+pub const EMBEDDING_SORT_MIN: usize = 2048;
+pub const EMBEDDING_SORT_THREADS: usize = 1024;
 /// Sorted positions one block of the embedding backward sums (per run of equal ids): buckets of
 /// more rows add one partial per tile they cross, in tile order.
 pub const EMBEDDING_SUM_TILE: usize = 32;

@@ -7,19 +7,19 @@
 //! `grad[r, i] = scale · (e^(x[i] - m) / Σ e^(x - m) - [i = c])` (`scale` = 1/rows, the mean).
 //!
 //! The statistics come from one pass (an online max and sum of exponentials, so no softmax
-//! buffer for rows of any length). The gradient pass then reads the row again: from shared
-//! memory when the host gave the block room for the whole row (the first pass keeps its 16-byte
-//! vectors there), else from L2, last-read vectors first (the likeliest still there).
-//! Rows fewer than the device holds blocks are cut into segments: a `CE_STATS` launch writes
-//! each segment's (max, sum), a `CE_GRADIENT` launch folds its row's in segment order and writes
+//! buffer for rows of any length). The gradient pass then reads the row again: its first vectors
+//! from shared memory, as many as the host gave the block room for (the first pass keeps them
+//! there), the rest from L2, last-read first (the likeliest still there).
+//! Rows fewer than the device holds blocks are cut into segments: a `ROW_PARTIAL` launch writes
+//! each segment's (max, sum), a `ROW_APPLY` launch folds its row's in segment order and writes
 //! its segment's gradient. Rows of at most `CE_NARROW_COLS` classes belong to a team of 1 to 32
-//! lanes. Every fold runs in an order fixed by the launch shape: results are the same on every
+//! lanes that holds the row in registers (at most 8 values a lane): one read. Every fold runs in an order fixed by the launch shape: results are the same on every
 //! run. The thread that writes the label's gradient writes the row's loss, from the logit it has
 //! just read: with the gradient written over the logits (in place), no logit is read after its
 //! gradient was written.
 use super::element::{Elem, F32};
 use crate::prelude::*;
-use crate::shapes::{CE_FUSED, CE_GRADIENT, CE_STATS, CE_UNROLL as UNROLL};
+use crate::shapes::{CE_UNROLL as UNROLL, ROW_APPLY, ROW_PARTIAL, ROW_WHOLE};
 
 const _: () = assert!(UNROLL == 4);
 
@@ -119,10 +119,15 @@ impl Segment {
     }
 }
 
-/// This thread's (max, sum) over its share of the segment; vectors also go to `cache` (indexed
-/// from the segment's first vector) unless it is null.
+/// This thread's (max, sum) over its share of the segment; the segment's first `cached` vectors
+/// also go to `cache` (shared memory).
 #[inline(always)]
-unsafe fn segment_stats<E: Elem>(x: *const E::Bits, seg: &Segment, cache: *mut E::Vector) -> MaxSum {
+unsafe fn segment_stats<E: Elem>(
+    x: *const E::Bits,
+    seg: &Segment,
+    cache: *mut E::Vector,
+    cached: usize,
+) -> MaxSum {
     let (t, nt) = (thread_x(), block_dim_x());
     let mut st = MaxSum::EMPTY;
     if t < seg.scalars() {
@@ -137,7 +142,7 @@ unsafe fn segment_stats<E: Elem>(x: *const E::Bits, seg: &Segment, cache: *mut E
             let uj = u + j * nt;
             if uj < seg.nv {
                 raw[j] = E::load_vector(x.add((seg.vs + uj) * E::VEC));
-                if !cache.is_null() {
+                if uj < cached {
                     *cache.add(uj) = raw[j];
                 }
             }
@@ -166,7 +171,7 @@ unsafe fn segment_stats<E: Elem>(x: *const E::Bits, seg: &Segment, cache: *mut E
 }
 
 /// The gradient of `x`'s row statistics `st` over this thread's share of the segment (vectors
-/// in reverse order, from `cache` unless it is null); the thread at `label_at` writes `*loss`.
+/// in reverse order, the first `cached` from `cache`); the thread at `label_at` writes `*loss`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn segment_gradient<E: Elem>(
@@ -174,6 +179,7 @@ unsafe fn segment_gradient<E: Elem>(
     grad: *mut E::Bits,
     seg: &Segment,
     cache: *const E::Vector,
+    cached: usize,
     st: MaxSum,
     label_at: usize,
     scale: f32,
@@ -197,7 +203,7 @@ unsafe fn segment_gradient<E: Elem>(
             let kj = k + j * nt;
             if kj < seg.nv {
                 let u = seg.nv - 1 - kj;
-                raw[j] = if cache.is_null() { E::load_vector(x.add((seg.vs + u) * E::VEC)) } else { *cache.add(u) };
+                raw[j] = if u < cached { *cache.add(u) } else { E::load_vector(x.add((seg.vs + u) * E::VEC)) };
             }
         });
         unroll!(j in [0, 1, 2, 3] => {
@@ -221,9 +227,9 @@ unsafe fn segment_gradient<E: Elem>(
 }
 
 /// One block per (row, segment) of `[rows, cols]`, `segments` per row of `seg_len` elements
-/// (the last may be shorter); `phase` one of `CE_FUSED` (one segment), `CE_STATS`, `CE_GRADIENT`.
-/// `partials` holds two floats per block for the two-phase form; `cached` (fused form only) says
-/// the launch has dynamic shared memory for the row's vectors plus one.
+/// (the last may be shorter); `phase` one of `ROW_WHOLE` (one segment), `ROW_PARTIAL`, `ROW_APPLY`.
+/// `partials` holds two floats per block for the two-phase form; `cached` (whole rows only; 0
+/// otherwise) is how many of the row's first vectors the launch's dynamic shared memory holds.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn cross_entropy_rows<E: Elem>(
@@ -244,28 +250,29 @@ unsafe fn cross_entropy_rows<E: Elem>(
     let seg = Segment::new(a, (a + seg_len).min((row + 1) * cols), E::VEC);
     let label_at = row * cols + *labels.add(row) as usize;
     let loss = loss.add(row);
-    if phase == CE_GRADIENT {
+    if phase == ROW_APPLY {
         let mut st = MaxSum::EMPTY;
         for j in 0..segments {
             let p = partials.add(2 * (row * segments + j));
             st = st.merge(MaxSum { max: load_f32(p), sum: load_f32(p.add(1)) });
         }
-        segment_gradient::<E>(logits, grad, &seg, core::ptr::null(), st, label_at, scale, loss);
+        segment_gradient::<E>(logits, grad, &seg, core::ptr::null(), 0, st, label_at, scale, loss);
         return;
     }
-    let cache = if phase == CE_FUSED && cached != 0 { dynamic_shared::<E::Vector>() } else { core::ptr::null_mut() };
-    let st = block_merge(segment_stats::<E>(logits, &seg, cache));
-    if phase == CE_STATS {
+    let (cache, cached) = (dynamic_shared::<E::Vector>(), cached as usize);
+    let st = block_merge(segment_stats::<E>(logits, &seg, cache, cached));
+    if phase == ROW_PARTIAL {
         if thread_x() == 0 {
             store_f32x2(partials.add(2 * block_x()), [st.max, st.sum]);
         }
         return;
     }
-    segment_gradient::<E>(logits, grad, &seg, cache, st, label_at, scale, loss);
+    segment_gradient::<E>(logits, grad, &seg, cache, cached, st, label_at, scale, loss);
 }
 
-/// Rows of `[rows, cols]` owned by teams of `lanes` (a power of two up to 32) lanes, strided
-/// over the row.
+/// Rows of `[rows, cols]` owned by teams of `lanes` (a power of two up to 32, with
+/// `8 · lanes ≥ cols`): each lane loads its at most 8 values of the row (strided by `lanes`,
+/// coalesced across the team) into registers once, and writes their gradients from there.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn cross_entropy_narrow<E: Elem>(
@@ -282,13 +289,22 @@ unsafe fn cross_entropy_narrow<E: Elem>(
     let row = block_x() * (block_dim_x() / lanes) + team;
     let live = row < rows;
     let (x, g) = (logits.wrapping_add(row * cols), grad.wrapping_add(row * cols));
+    let mut v = [f32::NEG_INFINITY; 8];
+    let mut m = f32::NEG_INFINITY;
+    unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        if live && l + k * lanes < cols {
+            v[k] = E::load(x.add(l + k * lanes));
+            m = Max::combine(m, v[k]);
+        }
+    });
     let mut st = MaxSum::EMPTY;
-    let mut j = l;
-    while live && j < cols {
-        let v = E::load(x.add(j));
-        st.add(v, |s, m| *s += exp_fast(v - m));
-        j += lanes;
-    }
+    st.add(m, |s, m| {
+        unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            if l + k * lanes < cols {
+                *s += exp_fast(v[k] - m);
+            }
+        });
+    });
     // Every lane of the warp takes part, live or not.
     let st = team_merge(st, lanes);
     if !live {
@@ -296,19 +312,19 @@ unsafe fn cross_entropy_narrow<E: Elem>(
     }
     let label = *labels.add(row) as usize;
     let (inv, lse) = (1.0 / st.sum, ln_fast(st.sum) + st.max);
-    let mut j = l;
-    while j < cols {
-        let v = E::load(x.add(j));
-        let p = exp_fast(v - st.max) * inv;
-        let d = if j == label {
-            *loss.add(row) = lse - v;
-            p - 1.0
-        } else {
-            p
-        };
-        E::store(g.add(j), scale * d);
-        j += lanes;
-    }
+    unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        let j = l + k * lanes;
+        if j < cols {
+            let p = exp_fast(v[k] - st.max) * inv;
+            let d = if j == label {
+                *loss.add(row) = lse - v[k];
+                p - 1.0
+            } else {
+                p
+            };
+            E::store(g.add(j), scale * d);
+        }
+    });
 }
 
 macro_rules! cross_entropy_kernels {

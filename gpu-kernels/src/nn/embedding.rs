@@ -8,8 +8,9 @@
 //! Backward: `dtable[v] = Σ dy[i]` over the i with `ids[i] = v`, in increasing i, accumulated in
 //! f32: the same sums in the same order on every run (no float atomics). The positions i are
 //! sorted by the 64-bit key `(id, i)` with a bitonic network (`embedding_sort_tile` sorts tiles
-//! of `EMBEDDING_SORT_TILE` keys in shared memory, or finishes a merge stage below that stride;
-//! `embedding_sort_step` is one compare-exchange step of a wider stride);
+//! of up to `EMBEDDING_SORT_TILE` keys in shared memory, all of them in one launch up to that
+//! many ids, or finishes a merge stage below the tile's stride; `embedding_sort_step` is one
+//! compare-exchange step of a wider stride);
 //! `embedding_bucket_starts` finds where each id's run of sorted positions starts;
 //! `embedding_bwd_tiles_*` sums each run within each tile of `EMBEDDING_SUM_TILE` sorted positions
 //! into an f32 partial row, stored at the run's first position in the tile; and
@@ -19,11 +20,10 @@
 //! `dpos[t] = Σ_b dy[b·T + t]`, in increasing b.
 use super::element::{Elem, F32};
 use crate::prelude::*;
-use crate::shapes::{EMBEDDING_SORT_TILE as TILE, EMBEDDING_SUM_TILE as SUM_TILE};
+use crate::shapes::{EMBEDDING_SORT_THREADS as SORT_THREADS, EMBEDDING_SUM_TILE as SUM_TILE};
 
-shared_array!(static EMBEDDING_SORT_KEYS: [u64; 2048]);
 shared_array!(static EMBEDDING_SUM_KEYS: [u64; 32]);
-const _: () = assert!(TILE == 2048 && SUM_TILE == 32);
+const _: () = assert!(SUM_TILE == 32);
 
 /// Elements per unit of work along a row: a 16-byte vector when rows are whole vectors, else 1.
 #[inline(always)]
@@ -111,40 +111,55 @@ unsafe fn embedding_fwd<E: Elem>(
     }
 }
 
-/// Sorts tiles of `TILE` keys: from the ids (`k` = 0: key `(ids[g] << 32) | g`, `u64::MAX`
-/// past `n`) through every stage up to `TILE`, or, for a merge stage `k` > `TILE` whose wider
-/// strides `embedding_sort_step` did, its strides below `TILE`. One 1024-thread block per tile.
+/// Sorts tiles of `tile` keys (a power of two, ≥ 2048) in dynamic shared memory (`8 · tile`
+/// bytes): from the ids (`k` = 0: key `(ids[g] << 32) | g`, `u64::MAX` past `n`) through every
+/// stage up to `tile`, or, for a merge stage `k` > `tile` whose wider strides
+/// `embedding_sort_step` did, its strides below `tile`. One block of `SORT_THREADS` per tile.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn embedding_sort_tile(ids: *const u32, keys: *mut u64, n: usize, k: usize) {
-    let s = shared_ptr(&raw mut EMBEDDING_SORT_KEYS);
-    let base = block_x() * TILE;
+pub unsafe extern "ptx-kernel" fn embedding_sort_tile(
+    ids: *const u32,
+    keys: *mut u64,
+    n: usize,
+    k: usize,
+    tile: usize,
+) {
+    let s = dynamic_shared::<u64>();
+    let base = block_x() * tile;
     let t = thread_x();
-    for h in [t, t + TILE / 2] {
+    let mut h = t;
+    while h < tile {
         let g = base + h;
         *s.add(h) = match (k, g < n) {
             (0, true) => (*ids.add(g) as u64) << 32 | g as u64,
             (0, false) => u64::MAX,
             _ => *keys.add(g),
         };
+        h += SORT_THREADS;
     }
     sync_threads();
-    let (mut stage, last) = if k == 0 { (2, TILE) } else { (k, k) };
+    let (mut stage, last) = if k == 0 { (2, tile) } else { (k, k) };
     while stage <= last {
-        let mut j = stage.min(TILE) / 2;
+        let mut j = stage.min(tile) / 2;
         while j > 0 {
-            let i = 2 * j * (t / j) + t % j;
-            let (a, b) = (*s.add(i), *s.add(i + j));
-            if (a > b) == ((base + i) & stage == 0) {
-                *s.add(i) = b;
-                *s.add(i + j) = a;
+            let mut p = t;
+            while p < tile / 2 {
+                let i = 2 * j * (p / j) + p % j;
+                let (a, b) = (*s.add(i), *s.add(i + j));
+                if (a > b) == ((base + i) & stage == 0) {
+                    *s.add(i) = b;
+                    *s.add(i + j) = a;
+                }
+                p += SORT_THREADS;
             }
             sync_threads();
             j /= 2;
         }
         stage *= 2;
     }
-    for h in [t, t + TILE / 2] {
+    let mut h = t;
+    while h < tile {
         *keys.add(base + h) = *s.add(h);
+        h += SORT_THREADS;
     }
 }
 
@@ -193,13 +208,27 @@ unsafe fn bwd_tiles<E: Elem>(dy: *const E::Bits, keys: *const u64, partials: *mu
     let mut u = thread_x() * w;
     while u < c {
         let (mut acc, mut first) = ([0.0f32; 8], 0);
-        for q in 0..len {
-            let key = *s.add(q);
-            add8(&mut acc, load_unit::<E>(dy.add((key & 0xffff_ffff) as usize * c + u), w));
-            if q + 1 == len || *s.add(q + 1) >> 32 != key >> 32 {
-                store_partial(partials.add((p0 + first) * c + u), w, acc);
-                (acc, first) = ([0.0; 8], q + 1);
-            }
+        let mut q0 = 0;
+        while q0 < len {
+            // Eight rows in flight before the first is added (in position order).
+            let mut v = [[0.0f32; 8]; 8];
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if q0 + i < len {
+                    let row = (*s.add(q0 + i) & 0xffff_ffff) as usize;
+                    v[i] = load_unit::<E>(dy.add(row * c + u), w);
+                }
+            });
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let q = q0 + i;
+                if q < len {
+                    add8(&mut acc, v[i]);
+                    if q + 1 == len || *s.add(q + 1) >> 32 != *s.add(q) >> 32 {
+                        store_partial(partials.add((p0 + first) * c + u), w, acc);
+                        (acc, first) = ([0.0; 8], q + 1);
+                    }
+                }
+            });
+            q0 += 8;
         }
         u += block_dim_x() * w;
     }
@@ -233,8 +262,17 @@ unsafe fn bwd_pos<E: Elem>(dy: *const E::Bits, dpos: *mut E::Bits, n: usize, c: 
         let mut acc = [0.0f32; 8];
         let mut i = block_x();
         while i < n {
-            add8(&mut acc, load_unit::<E>(dy.add(i * c + u), w));
-            i += t;
+            // Eight rows in flight before the first is added (in row order).
+            let mut v = [[0.0f32; 8]; 8];
+            unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if i + k * t < n {
+                    v[k] = load_unit::<E>(dy.add((i + k * t) * c + u), w);
+                }
+            });
+            unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                add8(&mut acc, v[k]);
+            });
+            i += 8 * t;
         }
         store_unit::<E>(dpos.add(block_x() * c + u), w, acc);
         u += block_dim_x() * w;

@@ -14,39 +14,6 @@
 use crate::prelude::*;
 use crate::shapes::{NN_ROW_BLOCK as BLOCK, ROW_APPLY, ROW_PARTIAL};
 
-/// Online (max, Σ e^(x - max)) of this thread's strided share of an f32 row (one block per row;
-/// cross-entropy's pass).
-#[inline(always)]
-unsafe fn online_max_sum(x: *const f32, cols: usize) -> (f32, f32) {
-    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-    let mut i = thread_x();
-    while i < cols {
-        let v = load_nc_f32(x.add(i));
-        if v > m {
-            s = s * exp_fast(m - v) + 1.0;
-            m = v;
-        } else {
-            s += exp_fast(v - m);
-        }
-        i += BLOCK;
-    }
-    (m, s)
-}
-
-/// The row's (max, Σ e^(x - max)) from each thread's online pair.
-#[inline(always)]
-pub(crate) fn block_max_sum((m, s): (f32, f32)) -> (f32, f32) {
-    let row_max = block_reduce::<Max>(m);
-    let scaled = if s == 0.0 { 0.0 } else { s * exp_fast(m - row_max) };
-    (row_max, block_reduce::<Sum>(scaled))
-}
-
-/// (max, sum) of a row, from global memory in one pass per thread.
-#[inline(always)]
-pub(crate) unsafe fn row_max_sum(x: *const f32, cols: usize) -> (f32, f32) {
-    block_max_sum(online_max_sum(x, cols))
-}
-
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]

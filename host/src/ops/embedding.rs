@@ -6,7 +6,10 @@ use crate::kernels;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::ByDType;
 use crate::runtime::launch::LaunchConfig;
-use crate::shapes::{ELEMENTWISE_BLOCK, EMBEDDING_BLOCK, EMBEDDING_SORT_TILE, EMBEDDING_SUM_TILE};
+use crate::shapes::{
+    ELEMENTWISE_BLOCK, EMBEDDING_BLOCK, EMBEDDING_SORT_MIN, EMBEDDING_SORT_THREADS, EMBEDDING_SORT_TILE,
+    EMBEDDING_SUM_TILE,
+};
 use crate::tensor::{Storage, Tensor};
 
 /// `(vocab, C)` of a `[vocab, C]` table.
@@ -182,26 +185,29 @@ pub fn embedding_backward(
             let stream = ctx.stream(OP)?;
             let shape = dy.shape();
             let pool = &stream.device.pool;
-            let padded = n.next_power_of_two().max(EMBEDDING_SORT_TILE);
+            let padded = n.next_power_of_two().max(EMBEDDING_SORT_MIN);
+            let tile = padded.min(EMBEDDING_SORT_TILE);
             let keys = pool.alloc(stream, padded * 8, OP)?;
-            let sort_cfg = blocks_of(OP, shape, padded / EMBEDDING_SORT_TILE, EMBEDDING_SORT_TILE / 2)?;
+            let mut sort_cfg = blocks_of(OP, shape, padded / tile, EMBEDDING_SORT_THREADS)?;
+            sort_cfg.shared_bytes = (tile * 8) as u32;
             let mut stage = 0;
             loop {
-                // SAFETY: `embedding_sort_tile(ids, keys, n, k)`: one block of TILE/2 threads per
-                // tile of the `padded` keys (a multiple of TILE); ids holds n u32.
+                // SAFETY: `embedding_sort_tile(ids, keys, n, k, tile)`: one block of SORT_THREADS
+                // per tile of the `padded` keys (tile a power of two dividing it, 8·tile bytes of
+                // dynamic shared memory, at most 128 KiB); ids holds n u32.
                 unsafe {
                     kernels::embedding_sort_tile.launch(
                         stream,
                         sort_cfg,
-                        (buf.dev_ptr(), keys.dev_ptr_mut(), n, stage),
+                        (buf.dev_ptr(), keys.dev_ptr_mut(), n, stage, tile),
                     )?
                 };
-                stage = if stage == 0 { 2 * EMBEDDING_SORT_TILE } else { 2 * stage };
+                stage = if stage == 0 { 2 * tile } else { 2 * stage };
                 if stage > padded {
                     break;
                 }
                 let mut j = stage / 2;
-                while j >= EMBEDDING_SORT_TILE {
+                while j >= tile {
                     let cfg = LaunchConfig::covering(padded / 2, ELEMENTWISE_BLOCK);
                     // SAFETY: `embedding_sort_step(keys, half, k, j)`: pairs (i, i + j) of the
                     // `padded` = 2·half keys, j < k ≤ padded, powers of two; any grid.

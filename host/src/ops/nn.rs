@@ -12,9 +12,9 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCK_MAX, CE_BLOCK_MIN, CE_FUSED,
-    CE_GRADIENT, CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_STATS, CE_UNROLL, ELEMENTWISE_BLOCK,
-    LOSS_BLOCK,
+    BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCKS_PER_SM, CE_BLOCK_MAX, CE_BLOCK_MIN,
+    CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, ROW_APPLY,
+    ROW_PARTIAL, ROW_WHOLE,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -339,10 +339,7 @@ impl Labels {
 
 /// `(rows, classes)` of cross-entropy logits (rank ≥ 1, f32, f16 or bf16), at least one row.
 fn ce_rows_cols(op: &'static str, logits: &Tensor) -> Result<(usize, usize)> {
-    let Some((&cols, lead)) = logits.shape().split_last() else {
-        return Err(Error::InvalidArgument { op, shape: vec![], reason: "needs rank ≥ 1".into() });
-    };
-    let rows: usize = lead.iter().product();
+    let (rows, cols) = rows_cols_any(op, logits)?;
     if rows == 0 || cols == 0 {
         let reason = if rows == 0 { "no rows" } else { "no classes" };
         return Err(Error::InvalidArgument { op, shape: logits.shape().to_vec(), reason: reason.into() });
@@ -481,6 +478,8 @@ fn cross_entropy_cuda(
     };
     let (lab, loss) = (labels.dev_ptr(), losses.ptr_mut());
     if cols <= CE_NARROW_COLS {
+        // At most 8 values a lane: 8 · 32 ≥ CE_NARROW_COLS.
+        const _: () = assert!(CE_NARROW_COLS <= 8 * 32);
         let lanes = cols.div_ceil(8).next_power_of_two().min(32);
         let blocks = rows.div_ceil(CE_NARROW_BLOCK / lanes);
         if blocks > i32::MAX as usize {
@@ -495,7 +494,7 @@ fn cross_entropy_cuda(
         // logits and grad hold rows·cols elements of the kernel's type (grad may be the logits:
         // each lane reads an element before it writes its gradient, and nothing else touches
         // it), labels and loss `rows` u32 / f32, each label < cols; lanes a power of two ≤ 32
-        // dividing the block, whose teams cover every row.
+        // dividing the block with 8 · lanes ≥ cols, whose teams cover every row.
         launch_by_dtype!(ce_narrow, logits.dtype(), |k| unsafe {
             k.launch(stream, cfg, (logits.ptr(), lab, loss, grad.ptr_mut(), rows, cols, lanes, scale))?
         });
@@ -505,7 +504,7 @@ fn cross_entropy_cuda(
     let threads_for = |elems: usize| {
         (elems.div_ceil(vec * CE_UNROLL)).next_power_of_two().clamp(CE_BLOCK_MIN, CE_BLOCK_MAX)
     };
-    let resident = info.sm_count as usize * (info.max_threads_per_sm as usize / CE_BLOCK_MAX).max(1);
+    let resident = info.sm_count as usize * CE_BLOCKS_PER_SM;
     let segments =
         if rows >= resident { 1 } else { resident.div_ceil(rows).min(cols.div_ceil(CE_MIN_SEGMENT)) };
     let seg_len = cols.div_ceil(segments).next_multiple_of(vec);
@@ -519,17 +518,17 @@ fn cross_entropy_cuda(
     };
     let (dtype, none) = (logits.dtype(), DevPtrMut::<f32>::new(0));
     if segments == 1 {
-        // The row's whole vectors (plus one for a misaligned start) kept in shared memory when
-        // they fit beside the static reduction scratch.
-        let cache = (cols / vec + 1) * 16;
-        let cached = cache + 1024 <= info.max_shared_per_block_optin;
-        let cfg = cfg(if cached { cache } else { 0 });
+        // The row's first vectors kept in shared memory, as many as fit in the block's share of
+        // an SM (CE_BLOCKS_PER_SM of them) beside the static reduction scratch.
+        let share = (info.max_shared_per_block_optin / CE_BLOCKS_PER_SM).saturating_sub(1024);
+        let cached = (cols / vec).min(share / 16);
+        let cfg = cfg(cached * 16);
         // SAFETY: `cross_entropy_*(logits, labels, partials, loss, grad, cols, seg_len,
-        // segments, scale, CE_FUSED, cached)`: one block per row (segments = 1, seg_len ≥
+        // segments, scale, ROW_WHOLE, cached)`: one block per row (segments = 1, seg_len ≥
         // cols), logits and grad rows·cols elements (grad may be the logits: a block reads its
         // row before the barrier that precedes its first write, and the gradient pass reads each
         // vector in the thread that then writes it), labels and loss `rows` u32 / f32, each
-        // label < cols; partials unused; with `cached`, shared memory for every vector of a row.
+        // label < cols; partials unused; 16 bytes of dynamic shared memory per cached vector.
         launch_by_dtype!(ce_rows, dtype, |k| unsafe {
             let args = (
                 logits.ptr(),
@@ -541,7 +540,7 @@ fn cross_entropy_cuda(
                 seg_len,
                 1,
                 scale,
-                CE_FUSED,
+                ROW_WHOLE,
                 cached as u32,
             );
             k.launch(stream, cfg, args)?
@@ -549,7 +548,7 @@ fn cross_entropy_cuda(
         return Ok((losses.mean()?, grad));
     }
     let partials = stream.device.pool.alloc(stream, blocks * 2 * 4, op)?;
-    for phase in [CE_STATS, CE_GRADIENT] {
+    for phase in [ROW_PARTIAL, ROW_APPLY] {
         // SAFETY: as the fused launch, one block per (row, segment) of seg_len elements: the
         // stats phase writes two floats per block to `partials` (blocks·2 floats) and reads the
         // logits only; the gradient phase, after it on this stream, reads its row's partials and
