@@ -17,7 +17,7 @@
 #[path = "common/profile.rs"]
 mod profile;
 
-use ferrocuda::models::{Gpt, GptConfig};
+use ferrocuda::models::{Gpt, GptConfig, SplitMix64};
 use ferrocuda::{clip_grad_norm, Adam, Context, DType, LrSchedule, Optimizer, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
@@ -74,7 +74,7 @@ impl Corpus {
         let part = if train { &self.ids[..self.split] } else { &self.ids[self.split..] };
         let (mut x, mut y) = (Vec::with_capacity(batch * block), Vec::with_capacity(batch * block));
         for _ in 0..batch {
-            let start = (rng.next() % (part.len() - block - 1) as u64) as usize;
+            let start = (rng.next_u64() % (part.len() - block - 1) as u64) as usize;
             x.extend_from_slice(&part[start..start + block]);
             y.extend_from_slice(&part[start + 1..start + block + 1]);
         }
@@ -87,18 +87,6 @@ impl Corpus {
 
     fn encode(&self, text: &str) -> Vec<u32> {
         text.bytes().filter_map(|b| self.chars.iter().position(|&c| c == b).map(|i| i as u32)).collect()
-    }
-}
-
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
 
