@@ -17,8 +17,8 @@
 #[path = "common/profile.rs"]
 mod profile;
 
-use ferrocuda::models::{Gpt, GptConfig};
-use ferrocuda::{clip_grad_norm, Adam, Context, DType, LrSchedule, Optimizer, Result};
+use ferrocuda::models::{Gpt, GptConfig, SplitMix64};
+use ferrocuda::{Adam, Context, DType, LrSchedule, Optimizer, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use std::io::Read;
@@ -74,7 +74,7 @@ impl Corpus {
         let part = if train { &self.ids[..self.split] } else { &self.ids[self.split..] };
         let (mut x, mut y) = (Vec::with_capacity(batch * block), Vec::with_capacity(batch * block));
         for _ in 0..batch {
-            let start = (rng.next() % (part.len() - block - 1) as u64) as usize;
+            let start = (rng.next_u64() % (part.len() - block - 1) as u64) as usize;
             x.extend_from_slice(&part[start..start + block]);
             y.extend_from_slice(&part[start + 1..start + block + 1]);
         }
@@ -87,18 +87,6 @@ impl Corpus {
 
     fn encode(&self, text: &str) -> Vec<u32> {
         text.bytes().filter_map(|b| self.chars.iter().position(|&c| c == b).map(|i| i as u32)).collect()
-    }
-}
-
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
 
@@ -220,10 +208,11 @@ fn main() -> Result<()> {
     let mut model = Gpt::new(&ctx, config, s.seed)?;
     let params = model.parameter_count();
     println!("{config:?}: {params} parameters");
-    let mut adam = Adam::adamw(s.lr, 0.1)
-        .betas(0.9, 0.99)
-        .decay_matrices_only(true)
-        .schedule(LrSchedule::WarmupCosine { peak: s.lr, min: s.min_lr, warmup: s.warmup, total: s.iters });
+    // Clipping at global norm 1.0 inside the step, over the optimizer's own device tables.
+    let mut adam =
+        Adam::adamw(s.lr, 0.1).betas(0.9, 0.99).decay_matrices_only(true).max_grad_norm(1.0).schedule(
+            LrSchedule::WarmupCosine { peak: s.lr, min: s.min_lr, warmup: s.warmup, total: s.iters },
+        );
     let block = config.block;
     let mut rng = SplitMix64(s.seed);
     let mut eval_rng = SplitMix64(s.seed ^ 0xe7a1);
@@ -262,8 +251,7 @@ fn main() -> Result<()> {
         let loss = model.loss(&x, &y, block)?;
         model.backward(&x)?;
         let (mut values, grads) = model.params_and_grads()?;
-        let norm = clip_grad_norm(&grads, 1.0)?;
-        adam.step_clipped(&mut values, &grads, &norm)?;
+        adam.step(&mut values, &grads)?;
         last_loss = loss.to_scalar()? as f64;
         if it >= 10 {
             busy += started.elapsed().as_secs_f64();

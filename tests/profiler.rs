@@ -170,24 +170,10 @@ fn guard_turns_profiling_off(gpu: &Context) {
 }
 
 fn four_threads_three_streams(gpu: &Context) {
-    // Fewer under compute-sanitizer (FERROCUDA_SANITIZER=1), which slows every launch.
-    let adds = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 25 } else { 250 };
     gpu.synchronize().unwrap();
     gpu.reset_profile().unwrap();
     let guard = gpu.profiler_guard().unwrap();
-    let contexts = [gpu.clone(), gpu.clone(), gpu.new_stream().unwrap(), gpu.new_stream().unwrap()];
-    std::thread::scope(|scope| {
-        for (i, ctx) in contexts.iter().enumerate() {
-            scope.spawn(move || {
-                let x = ctx.randn(&[1000 + i], 10 + i as u64).unwrap();
-                let mut y = x.clone();
-                for _ in 0..adds {
-                    y = y.add(&x).unwrap();
-                }
-                ctx.synchronize().unwrap();
-            });
-        }
-    });
+    let (adds, _) = adds_on_four_threads(gpu);
     drop(guard);
     let r = gpu.profile_report().unwrap();
     assert_eq!(kernel_calls(&r), expected(&[("randn_f32", 4), ("add_f32", 4 * adds)]));

@@ -108,26 +108,15 @@ fn one_context_four_threads(gpu: &Context) {
     }
 }
 
-/// Four threads on three streams (two threads share one), each queueing a chain of adds
-/// without waiting in between: the profiler test's workload with the profiler off.
+/// The profiler test's multi-threaded workload with the profiler off, against the CPU backend
+/// (the same additions in the same order: bit for bit).
 fn four_threads_three_streams(gpu: &Context) {
-    let contexts = [gpu.clone(), gpu.clone(), gpu.new_stream().unwrap(), gpu.new_stream().unwrap()];
-    let adds = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 25 } else { 250 };
-    std::thread::scope(|scope| {
-        for (i, ctx) in contexts.iter().enumerate() {
-            scope.spawn(move || {
-                let x = ctx.randn(&[1000 + i], 10 + i as u64).unwrap();
-                let mut y = x.clone();
-                for _ in 0..adds {
-                    y = y.add(&x).unwrap();
-                }
-                let cpu = Context::cpu();
-                let xc = cpu.randn(&[1000 + i], 10 + i as u64).unwrap();
-                let want = (0..adds).try_fold(xc.clone(), |acc, _| acc.add(&xc)).unwrap();
-                assert_same(&format!("thread {i}"), &y.to_vec().unwrap(), &want.to_vec().unwrap());
-            });
-        }
-    });
+    let (adds, results) = adds_on_four_threads(gpu);
+    for (i, (y, x)) in results.into_iter().enumerate() {
+        let xc = Context::cpu().from_slice(&x.to_vec().unwrap(), x.shape()).unwrap();
+        let want = (0..adds).try_fold(xc.clone(), |acc, _| acc.add(&xc)).unwrap();
+        assert_same(&format!("thread {i}"), &y.to_vec().unwrap(), &want.to_vec().unwrap());
+    }
 }
 
 fn streams_events_and_pinned_copies(gpu: &Context) {

@@ -186,3 +186,27 @@ pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
 
 pub const DTYPES: [ferrocuda::DType; 3] =
     [ferrocuda::DType::F32, ferrocuda::DType::F16, ferrocuda::DType::BF16];
+
+/// The multi-threaded workload of the runtime and profiler tests: four threads on three streams
+/// of `gpu` (two threads share its own stream), each queueing a chain of `adds` additions to a
+/// fresh `randn` without waiting in between (fewer under compute-sanitizer). Returns `adds` and
+/// each thread's result and input.
+pub fn adds_on_four_threads(gpu: &Context) -> (usize, Vec<(Tensor, Tensor)>) {
+    let adds = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 25 } else { 250 };
+    let contexts = [gpu.clone(), gpu.clone(), gpu.new_stream().unwrap(), gpu.new_stream().unwrap()];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = contexts
+            .iter()
+            .enumerate()
+            .map(|(i, ctx)| {
+                scope.spawn(move || {
+                    let x = ctx.randn(&[1000 + i], 10 + i as u64).unwrap();
+                    let y = (0..adds).try_fold(x.clone(), |acc, _| acc.add(&x)).unwrap();
+                    ctx.synchronize().unwrap();
+                    (y, x)
+                })
+            })
+            .collect();
+        (adds, handles.into_iter().map(|h| h.join().expect("worker thread")).collect())
+    })
+}

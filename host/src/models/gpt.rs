@@ -324,15 +324,22 @@ fn sample(logits: &[f32], temperature: f32, top_k: usize, u: f64) -> u32 {
     order[order.len() - 1] as u32
 }
 
-/// A small seeded generator for sampling (no dependency for one draw per token).
-struct SplitMix64(u64);
+/// A small seeded host generator (SplitMix64) for sampling and for drawing training windows:
+/// the same stream on every machine, no dependency.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    fn next_f64(&mut self) -> f64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1), 53 bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

@@ -1,4 +1,4 @@
 //! Whole models built from [`layers`](crate::layers): [`Gpt`].
 mod gpt;
 
-pub use gpt::{Gpt, GptConfig};
+pub use gpt::{Gpt, GptConfig, SplitMix64};
