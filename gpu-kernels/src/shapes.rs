@@ -184,3 +184,12 @@ pub const fn attn_dq_shared_bytes(d: usize) -> usize {
 pub const fn attn_dkdv_shared_bytes(d: usize) -> usize {
     (2 * ATTN_BLOCK_N + 4 * ATTN_BWD_BLOCK_Q) * attn_row(d) * 2 + 4 * ATTN_BWD_BLOCK_Q * 4
 }
+
+/// The few-row GEMM (`gemv_*`): 256-thread blocks (8 warps); with B `[N, K]` each warp owns
+/// `GEMV_COLS_NT` columns; A has at most `GEMV_ROWS_SMALL` or `GEMV_ROWS` rows by kernel suffix.
+pub const GEMV_THREADS: usize = 256;
+pub const GEMV_COLS_NT: usize = 4;
+pub const GEMV_ROWS_SMALL: usize = 4;
+pub const GEMV_ROWS: usize = 16;
+/// Threads of a `gemm_reduce_*` block (one output element each).
+pub const GEMM_REDUCE_THREADS: usize = 256;
