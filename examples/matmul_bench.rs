@@ -46,7 +46,11 @@ const IRREGULAR: [(usize, usize, usize); 7] = [
     (6144, 6144, 6144),
 ];
 
-fn irregular(ctx: &Context, blas: &std::result::Result<cublas::Cublas, String>, torch_json: Option<&String>) -> Result<()> {
+fn irregular(
+    ctx: &Context,
+    blas: &std::result::Result<cublas::Cublas, String>,
+    torch_json: Option<&String>,
+) -> Result<()> {
     let x = ctx.randn(&[1 << 28], 1)?;
     let copy_ms = median_ms(ctx, 3, 20, || x.copy().map(drop))?;
     let copy_gbs = (8usize << 28) as f64 / (copy_ms * 1e6);

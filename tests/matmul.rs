@@ -461,13 +461,15 @@ fn check_product(
     poison_pool(gpu, &[batch, m, n]);
     let run = |a: &Tensor, b: &Tensor, c: &Tensor, bias: &Tensor| {
         let g = Gemm::new(a, b).transpose_a(ta).transpose_b(tb).allow_tf32(false);
-        let g = if epilogue { g.alpha(0.75).beta(-0.5, c).bias(bias).activation(Activation::Gelu) } else { g };
+        let g =
+            if epilogue { g.alpha(0.75).beta(-0.5, c).bias(bias).activation(Activation::Gelu) } else { g };
         g.run().unwrap().to_vec().unwrap()
     };
     let got = run(&ag, &bg, &cg, &biasg);
     let want = run(&ac, &bc, &cc, &biasc);
     let tol = if dtype == DType::F32 { TOL } else { HALF_TOL };
-    let what = format!("{dtype:?} {batch}×({m}, {n}, {k}) ta={ta} tb={tb} batched B={batch_b} epilogue={epilogue}");
+    let what =
+        format!("{dtype:?} {batch}×({m}, {n}, {k}) ta={ta} tb={tb} batched B={batch_b} epilogue={epilogue}");
     assert_close(&what, &got, &want, tol);
 }
 
@@ -481,7 +483,15 @@ fn every_dispatch_branch(gpu: &Context) {
     let few: &[(usize, usize, usize)] = if small {
         &[(1, 33, 65), (3, 40, 1), (16, 129, 1500)]
     } else {
-        &[(1, 1, 1), (1, 4099, 8200), (3, 1000, 1), (4, 37, 2053), (5, 300, 4096), (16, 8200, 1031), (16, 260, 9000)]
+        &[
+            (1, 1, 1),
+            (1, 4099, 8200),
+            (3, 1000, 1),
+            (4, 37, 2053),
+            (5, 300, 4096),
+            (16, 8200, 1031),
+            (16, 260, 9000),
+        ]
     };
     let tiled: &[(usize, usize, usize)] = if small {
         &[(17, 40, 1100), (40, 24, 1040)]

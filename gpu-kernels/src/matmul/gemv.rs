@@ -60,13 +60,22 @@ impl<T> Gemv<T> {
     /// Output `(row, col)` of `batch` from the sum `v` of `slice`: through the epilogue, or raw
     /// into the workspace when the launch has several slices.
     #[inline(always)]
-    unsafe fn finish<E: GemmElem<Elem = T>>(&self, (batch, slice): (usize, usize), (row, col): (usize, usize), v: f32) {
+    unsafe fn finish<E: GemmElem<Elem = T>>(
+        &self,
+        (batch, slice): (usize, usize),
+        (row, col): (usize, usize),
+        v: f32,
+    ) {
         let idx = row * self.n + col;
         if self.ws.is_null() {
             let has_c = !self.c.is_null() && self.beta != 0.0;
-            let beta_c = if has_c { self.beta * E::load(self.c.add(batch * self.stride_c + idx)) } else { 0.0 };
+            let beta_c =
+                if has_c { self.beta * E::load(self.c.add(batch * self.stride_c + idx)) } else { 0.0 };
             let bias = if self.bias.is_null() { 0.0 } else { E::load(self.bias.add(col)) };
-            E::store(self.out.add(batch * self.m * self.n + idx), epilogue(v, self.alpha, beta_c, bias, self.activation));
+            E::store(
+                self.out.add(batch * self.m * self.n + idx),
+                epilogue(v, self.alpha, beta_c, bias, self.activation),
+            );
         } else {
             store_f32(self.ws.add((batch * grid_dim_y() + slice) * self.m * self.n + idx), v);
         }

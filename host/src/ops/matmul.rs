@@ -14,8 +14,8 @@
 use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, DeviceElement, Kernel};
-use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
@@ -223,7 +223,8 @@ impl<'a> Gemm<'a> {
             return Ok(out);
         }
         let stream = self.a.context().stream(op)?;
-        let device = DeviceFacts { sms: stream.device.info.sm_count as usize, sm90a: stream.device.modules.sm90a };
+        let device =
+            DeviceFacts { sms: stream.device.info.sm_count as usize, sm90a: stream.device.modules.sm90a };
         let aligned = |t: &Tensor| t.device_ptr() % 16 == 0;
         let operands = Operands {
             dtype: self.a.dtype(),
@@ -252,8 +253,10 @@ impl<'a> Gemm<'a> {
         };
         match plan.path {
             GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
-            GemmPath::Wgmma => self.launch_wgmma(d, &out, stream, (a, ta), (b, tb))?,
-            GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream)?,
+            GemmPath::Wgmma => {
+                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb), (&plan, workspace.as_ref()))?
+            }
+            GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
             GemmPath::Simt { .. } | GemmPath::Tf32Mma | GemmPath::HalfMma => {
                 self.launch_tiled(&d, &out, stream, &plan, workspace.as_ref())?
             }
@@ -279,9 +282,12 @@ impl<'a> Gemm<'a> {
                 let kernel = GemmKernel::Half(HALF_KERNELS[self.a.dtype().index() - 1][ta][tb]);
                 (kernel, MMA_TILE, MMA_THREADS, MMA16_SHARED_BYTES)
             }
-            GemmPath::Tf32Mma => (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES),
+            GemmPath::Tf32Mma => {
+                (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
+            }
             GemmPath::Simt { tile } => {
-                let size = [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL].iter().position(|&t| t == tile);
+                let size =
+                    [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL].iter().position(|&t| t == tile);
                 let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(2)][ta][tb]);
                 (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
             }
@@ -375,7 +381,14 @@ impl<'a> Gemm<'a> {
     }
 
     /// Split-K's second kernel: the slices added in order, then the epilogue.
-    fn launch_reduce(&self, d: &Dims, out: &Tensor, stream: &Arc<Stream>, slices: usize, ws: &DeviceBuffer) -> Result<()> {
+    fn launch_reduce(
+        &self,
+        d: &Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        slices: usize,
+        ws: &DeviceBuffer,
+    ) -> Result<()> {
         let cfg = LaunchConfig {
             grid: ((d.m * d.n).div_ceil(GEMM_REDUCE_THREADS) as u32, 1, d.batch as u32),
             block: (GEMM_REDUCE_THREADS as u32, 1, 1),
@@ -456,11 +469,17 @@ impl<'a> Gemm<'a> {
 
     /// TF32 through `wgmma`: both operands K-major (a 2-D operand in the other layout is
     /// transposed first; the plan checked that the transposes can run).
-    fn launch_tf32_wgmma(&self, d: Dims, out: &Tensor, stream: &Arc<Stream>) -> Result<()> {
+    fn launch_tf32_wgmma(
+        &self,
+        d: Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        split: (&GemmPlan, Option<&DeviceBuffer>),
+    ) -> Result<()> {
         let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
-        self.launch_wgmma(d, out, stream, (a, false), (b, true))
+        self.launch_wgmma(d, out, stream, (a, false), (b, true), split)
     }
 
     /// The `wgmma` kernel on `a` and `b` (transposed as flagged): A's and B's tensor maps go to
@@ -472,6 +491,7 @@ impl<'a> Gemm<'a> {
         stream: &Arc<Stream>,
         (a, ta): (&Tensor, bool),
         (b, tb): (&Tensor, bool),
+        (plan, workspace): (&GemmPlan, Option<&DeviceBuffer>),
     ) -> Result<()> {
         let op = self.op;
         let dtype = a.dtype();
@@ -509,13 +529,16 @@ impl<'a> Gemm<'a> {
             });
         }
         let cfg = LaunchConfig {
-            grid: (tiles as u32, 1, d.batch as u32),
+            grid: (tiles as u32, 1, (d.batch * plan.slices) as u32),
             block: (WGMMA_THREADS as u32, 1, 1),
             shared_bytes: WGMMA_SHARED_BYTES as u32,
         };
         let maps = maps_dev.dev_ptr();
+        let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
+        let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
         // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>(maps, c, bias, out, m, n, k, stride_c, alpha, beta,
-        // activation, batched_a, batched_b)`: `maps` holds A's and B's tensor maps, made above
+        // activation, batched_a, batched_b, k_steps, ws)`: `ws` is null or the workspace of
+        // batch·slices·M·N floats with grid z = batch·slices, slices = ⌈k-steps / k_steps⌉; `maps` holds A's and B's tensor maps, made above
         // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
@@ -525,16 +548,22 @@ impl<'a> Gemm<'a> {
         // an earlier launch's maps at the same address.
         unsafe {
             if dtype == DType::F32 {
-                kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out))
+                kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out, (k_steps, ws)))
             } else {
                 let kernel = WGMMA_KERNELS[dtype.index() - 1][usize::from(ta)][usize::from(tb)];
-                kernel.launch(stream, cfg, self.wgmma_args(maps, &d, out))
+                kernel.launch(stream, cfg, self.wgmma_args(maps, &d, out, (k_steps, ws)))
             }
         }
     }
 
     /// The arguments of the `wgmma` kernels after the tensor maps `maps`.
-    fn wgmma_args<E: DeviceElement>(&self, maps: DevPtr<u8>, d: &Dims, out: &Tensor) -> WgmmaArgs<E> {
+    fn wgmma_args<E: DeviceElement>(
+        &self,
+        maps: DevPtr<u8>,
+        d: &Dims,
+        out: &Tensor,
+        (k_steps, ws): (usize, DevPtrMut<f32>),
+    ) -> WgmmaArgs<E> {
         (
             maps,
             Tensor::ptr_or_null(self.c),
@@ -549,6 +578,8 @@ impl<'a> Gemm<'a> {
             self.activation.code(),
             u32::from(d.stride_a != 0),
             u32::from(d.stride_b != 0),
+            k_steps,
+            ws,
         )
     }
 
@@ -673,6 +704,18 @@ fn split_k(k: usize, blocks: usize, target: usize, (align, min_chunk): (usize, u
     (k.div_ceil(k_chunk), k_chunk)
 }
 
+/// A `wgmma` plan: split K when the 128×256 tiles leave SMs idle (one block per SM fits).
+fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> GemmPlan {
+    let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1) * d.batch;
+    let bk = WGMMA_ROW_BYTES / dtype.size_bytes();
+    let (slices, k_chunk) = if tiles < dev.sms && d.k >= 2 * SPLIT_MIN_K {
+        split_k(d.k, tiles, dev.sms, (bk, SPLIT_MIN_K))
+    } else {
+        (1, d.k.max(1))
+    };
+    GemmPlan { path, slices, k_chunk }
+}
+
 /// Pick the kernel, tile and split-K factor of a GEMM; the rules are the module documentation's
 /// table, in its order.
 fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
@@ -691,8 +734,13 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         // TMA: rows and batches start on 16-byte boundaries.
         let per_16 = vector_elems(o.dtype);
         let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
-        let tma = d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
-        return whole(if dev.sm90a && tma { GemmPath::Wgmma } else { GemmPath::HalfMma });
+        let tma =
+            d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
+        return if dev.sm90a && tma {
+            wgmma_plan(d, GemmPath::Wgmma, o.dtype, dev)
+        } else {
+            whole(GemmPath::HalfMma)
+        };
     }
     if o.tf32 {
         // The transposes that make both operands K-major exist for 2-D operands only.
@@ -705,7 +753,11 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             && (o.transpose_a || o.aligned_a)
             && (!o.transpose_b || o.aligned_b)
             && small_dims;
-        return whole(if dev.sm90a && fits { GemmPath::Tf32Wgmma } else { GemmPath::Tf32Mma });
+        return if dev.sm90a && fits {
+            wgmma_plan(d, GemmPath::Tf32Wgmma, o.dtype, dev)
+        } else {
+            whole(GemmPath::Tf32Mma)
+        };
     }
     let large = tiles(GEMM_TILE_LARGE);
     if large < dev.sms && d.k >= 2 * SPLIT_MIN_K {
@@ -714,7 +766,10 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             return GemmPlan { path: GemmPath::Simt { tile: GEMM_TILE_LARGE }, slices, k_chunk };
         }
     }
-    let tile = [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM].into_iter().find(|&t| tiles(t) >= dev.sms).unwrap_or(GEMM_TILE_SMALL);
+    let tile = [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM]
+        .into_iter()
+        .find(|&t| tiles(t) >= dev.sms)
+        .unwrap_or(GEMM_TILE_SMALL);
     whole(GemmPath::Simt { tile })
 }
 
@@ -809,18 +864,35 @@ type GemvArgs<E> = (
 /// `[up to 16 rows][B transposed]`.
 const GEMV_KERNELS: [[ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2]; 2] = [
     [
-        ByDType { f32: kernels::gemv_f32_nn_r4, f16: kernels::gemv_f16_nn_r4, bf16: kernels::gemv_bf16_nn_r4 },
-        ByDType { f32: kernels::gemv_f32_nt_r4, f16: kernels::gemv_f16_nt_r4, bf16: kernels::gemv_bf16_nt_r4 },
+        ByDType {
+            f32: kernels::gemv_f32_nn_r4,
+            f16: kernels::gemv_f16_nn_r4,
+            bf16: kernels::gemv_bf16_nn_r4,
+        },
+        ByDType {
+            f32: kernels::gemv_f32_nt_r4,
+            f16: kernels::gemv_f16_nt_r4,
+            bf16: kernels::gemv_bf16_nt_r4,
+        },
     ],
     [
-        ByDType { f32: kernels::gemv_f32_nn_r16, f16: kernels::gemv_f16_nn_r16, bf16: kernels::gemv_bf16_nn_r16 },
-        ByDType { f32: kernels::gemv_f32_nt_r16, f16: kernels::gemv_f16_nt_r16, bf16: kernels::gemv_bf16_nt_r16 },
+        ByDType {
+            f32: kernels::gemv_f32_nn_r16,
+            f16: kernels::gemv_f16_nn_r16,
+            bf16: kernels::gemv_bf16_nn_r16,
+        },
+        ByDType {
+            f32: kernels::gemv_f32_nt_r16,
+            f16: kernels::gemv_f16_nt_r16,
+            bf16: kernels::gemv_bf16_nt_r16,
+        },
     ],
 ];
 
 /// The split-K reduction's arguments over elements `E`: the workspace, c, bias, out, m, n,
 /// slices, stride_c, alpha, beta, the activation.
-type ReduceArgs<E> = (DevPtr<f32>, DevPtr<E>, DevPtr<E>, DevPtrMut<E>, usize, usize, usize, usize, f32, f32, u32);
+type ReduceArgs<E> =
+    (DevPtr<f32>, DevPtr<E>, DevPtr<E>, DevPtrMut<E>, usize, usize, usize, usize, f32, f32, u32);
 
 const REDUCE_KERNELS: ByDType<ReduceArgs<f32>, ReduceArgs<u16>> =
     ByDType { f32: kernels::gemm_reduce_f32, f16: kernels::gemm_reduce_f16, bf16: kernels::gemm_reduce_bf16 };
@@ -836,9 +908,25 @@ const TF32_KERNELS: ByTranspose<GemmArgs<f32>> =
     [[kernels::gemm_tf32_nn, kernels::gemm_tf32_nt], [kernels::gemm_tf32_tn, kernels::gemm_tf32_tt]];
 
 /// The `wgmma` kernels' arguments over elements `E`: the tensor maps, c, bias, out, m, n, k,
-/// stride_c, alpha, beta, the activation, whether A and B are batched.
-type WgmmaArgs<E> =
-    (DevPtr<u8>, DevPtr<E>, DevPtr<E>, DevPtrMut<E>, usize, usize, usize, usize, f32, f32, u32, u32, u32);
+/// stride_c, alpha, beta, the activation, whether A and B are batched, k-steps per slice, the
+/// split-K workspace (null: none).
+type WgmmaArgs<E> = (
+    DevPtr<u8>,
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtrMut<E>,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+    u32,
+    u32,
+    usize,
+    DevPtrMut<f32>,
+);
 
 /// `[f16, bf16][A transposed][B transposed]`.
 const WGMMA_KERNELS: [ByTranspose<WgmmaArgs<u16>>; 2] = [
@@ -977,10 +1065,16 @@ mod tests {
                 assert_eq!(path(dims(5, 8192, 8192), o, H100), GemmPath::Gemv { rows: 16 });
                 assert_eq!(path(dims(16, 1, 1), o, H100), GemmPath::Gemv { rows: 16 });
                 // TF32 allowed or not: the few-row kernel is exact and bound by B anyway.
-                assert_eq!(path(dims(16, 100, 100), Operands { tf32: true, ..o }, H100), GemmPath::Gemv { rows: 16 });
+                assert_eq!(
+                    path(dims(16, 100, 100), Operands { tf32: true, ..o }, H100),
+                    GemmPath::Gemv { rows: 16 }
+                );
                 assert_ne!(path(dims(17, 8192, 8192), o, H100), GemmPath::Gemv { rows: 16 });
                 // A stored [K, M] strides its rows: the tiled kernels take it.
-                assert!(!matches!(path(dims(1, 8192, 8192), operands(dtype, true, tb), H100), GemmPath::Gemv { .. }));
+                assert!(!matches!(
+                    path(dims(1, 8192, 8192), operands(dtype, true, tb), H100),
+                    GemmPath::Gemv { .. }
+                ));
             }
         }
     }
@@ -1018,6 +1112,17 @@ mod tests {
         assert_eq!(path(dims(3001, 3000, 3000), o, H100), GemmPath::Wgmma);
         assert_eq!(path(dims(300, 300, 300), Operands { aligned_b: false, ..o }, H100), GemmPath::HalfMma);
         assert_eq!(path(dims(300, 300, 0), o, H100), GemmPath::HalfMma);
+        // Few tiles of 128×256: split K (one block per SM fits), in whole k-steps of 64.
+        let split = |m, n, k| {
+            let p = plan(&dims(m, n, k), &o, &H100);
+            assert_eq!(p.path, GemmPath::Wgmma);
+            assert!(p.slices == 1 || p.k_chunk % 64 == 0);
+            (p.slices, p.k_chunk)
+        };
+        assert_eq!(split(128, 8192, 8192), (4, 2048));
+        assert_eq!(split(8192, 128, 8192), (2, 4096));
+        assert_eq!(split(16384, 16384, 256), (1, 256));
+        assert_eq!(split(128, 8192, 1000), (1, 1000));
         // Transposed A [K, M]: M is the row length.
         assert_eq!(path(dims(3001, 3000, 3000), operands(DType::F16, true, false), H100), GemmPath::HalfMma);
     }
