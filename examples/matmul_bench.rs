@@ -8,7 +8,9 @@
 //! `matmul_irregular_fp32/bf16` rows) in their own table, beside cuBLAS and PyTorch, with the
 //! few-row products also as a linear layer's `A·Bᵀ` and in GB/s of B against a copy.
 //!
-//!     matmul_bench [--irregular] [torch.json]     (--irregular: that table only)
+//! Last, the GPT example's products (forward, input and weight gradients) beside cuBLAS.
+//!
+//!     matmul_bench [--irregular] [torch.json]     (--irregular: those two tables only)
 use ferrocuda::timing::median_ms;
 use ferrocuda::{linear, Activation, Context, DType, Result};
 
@@ -106,6 +108,39 @@ fn irregular(
     Ok(())
 }
 
+/// The GPT example's products (bf16, tokens M = 16384, width 384): `(label, A's shape, B's shape,
+/// transpose A, transpose B)`; cuBLAS beside them is its plain `A·B` of the same (M, N, K).
+const GPT: [(&str, [usize; 2], [usize; 2], bool, bool); 6] = [
+    ("fwd x·Wᵀ 384→1152", [16384, 384], [1152, 384], false, true),
+    ("fwd x·Wᵀ 1536→384", [16384, 1536], [384, 1536], false, true),
+    ("dX = dY·W 1152→384", [16384, 1152], [1152, 384], false, false),
+    ("dW = dYᵀ·X 1152×384", [16384, 1152], [16384, 384], true, false),
+    ("dW = dYᵀ·X 384×1536", [16384, 384], [16384, 1536], true, false),
+    ("head dW 73×384", [16384, 73], [16384, 384], true, false),
+];
+
+fn gpt_shapes(ctx: &Context, blas: &std::result::Result<cublas::Cublas, String>) -> Result<()> {
+    println!("\n{:<28} {:>9} {:>9} {:>9} {:>7}", "GPT bf16 (M, N, K)", "ms", "TFLOP/s", "cuBLAS", "ratio");
+    for (label, sa, sb, ta, tb) in GPT {
+        let a = ctx.randn(&sa, 1)?.to_dtype(DType::BF16)?;
+        let b = ctx.randn(&sb, 2)?.to_dtype(DType::BF16)?;
+        let (m, k) = if ta { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+        let n = if tb { sb[0] } else { sb[1] };
+        let ms = median_ms(ctx, 3, 20, || {
+            ferrocuda::Gemm::new(&a, &b).transpose_a(ta).transpose_b(tb).run().map(drop)
+        })?;
+        let base = blas.as_ref().ok().and_then(|c| c.gemm_ms::<ferrocuda::bf16>(m, n, k, false, 20).ok());
+        println!(
+            "{:<28} {ms:>9.4} {:>9.2} {:>9} {:>7}",
+            format!("{label} ({m}, {n}, {k})"),
+            tflops(m, n, k, ms),
+            base.map_or("-".into(), |b| format!("{b:.4}")),
+            base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let only_irregular = args.iter().any(|a| a == "--irregular");
@@ -118,7 +153,8 @@ fn main() -> Result<()> {
         println!("# cuBLAS baseline unavailable: {why}");
     }
     if only_irregular {
-        return irregular(&ctx, &blas, torch_json);
+        irregular(&ctx, &blas, torch_json)?;
+        return gpt_shapes(&ctx, &blas);
     }
     let cpu = Context::cpu();
     println!(
@@ -239,7 +275,8 @@ fn main() -> Result<()> {
         }
         ctx.set_allow_tf32(false);
     }
-    irregular(&ctx, &blas, torch_json)
+    irregular(&ctx, &blas, torch_json)?;
+    gpt_shapes(&ctx, &blas)
 }
 
 /// Python's `str()` of a tuple of ints.

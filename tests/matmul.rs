@@ -507,6 +507,11 @@ fn every_dispatch_branch(gpu: &Context) {
                 seed += 4;
             }
         }
+        // The GPT head's weight gradient: 73 rows (not a 16-byte multiple), K = 16384: split-K
+        // on the `mma.sync` kernel.
+        if !small {
+            check_product(gpu, dtype, (73, 384, 16384), (true, false), (1, false), false, seed);
+        }
         // Batches: the few-row kernel and split-K with a shared and a batched B.
         for (shape, batch_b) in [((3, 77, 1200), true), ((2, 77, 1200), false), ((24, 40, 2000), true)] {
             check_product(gpu, dtype, shape, (false, true), (3, batch_b), true, seed);

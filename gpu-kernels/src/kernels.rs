@@ -86,8 +86,8 @@ kernel_table! {
                 gemm_bf16_nn, gemm_bf16_nt, gemm_bf16_tn, gemm_bf16_tt
             ](
                 a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16, m: usize,
-                n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize, alpha: f32,
-                beta: f32, activation: u32
+                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+                alpha: f32, beta: f32, activation: u32, ws: *mut f32
             );
         }
     }

@@ -193,3 +193,15 @@ pub const GEMV_ROWS_SMALL: usize = 4;
 pub const GEMV_ROWS: usize = 16;
 /// Threads of a `gemm_reduce_*` block (one output element each).
 pub const GEMM_REDUCE_THREADS: usize = 256;
+/// f32 elements of A one few-row block stages in shared memory at a time (64 KiB).
+pub const GEMV_A_FLOATS: usize = 16384;
+
+/// The piece of its k-slice (of `k_chunk` elements) a few-row block stages at a time for `m`
+/// rows of A with `vec`-element vectors, and the row stride of that piece in shared memory:
+/// `(piece, stride)`. A piece shorter than the slice is a whole number of warp-wide vectors.
+pub const fn gemv_piece(m: usize, k_chunk: usize, vec: usize) -> (usize, usize) {
+    let rows = if m == 0 { 1 } else { m };
+    let cap = GEMV_A_FLOATS / rows / (32 * vec) * (32 * vec);
+    let piece = if k_chunk < cap { k_chunk } else { cap };
+    (piece, piece.div_ceil(8) * 8)
+}

@@ -6,22 +6,24 @@
 //! A, C and the output are at most 16 rows. The FMAs (M per element of B) stay below the FP32
 //! pipes' rate up to M = 16 in f32; in 16-bit at M = 16 they need ~80% of it.
 //!
+//! A's rows of the block's k-slice go through shared memory as f32, a piece of at most
+//! `GEMV_A_FLOATS` at a time (`gemv_piece`), so every use of A after the first is a shared read.
 //! B `[N, K]` (`_nt`, a linear layer's weight): each warp owns `GEMV_COLS_NT` columns; its lanes
-//! walk the block's k-slice in 16-byte vectors of those columns (two per column in flight), each multiplied by the same k of
-//! every row of A (the block's warps read the same A, which L1 holds), and one butterfly per row
-//! and column sums the lanes at the end.
+//! walk the piece in 16-byte vectors of those columns (two per column in flight), each multiplied
+//! by the same k of every row of A, and one butterfly per row and column sums the lanes at the end.
 //! B `[K, N]` (`_nn`): each lane owns the columns of one 16-byte vector, a warp 32 vectors; the
-//! block's 8 warps take interleaved rows k of the block's k-slice (8 rows in flight per warp, 4 for 16 rows of 16-bit), the rows of A come as warp-wide broadcasts, and the warps' sums meet in shared memory,
+//! block's 8 warps take interleaved rows k of the piece (8 rows in flight per warp, 4 for 16 rows
+//! of 16-bit), A comes as shared-memory broadcasts, and the warps' sums meet in shared memory,
 //! added in warp order.
 //!
 //! `gridDim.y` slices of `k_chunk` elements of k: with one slice the kernel applies the epilogue;
 //! with several each block writes its raw f32 sums to `ws[batch][slice][M][N]` and
 //! `gemm_reduce_*` adds the slices in order, then applies it (deterministic, no atomics).
 //! Launch: block `GEMV_THREADS`, grid `(⌈N / (8·GEMV_COLS_NT)⌉ or ⌈N / (32·vec)⌉, slices,
-//! batch)`, no dynamic shared memory; `k_chunk` a multiple of 32 vectors when `_nt`.
+//! batch)`, dynamic shared memory `4 · M · gemv_piece(M, k_chunk, vec).1` bytes; `k_chunk` a multiple of 32 vectors when `_nt`.
 use super::{epilogue, GemmElem, F32};
 use crate::prelude::*;
-use crate::shapes::{GEMV_COLS_NT as COLS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS};
+use crate::shapes::{gemv_piece, GEMV_COLS_NT as COLS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS};
 
 const WARPS: usize = GEMV_THREADS / 32;
 
@@ -87,46 +89,117 @@ fn aligned16<T>(p: *const T) -> bool {
     p as usize % 16 == 0
 }
 
+/// Stage rows `0..m` of A over k in `[lo, hi)` into `a_s` (row stride `ld`, as f32), with four
+/// loads per thread in flight; the block's barriers around it are the caller's.
+#[inline(always)]
+unsafe fn stage_a<E: GemmElem>(
+    g: &Gemv<E::Elem>,
+    a: *const E::Elem,
+    vector: bool,
+    (lo, hi): (usize, usize),
+    (a_s, ld): (*mut f32, usize),
+) {
+    let len = hi - lo;
+    let per_row = len.div_ceil(E::VEC);
+    let total = g.m * per_row;
+    let mut i = thread_x();
+    while i < total {
+        let mut v = [[0.0f32; 8]; 4];
+        unroll!(u in [0, 1, 2, 3] => {
+            let j = i + u * GEMV_THREADS;
+            if j < total {
+                let (r, c) = (j / per_row, j % per_row * E::VEC);
+                v[u] = E::load_run(a.add(r * g.k + lo + c), vector, len - c);
+            }
+        });
+        unroll!(u in [0, 1, 2, 3] => {
+            let j = i + u * GEMV_THREADS;
+            if j < total {
+                let (r, c) = (j / per_row, j % per_row * E::VEC);
+                // Whole vectors, zeros past `hi`: the `_nt` tail multiplies them by B's zeros
+                // (stale shared memory could hold NaN).
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    if e < E::VEC {
+                        *a_s.add(r * ld + c + e) = v[u][e];
+                    }
+                });
+            }
+        });
+        i += 4 * GEMV_THREADS;
+    }
+}
+
+/// The block's k-slice in pieces whose rows of A fit in shared memory: `body(lo, hi, a_s, ld)`
+/// runs once per piece, after A's piece is staged at `a_s` (row stride `ld`) for every thread.
+#[inline(always)]
+unsafe fn for_each_piece<E: GemmElem>(
+    g: &Gemv<E::Elem>,
+    a: *const E::Elem,
+    (k_lo, k_hi): (usize, usize),
+    mut body: impl FnMut(usize, usize, *const f32, usize),
+) {
+    let vector = g.k % E::VEC == 0 && aligned16(a);
+    let (piece, ld) = gemv_piece(g.m, g.k_chunk, E::VEC);
+    let a_s = dynamic_shared::<f32>();
+    let mut lo = k_lo;
+    while lo < k_hi {
+        let hi = (lo + piece).min(k_hi);
+        // Every warp is done with the previous piece before it is overwritten.
+        sync_threads();
+        stage_a::<E>(g, a, vector, (lo, hi), (a_s, ld));
+        sync_threads();
+        body(lo, hi, a_s, ld);
+        lo = hi;
+    }
+}
+
 /// B `[N, K]`: see the module documentation.
 #[inline(always)]
 unsafe fn gemv_nt<E: GemmElem, const ROWS: usize>(g: Gemv<E::Elem>) {
     let (batch, slice, k_lo, k_hi) = g.slice();
     let (a, b) = (g.a.add(batch * g.stride_a), g.b.add(batch * g.stride_b));
     let n0 = (block_x() * WARPS + warp_in_block()) * COLS;
-    let vector = g.k % E::VEC == 0 && aligned16(a) && aligned16(b);
+    let vector = g.k % E::VEC == 0 && aligned16(b);
     let mut acc = [[0.0f32; COLS]; ROWS];
     let stride = 32 * E::VEC;
-    let mut kk = k_lo + lane() * E::VEC;
-    // Two vectors of each column in flight per lane: the loads of both go out before any FMA.
-    while kk < k_hi {
-        let mut bv = [[[0.0f32; 8]; COLS]; 2];
-        unroll!(u in [0, 1] => {
-            let k = kk + u * stride;
-            unroll!(c in [0, 1, 2, 3] => {
-                if k < k_hi && n0 + c < g.n {
-                    bv[u][c] = E::load_run(b.add((n0 + c) * g.k + k), vector, k_hi - k);
-                }
-            });
-        });
-        unroll!(u in [0, 1] => {
-            let k = kk + u * stride;
-            if k < k_hi {
-                unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-                    if r < ROWS && r < g.m {
-                        let av = E::load_run(a.add(r * g.k + k), vector, k_hi - k);
-                        unroll!(c in [0, 1, 2, 3] => {
-                            unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                                if j < E::VEC {
-                                    acc[r][c] = fma(av[j], bv[u][c][j], acc[r][c]);
-                                }
-                            });
-                        });
+    // Inlined by force: a closure left as a call would keep the accumulators in local memory.
+    let piece = #[inline(always)]
+    |lo: usize, hi: usize, a_s: *const f32, ld: usize| {
+        let mut kk = lo + lane() * E::VEC;
+        // Two vectors of each column in flight per lane: the loads of both go out before any FMA.
+        while kk < hi {
+            let mut bv = [[[0.0f32; 8]; COLS]; 2];
+            unroll!(u in [0, 1] => {
+                let k = kk + u * stride;
+                unroll!(c in [0, 1, 2, 3] => {
+                    if k < hi && n0 + c < g.n {
+                        bv[u][c] = E::load_run(b.add((n0 + c) * g.k + k), vector, hi - k);
                     }
                 });
-            }
-        });
-        kk += 2 * stride;
-    }
+            });
+            unroll!(u in [0, 1] => {
+                let k = kk + u * stride;
+                if k < hi {
+                    unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                        if r < ROWS && r < g.m {
+                            let row = a_s.add(r * ld + k - lo);
+                            let high = if E::VEC == 8 { *(row.add(4) as *const F32x4) } else { F32x4([0.0; 4]) };
+                            let halves = [*(row as *const F32x4), high];
+                            unroll!(c in [0, 1, 2, 3] => {
+                                unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                                    if j < E::VEC {
+                                        acc[r][c] = fma(halves[j / 4].0[j % 4], bv[u][c][j], acc[r][c]);
+                                    }
+                                });
+                            });
+                        }
+                    });
+                }
+            });
+            kk += 2 * stride;
+        }
+    };
+    for_each_piece::<E>(&g, a, (k_lo, k_hi), piece);
     unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
         if r < ROWS && r < g.m {
             unroll!(c in [0, 1, 2, 3] => {
@@ -153,32 +226,37 @@ unsafe fn gemv_nn<E: GemmElem, const ROWS: usize>(g: Gemv<E::Elem>) {
     let w = warp_in_block();
     let vector = g.n % E::VEC == 0 && aligned16(b);
     let mut acc = [[0.0f32; 8]; ROWS];
-    let mut kr = k_lo + w;
-    while kr < k_hi {
-        let mut bv = [[0.0f32; 8]; DEPTH];
-        unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            let k = kr + u * WARPS;
-            if u < depth && k < k_hi && cols > 0 {
-                bv[u] = E::load_run(b.add(k * g.n + col0), vector, cols);
-            }
-        });
-        unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            let k = kr + u * WARPS;
-            if u < depth && k < k_hi {
-                unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-                    if r < ROWS && r < g.m {
-                        let x = E::load(a.add(r * g.k + k));
-                        unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                            if j < E::VEC {
-                                acc[r][j] = fma(x, bv[u][j], acc[r][j]);
-                            }
-                        });
-                    }
-                });
-            }
-        });
-        kr += depth * WARPS;
-    }
+    // Inlined by force, as in `gemv_nt`.
+    let piece = #[inline(always)]
+    |lo: usize, hi: usize, a_s: *const f32, ld: usize| {
+        let mut kr = lo + w;
+        while kr < hi {
+            let mut bv = [[0.0f32; 8]; DEPTH];
+            unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let k = kr + u * WARPS;
+                if u < depth && k < hi && cols > 0 {
+                    bv[u] = E::load_run(b.add(k * g.n + col0), vector, cols);
+                }
+            });
+            unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let k = kr + u * WARPS;
+                if u < depth && k < hi {
+                    unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                        if r < ROWS && r < g.m {
+                            let x = *a_s.add(r * ld + k - lo);
+                            unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                                if j < E::VEC {
+                                    acc[r][j] = fma(x, bv[u][j], acc[r][j]);
+                                }
+                            });
+                        }
+                    });
+                }
+            });
+            kr += depth * WARPS;
+        }
+    };
+    for_each_piece::<E>(&g, a, (k_lo, k_hi), piece);
     let partial = shared_ptr(&raw mut GEMV_PARTIAL);
     let mine = partial.add((w * 32 + lane()) * 8);
     unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {

@@ -2,15 +2,25 @@
 //! `alpha`/`beta`, bias and activation fused in the epilogue, batched and strided-batched).
 //! Kernels: `gpu-kernels/src/matmul/`.
 //!
-//! Kernel choice: f16 and bf16 tensors (A, B, C and bias of one dtype) take the 16-bit
-//! tensor-core kernel (f32 accumulation, output in the input dtype): on devices running the
-//! sm_90a module (H100), the `wgmma` + TMA kernel whenever the operands' rows are 16-byte
-//! multiples (a TMA requirement), else the `mma.sync` one. TF32 on sm_90a devices also takes a
-//! `wgmma` kernel, which reads both operands K-major: a 2-D A stored `[K, M]` or B stored
-//! `[K, N]` is transposed first (batched ones of those layouts stay on `mma.sync`). For f32: with TF32 allowed on the context (or by [`Gemm::allow_tf32`]), the tensor-core
-//! TF32 kernel (128×128 tiles). Otherwise the exact SIMT f32 kernel with the largest tile
-//! (128×128, then 128×64, then 64×64) whose grid still gives every SM at least one block; small
-//! or skinny products get smaller tiles and so more blocks.
+//! # Dispatch
+//! `plan` picks the kernel, its tile and the split of K from the dimensions, the dtype, the
+//! transposes, the batch and two device facts (SM count, whether the sm_90a module runs). The
+//! first matching row wins:
+//!
+//! | # | when | kernel | split-K |
+//! |---|------|--------|---------|
+//! | 1 | M ≤ 16, A not transposed, any dtype (TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (128×256 tiles, TMA) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
+//! | 3 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
+//! | 4 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
+//! | 5 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
+//! | 6 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
+//! | 7 | f32 otherwise | `gemm_f32_{large,medium,small}_*`: the largest tile (128×128, 128×64, 64×64) whose grid gives every SM a block | none |
+//!
+//! Split-K writes each slice's raw f32 sums to a workspace from the pool (`[batch][slice][M][N]`)
+//! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
+//! once: the same bits on every run, no atomics. Few rows with A transposed, and few columns
+//! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–7).
 use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, DeviceElement, Kernel};
@@ -18,10 +28,10 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
+    gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
     GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMV_COLS_NT, GEMV_ROWS,
-    GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, WGMMA_MN_BOX,
-    WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
+    GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -309,7 +319,7 @@ impl<'a> Gemm<'a> {
             shared_bytes: shared_bytes as u32,
         };
         // SAFETY: `gemm_{f32_<tile>,tf32,f16,bf16}_<ta><tb>(a, b, c, bias, out, m, n, k, [k_chunk,]
-        // stride_a, stride_b, stride_c, alpha, beta, activation)`: every pointer is a live buffer
+        // stride_a, stride_b, stride_c, alpha, beta, activation[, ws])`: every pointer is a live buffer
         // of this stream whose shape `dims()` checked against m, n, k and the batch strides (c
         // and bias may be null); `out` is fresh; block, grid and dynamic shared memory are the
         // kernel's. With slices (SIMT only), `out` is the workspace of batch·slices·M·N floats,
@@ -325,7 +335,10 @@ impl<'a> Gemm<'a> {
                     k.launch(stream, cfg, args)
                 }
                 GemmKernel::F32(k) => k.launch(stream, cfg, self.gemm_args(d, out)),
-                GemmKernel::Half(k) => k.launch(stream, cfg, self.gemm_args(d, out)),
+                GemmKernel::Half(k) => {
+                    let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
+                    k.launch(stream, cfg, self.half_args(d, out, plan.k_chunk, ws))
+                }
             }
         }
     }
@@ -342,10 +355,11 @@ impl<'a> Gemm<'a> {
     ) -> Result<()> {
         let dtype = self.a.dtype();
         let table = &GEMV_KERNELS[usize::from(rows > GEMV_ROWS_SMALL)][usize::from(self.transpose_b)];
+        let (_, piece_stride) = gemv_piece(d.m, plan.k_chunk, vector_elems(dtype));
         let cfg = LaunchConfig {
             grid: (gemv_blocks_x(d.n, dtype, self.transpose_b) as u32, plan.slices as u32, d.batch as u32),
             block: (GEMV_THREADS as u32, 1, 1),
-            shared_bytes: 0,
+            shared_bytes: (4 * d.m * piece_stride) as u32,
         };
         let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
         // SAFETY: `gemv_<dtype>_<nn|nt>_r<rows>(a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a,
@@ -353,7 +367,8 @@ impl<'a> Gemm<'a> {
         // buffers of this stream of the shapes `dims()` checked (c, bias may be null); A is not
         // transposed and has at most `rows` rows (the plan's condition); `ws` is null or the
         // workspace of batch·slices·M·N floats, grid y = ⌈k / k_chunk⌉ slices, `k_chunk` a
-        // multiple of 32 vectors; block and grid are the kernel's.
+        // multiple of 32 vectors; block, grid and dynamic shared memory (A's staged piece, at most
+        // 64 KiB) are the kernel's.
         unsafe {
             launch_by_dtype!(table, dtype, |k| k.launch(
                 stream,
@@ -444,6 +459,13 @@ impl<'a> Gemm<'a> {
             self.beta,
             self.activation.code(),
         )
+    }
+
+    /// The arguments of the 16-bit mma.sync kernels: `k_chunk` after k, the workspace last.
+    fn half_args(&self, d: &Dims, out: &Tensor, k_chunk: usize, ws: DevPtrMut<f32>) -> HalfArgs {
+        let (a, b, c, bias, out, m, n, k, stride_a, stride_b, stride_c, alpha, beta, act) =
+            self.gemm_args::<u16>(d, out);
+        (a, b, c, bias, out, m, n, k, k_chunk, stride_a, stride_b, stride_c, alpha, beta, act, ws)
     }
 
     /// The arguments of the SIMT kernels: the mma.sync ones with `k_chunk` after k.
@@ -674,7 +696,9 @@ const GEMV_BLOCKS_PER_SM: usize = 4;
 /// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
 /// the workspace stays small beside the operands.
 const SPLIT_MIN_K: usize = 512;
-const MAX_SLICES: usize = 16;
+const MAX_SLICES: usize = 32;
+/// 16-bit `mma.sync` blocks resident on one SM (256 threads × 165 registers).
+const MMA_HALF_PER_SM: usize = 1;
 /// SIMT f32 blocks of the large tile resident on one SM (256 threads × 148 registers).
 const SIMT_LARGE_PER_SM: usize = 1;
 
@@ -736,17 +760,21 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
         let tma =
             d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
-        return if dev.sm90a && tma {
-            wgmma_plan(d, GemmPath::Wgmma, o.dtype, dev)
-        } else {
-            whole(GemmPath::HalfMma)
-        };
+        if dev.sm90a && tma {
+            return wgmma_plan(d, GemmPath::Wgmma, o.dtype, dev);
+        }
+        let tiles = tiles(MMA_TILE);
+        if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
+            let (slices, k_chunk) = split_k(d.k, tiles, MMA_HALF_PER_SM * dev.sms, (MMA_BK, SPLIT_MIN_K));
+            return GemmPlan { path: GemmPath::HalfMma, slices, k_chunk };
+        }
+        return whole(GemmPath::HalfMma);
     }
     if o.tf32 {
         // The transposes that make both operands K-major exist for 2-D operands only.
         let transposes = o.transpose_a || !o.transpose_b;
-        let fits = !(o.transpose_a && o.batched_a)
-            && !(!o.transpose_b && o.batched_b)
+        let batched_transpose = (o.transpose_a && o.batched_a) || (!o.transpose_b && o.batched_b);
+        let fits = !batched_transpose
             && d.k % 4 == 0
             && d.k > 0
             && (!transposes || Tensor::transpose_fits(d.k))
@@ -811,11 +839,32 @@ type SimtArgs = (
     u32,
 );
 
+/// The 16-bit mma.sync GEMMs' arguments: [`GemmArgs`] with `k_chunk` after k and the split-K
+/// workspace (null: none) last.
+type HalfArgs = (
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtrMut<u16>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+    DevPtrMut<f32>,
+);
+
 /// An mma.sync or SIMT GEMM kernel on f32 or 16-bit buffers.
 enum GemmKernel {
     SimtF32(Kernel<SimtArgs>),
     F32(Kernel<GemmArgs<f32>>),
-    Half(Kernel<GemmArgs<u16>>),
+    Half(Kernel<HalfArgs>),
 }
 
 /// `[A transposed][B transposed]`.
@@ -898,7 +947,7 @@ const REDUCE_KERNELS: ByDType<ReduceArgs<f32>, ReduceArgs<u16>> =
     ByDType { f32: kernels::gemm_reduce_f32, f16: kernels::gemm_reduce_f16, bf16: kernels::gemm_reduce_bf16 };
 
 /// `[f16, bf16][A transposed][B transposed]`.
-const HALF_KERNELS: [ByTranspose<GemmArgs<u16>>; 2] = [
+const HALF_KERNELS: [ByTranspose<HalfArgs>; 2] = [
     [[kernels::gemm_f16_nn, kernels::gemm_f16_nt], [kernels::gemm_f16_tn, kernels::gemm_f16_tt]],
     [[kernels::gemm_bf16_nn, kernels::gemm_bf16_nt], [kernels::gemm_bf16_tn, kernels::gemm_bf16_tt]],
 ];
@@ -1123,6 +1172,11 @@ mod tests {
         assert_eq!(split(8192, 128, 8192), (2, 4096));
         assert_eq!(split(16384, 16384, 256), (1, 256));
         assert_eq!(split(128, 8192, 1000), (1, 1000));
+        // mma.sync splits K as well when its 128×128 tiles are few: a 73-row weight gradient.
+        let p = plan(&dims(73, 384, 16384), &operands(DType::BF16, true, false), &H100);
+        assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::HalfMma, 32, 512));
+        let p = plan(&dims(3001, 3003, 2999), &o, &H100);
+        assert_eq!((p.path, p.slices), (GemmPath::HalfMma, 1));
         // Transposed A [K, M]: M is the row length.
         assert_eq!(path(dims(3001, 3000, 3000), operands(DType::F16, true, false), H100), GemmPath::HalfMma);
     }
@@ -1169,7 +1223,8 @@ mod tests {
     #[test]
     fn split_k_rounds_to_the_alignment_and_caps_the_slices() {
         assert_eq!(split_k(8192, 64, 132, (16, 512)), (2, 4096));
-        assert_eq!(split_k(8192, 1, 132, (16, 512)), (MAX_SLICES, 512));
+        assert_eq!(split_k(8192, 1, 132, (16, 512)), (16, 512));
+        assert_eq!(split_k(1 << 20, 1, 132, (16, 512)), (MAX_SLICES, 1 << 15));
         assert_eq!(split_k(1000, 1, 132, (16, 512)), (1, 1000));
         assert_eq!(split_k(0, 1, 132, (16, 512)), (1, 1));
         let (slices, chunk) = split_k(10_001, 3, 132, (256, 512));
