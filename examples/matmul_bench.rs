@@ -108,9 +108,12 @@ fn irregular(
     Ok(())
 }
 
-/// The GPT example's products (bf16, tokens M = 16384, width 384): `(label, A's shape, B's shape,
-/// transpose A, transpose B)`; cuBLAS beside them is its plain `A·B` of the same (M, N, K).
-const GPT: [(&str, [usize; 2], [usize; 2], bool, bool); 6] = [
+/// One product: label, A's shape, B's shape, transpose A, transpose B.
+type Product = (&'static str, [usize; 2], [usize; 2], bool, bool);
+
+/// The GPT example's products (bf16, tokens M = 16384, width 384); cuBLAS beside them is its
+/// plain `A·B` of the same (M, N, K).
+const GPT: [Product; 6] = [
     ("fwd x·Wᵀ 384→1152", [16384, 384], [1152, 384], false, true),
     ("fwd x·Wᵀ 1536→384", [16384, 1536], [384, 1536], false, true),
     ("dX = dY·W 1152→384", [16384, 1152], [1152, 384], false, false),
