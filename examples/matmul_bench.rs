@@ -4,9 +4,15 @@
 //! for the small sizes, like the seeds' "Matrix Operations" table. Last, the conv2d forward in f32
 //! and TF32 against PyTorch's (cuDNN) from the same JSON.
 //!
-//!     matmul_bench [torch.json]
+//! The irregular shapes (few rows, thin outputs, short inner dimensions, odd sizes: torch_ref's
+//! `matmul_irregular_fp32/bf16` rows) in their own table, beside cuBLAS and PyTorch, with the
+//! few-row products also as a linear layer's `A·Bᵀ` and in GB/s of B against a copy.
+//!
+//! Last, the GPT example's products (forward, input and weight gradients) beside cuBLAS.
+//!
+//!     matmul_bench [--irregular] [torch.json]     (--irregular: those two tables only)
 use ferrocuda::timing::median_ms;
-use ferrocuda::{linear, Activation, Context, Result};
+use ferrocuda::{linear, Activation, Context, DType, Result};
 
 #[path = "../benches/baseline/cublas.rs"]
 mod cublas;
@@ -31,13 +37,127 @@ fn torch_ms(path: Option<&String>, workload: &str, shape: &str) -> Option<f64> {
     rows.iter().find(|r| r["workload"] == workload && r["shape"] == shape).and_then(|r| r["ms"].as_f64())
 }
 
+/// torch_ref's irregular shapes, (M, K, N) as it prints them.
+const IRREGULAR: [(usize, usize, usize); 7] = [
+    (1, 8192, 8192),
+    (16, 8192, 8192),
+    (128, 8192, 8192),
+    (8192, 8192, 128),
+    (16384, 256, 16384),
+    (3001, 2999, 3003),
+    (6144, 6144, 6144),
+];
+
+fn irregular(
+    ctx: &Context,
+    blas: &std::result::Result<cublas::Cublas, String>,
+    torch_json: Option<&String>,
+) -> Result<()> {
+    let x = ctx.randn(&[1 << 28], 1)?;
+    let copy_ms = median_ms(ctx, 3, 20, || x.copy().map(drop))?;
+    let copy_gbs = (8usize << 28) as f64 / (copy_ms * 1e6);
+    drop(x);
+    println!("\n# copy bandwidth (read + write, 2^28 f32): {copy_gbs:.0} GB/s");
+    println!(
+        "{:<28} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8}",
+        "irregular (M, K, N)", "ms", "TFLOP/s", "cuBLAS", "ratio", "torch", "ratio", "B %copy"
+    );
+    for (dtype, workload) in [(DType::F32, "matmul_irregular_fp32"), (DType::BF16, "matmul_irregular_bf16")] {
+        for (m, k, n) in IRREGULAR {
+            let a = ctx.randn(&[m, k], 1)?.to_dtype(dtype)?;
+            let b = ctx.randn(&[k, n], 2)?.to_dtype(dtype)?;
+            let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
+            let ms = median_ms(ctx, 3, reps, || a.matmul(&b).map(drop))?;
+            let base = blas.as_ref().ok().and_then(|c| match dtype {
+                DType::BF16 => c.gemm_ms::<ferrocuda::bf16>(m, n, k, false, reps).ok(),
+                _ => c.sgemm_ms(m, n, k, false, reps).ok(),
+            });
+            let torch = torch_ms(torch_json, workload, &format!("({m}, {k}, {n})"));
+            let b_bytes = (k * n * dtype.size_bytes()) as f64;
+            // B read once at the copy's bandwidth: the floor of the few-row products.
+            let b_frac = |ms: f64| b_bytes / (ms * 1e6) / copy_gbs;
+            let label = format!("{} ({m}, {k}, {n})", if dtype == DType::F32 { "f32" } else { "bf16" });
+            let ratio = |t: Option<f64>| t.map_or("-".into(), |t| format!("{:.2}x", t / ms));
+            let time = |t: Option<f64>| t.map_or("-".into(), |t| format!("{t:.4}"));
+            println!(
+                "{label:<28} {ms:>9.4} {:>9.2} {:>9} {:>7} {:>9} {:>7} {:>7.0}%",
+                tflops(m, n, k, ms),
+                time(base),
+                ratio(base),
+                time(torch),
+                ratio(torch),
+                b_frac(ms) * 100.0
+            );
+            if m <= 16 {
+                // The decode step's layout: a linear layer's weight [N, K].
+                let bt = ctx.randn(&[n, k], 3)?.to_dtype(dtype)?;
+                let ms = median_ms(ctx, 3, reps, || a.matmul_t(&bt).map(drop))?;
+                println!(
+                    "{:<28} {ms:>9.4} {:>9.2} {:>9} {:>7} {:>9} {:>7} {:>7.0}%",
+                    format!("  A·Bᵀ ({m}, {k}, {n})"),
+                    tflops(m, n, k, ms),
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    b_frac(ms) * 100.0
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One product: label, A's shape, B's shape, transpose A, transpose B.
+type Product = (&'static str, [usize; 2], [usize; 2], bool, bool);
+
+/// The GPT example's products (bf16, tokens M = 16384, width 384); cuBLAS beside them is its
+/// plain `A·B` of the same (M, N, K).
+const GPT: [Product; 6] = [
+    ("fwd x·Wᵀ 384→1152", [16384, 384], [1152, 384], false, true),
+    ("fwd x·Wᵀ 1536→384", [16384, 1536], [384, 1536], false, true),
+    ("dX = dY·W 1152→384", [16384, 1152], [1152, 384], false, false),
+    ("dW = dYᵀ·X 1152×384", [16384, 1152], [16384, 384], true, false),
+    ("dW = dYᵀ·X 384×1536", [16384, 384], [16384, 1536], true, false),
+    ("head dW 73×384", [16384, 73], [16384, 384], true, false),
+];
+
+fn gpt_shapes(ctx: &Context, blas: &std::result::Result<cublas::Cublas, String>) -> Result<()> {
+    println!("\n{:<28} {:>9} {:>9} {:>9} {:>7}", "GPT bf16 (M, N, K)", "ms", "TFLOP/s", "cuBLAS", "ratio");
+    for (label, sa, sb, ta, tb) in GPT {
+        let a = ctx.randn(&sa, 1)?.to_dtype(DType::BF16)?;
+        let b = ctx.randn(&sb, 2)?.to_dtype(DType::BF16)?;
+        let (m, k) = if ta { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
+        let n = if tb { sb[0] } else { sb[1] };
+        let ms = median_ms(ctx, 3, 20, || {
+            ferrocuda::Gemm::new(&a, &b).transpose_a(ta).transpose_b(tb).run().map(drop)
+        })?;
+        let base = blas.as_ref().ok().and_then(|c| c.gemm_ms::<ferrocuda::bf16>(m, n, k, false, 20).ok());
+        println!(
+            "{:<28} {ms:>9.4} {:>9.2} {:>9} {:>7}",
+            format!("{label} ({m}, {n}, {k})"),
+            tflops(m, n, k, ms),
+            base.map_or("-".into(), |b| format!("{b:.4}")),
+            base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
-    let torch_json = std::env::args().nth(1);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let only_irregular = args.iter().any(|a| a == "--irregular");
+    args.retain(|a| a != "--irregular");
+    let torch_json = args.first();
     let ctx = Context::new()?;
     println!("# matmul_bench on {}", ctx.device());
     let blas = if ctx.is_cuda() { cublas::Cublas::new() } else { Err("CPU backend".into()) };
     if let Err(why) = &blas {
         println!("# cuBLAS baseline unavailable: {why}");
+    }
+    if only_irregular {
+        irregular(&ctx, &blas, torch_json)?;
+        return gpt_shapes(&ctx, &blas);
     }
     let cpu = Context::cpu();
     println!(
@@ -122,7 +242,7 @@ fn main() -> Result<()> {
         let bias_full = ones.matmul(&bias_row)?;
         let fused = median_ms(&ctx, 2, 10, || linear(&x, &w, Some(&bias), Activation::Gelu).map(drop))?;
         let unfused = median_ms(&ctx, 2, 10, || x.matmul_t(&w)?.add(&bias_full)?.gelu().map(drop))?;
-        let torch = torch_ms(torch_json.as_ref(), "linear_gelu_fp32", &format!("({m}, {k}, {n})"));
+        let torch = torch_ms(torch_json, "linear_gelu_fp32", &format!("({m}, {k}, {n})"));
         println!(
             "{:<28} {fused:>10.4} {unfused:>10.4} {:>8.2}x {:>10} {:>8}",
             format!("({m}, {k}, {n})"),
@@ -145,7 +265,7 @@ fn main() -> Result<()> {
             ctx.set_allow_tf32(precision);
             let ms = median_ms(&ctx, 3, 20, || ferrocuda::conv2d(&x, &w, None, params).map(drop))?;
             let shape = format!("({}, {})", py_tuple(&input), py_tuple(&weight));
-            let torch = torch_ms(torch_json.as_ref(), workload, &shape);
+            let torch = torch_ms(torch_json, workload, &shape);
             let rate = |ms: f64| flops as f64 / (ms * 1e9);
             println!(
                 "{:<40} {ms:>9.4} {:>9.2} {:>10} {:>9} {:>7}",
@@ -158,7 +278,8 @@ fn main() -> Result<()> {
         }
         ctx.set_allow_tf32(false);
     }
-    Ok(())
+    irregular(&ctx, &blas, torch_json)?;
+    gpt_shapes(&ctx, &blas)
 }
 
 /// Python's `str()` of a tuple of ints.

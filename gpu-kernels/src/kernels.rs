@@ -25,12 +25,12 @@ kernel_table! {
             ](
                 maps: *const u8, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32
+                batched_b: u32, k_steps: usize, ws: *mut f32
             );
             [gemm_wgmma_tf32_nt](
                 maps: *const u8, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32
+                batched_b: u32, k_steps: usize, ws: *mut f32
             );
         }
     }
@@ -42,8 +42,35 @@ kernel_table! {
                 gemm_f32_small_nn, gemm_f32_small_nt, gemm_f32_small_tn, gemm_f32_small_tt
             ](
                 a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
-                n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize, alpha: f32,
-                beta: f32, activation: u32
+                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+                alpha: f32, beta: f32, activation: u32
+            );
+        }
+        matmul::gemv {
+            [
+                gemv_f32_nn_r4, gemv_f32_nt_r4, gemv_f32_nn_r16, gemv_f32_nt_r16
+            ](
+                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32,
+                ws: *mut f32, m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize,
+                stride_b: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32
+            );
+            [
+                gemv_f16_nn_r4, gemv_f16_nt_r4, gemv_f16_nn_r16, gemv_f16_nt_r16,
+                gemv_bf16_nn_r4, gemv_bf16_nt_r4, gemv_bf16_nn_r16, gemv_bf16_nt_r16
+            ](
+                a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16,
+                ws: *mut f32, m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize,
+                stride_b: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32
+            );
+        }
+        matmul::gemm_reduce {
+            [gemm_reduce_f32](
+                ws: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
+                slices: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32
+            );
+            [gemm_reduce_f16, gemm_reduce_bf16](
+                ws: *const f32, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
+                slices: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32
             );
         }
         matmul::gemm_tf32 {
@@ -59,8 +86,8 @@ kernel_table! {
                 gemm_bf16_nn, gemm_bf16_nt, gemm_bf16_tn, gemm_bf16_tt
             ](
                 a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16, m: usize,
-                n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize, alpha: f32,
-                beta: f32, activation: u32
+                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+                alpha: f32, beta: f32, activation: u32, ws: *mut f32
             );
         }
     }

@@ -254,3 +254,24 @@ pub const fn attn_dq_shared_bytes(d: usize) -> usize {
 pub const fn attn_dkdv_shared_bytes(d: usize) -> usize {
     (2 * ATTN_BLOCK_N + 4 * ATTN_BWD_BLOCK_Q) * attn_row(d) * 2 + 4 * ATTN_BWD_BLOCK_Q * 4
 }
+
+/// The few-row GEMM (`gemv_*`): 256-thread blocks (8 warps); with B `[N, K]` each warp owns
+/// `GEMV_COLS_NT` columns; A has at most `GEMV_ROWS_SMALL` or `GEMV_ROWS` rows by kernel suffix.
+pub const GEMV_THREADS: usize = 256;
+pub const GEMV_COLS_NT: usize = 4;
+pub const GEMV_ROWS_SMALL: usize = 4;
+pub const GEMV_ROWS: usize = 16;
+/// Threads of a `gemm_reduce_*` block (one output element each).
+pub const GEMM_REDUCE_THREADS: usize = 256;
+/// f32 elements of A one few-row block stages in shared memory at a time (64 KiB).
+pub const GEMV_A_FLOATS: usize = 16384;
+
+/// The piece of its k-slice (of `k_chunk` elements) a few-row block stages at a time for `m`
+/// rows of A with `vec`-element vectors, and the row stride of that piece in shared memory:
+/// `(piece, stride)`. A piece shorter than the slice is a whole number of warp-wide vectors.
+pub const fn gemv_piece(m: usize, k_chunk: usize, vec: usize) -> (usize, usize) {
+    let rows = if m == 0 { 1 } else { m };
+    let cap = GEMV_A_FLOATS / rows / (32 * vec) * (32 * vec);
+    let piece = if k_chunk < cap { k_chunk } else { cap };
+    (piece, piece.div_ceil(8) * 8)
+}

@@ -31,6 +31,8 @@ struct Gemm {
     m: usize,
     n: usize,
     k: usize,
+    /// Elements of k per block z-slice (`k` without split-K).
+    k_chunk: usize,
     lda: usize,
     ldb: usize,
     ldc: usize,
@@ -193,9 +195,14 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
 
 #[inline(always)]
 unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>(g: Gemm) {
-    let (m0, n0, batch) = (block_y() * BM, block_x() * BN, block_z());
-    let a = g.a.add(batch * g.stride_a);
-    let b = g.b.add(batch * g.stride_b);
+    // Split-K: block z is (batch, slice); a slice's product goes raw to its own `[M, N]` of `out`
+    // (the host passes an f32 workspace and an identity epilogue, and reduces the slices after).
+    let slices = g.k.div_ceil(g.k_chunk.max(1)).max(1);
+    let (m0, n0, z) = (block_y() * BM, block_x() * BN, block_z());
+    let (batch, k0) = (z / slices, z % slices * g.k_chunk);
+    let a = g.a.add(batch * g.stride_a + if TA { k0 * g.lda } else { k0 });
+    let b = g.b.add(batch * g.stride_b + if TB { k0 } else { k0 * g.ldb });
+    let g = Gemm { k: g.k_chunk.min(g.k - k0), ..g };
     let a_vec_ok = g.lda % 4 == 0 && g.stride_a % 4 == 0;
     let b_vec_ok = g.ldb % 4 == 0 && g.stride_b % 4 == 0;
     let load_a = |k: usize, m: usize| {
@@ -216,7 +223,7 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>
     let (tr, tc) = (thread_x() / (BN / TM), thread_x() % (BN / TM));
 
     // Epilogue: rows tr·4 + i (+ BM/2), columns tc·4 + j (+ BN/2).
-    let out = g.out.add(batch * g.m * g.n);
+    let out = g.out.add(z * g.m * g.n);
     let c = g.c.add(batch * g.stride_c);
     let has_c = !g.c.is_null() && g.beta != 0.0;
     let out_vec_ok = g.ldc % 4 == 0 && (g.m * g.n) % 4 == 0;
@@ -253,17 +260,20 @@ macro_rules! gemm_kernels {
         /// SIMT f32 GEMM; see the module documentation. Per batch `a` is `[M, K]` (`[K, M]`
         /// when transposed), `b` is `[K, N]` (`[N, K]`), `c` and `out` are `[M, N]`, all
         /// row-major; batch `z` starts at `z·stride_*` (0 repeats one matrix), `out`'s batches
-        /// are contiguous; `c` and `bias` may be null.
+        /// are contiguous; `c` and `bias` may be null. With `k_chunk < k` (a multiple of
+        /// `GEMM_BK`), `gridDim.z` = batch × ⌈k / k_chunk⌉ and slice `s` of batch `z` writes its
+        /// raw sum over k in `[s·k_chunk, (s+1)·k_chunk)` to `out[z·slices + s]`.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32,
-            m: usize, n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize,
-            alpha: f32, beta: f32, activation: u32,
+            m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize,
+            stride_c: usize, alpha: f32, beta: f32, activation: u32,
         ) {
             let lda = if $ta { m } else { k };
             let ldb = if $tb { k } else { n };
             let g = Gemm {
-                a, b, c, bias, out, m, n, k, lda, ldb, ldc: n, stride_a, stride_b, stride_c, alpha, beta, activation,
+                a, b, c, bias, out, m, n, k, k_chunk, lda, ldb, ldc: n, stride_a, stride_b, stride_c, alpha,
+                beta, activation,
             };
             gemm::<{ $tile.0 }, { $tile.1 }, $ta, $tb>(g)
         }

@@ -9,11 +9,13 @@
 //! k-steps of 32 through three `cp.async` stages (16-byte copies of 8 elements, zero fill at the
 //! edges; 2-byte copies when rows are not 16-byte multiples). k-contiguous operands live as
 //! `[rows][32 + 8]` and give their k-pairs as one 32-bit read; row-contiguous ones as
-//! `[32][rows + 8]`, read as two halves. Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉,
-//! batch)`, dynamic shared memory `MMA16_SHARED_BYTES`.
+//! `[32][rows + 8]`, read as two halves. Split-K (few tiles, long K): block z = batch·slices +
+//! slice runs its slice and writes raw f32 sums to a workspace that `gemm_reduce_*` adds in order.
+//! Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉, batch · slices)`, dynamic shared memory
+//! `MMA16_SHARED_BYTES`.
 use super::{mma_epilogue, mma_mainloop, warp_origin, WarpAcc, WARP_M as WM, WARP_N as WN};
 use crate::prelude::*;
-use crate::shapes::{MMA16_OPERAND_HALVES, MMA_BK as BK, MMA_THREADS as THREADS, MMA_TILE};
+use crate::shapes::{ACTIVATION_NONE, MMA16_OPERAND_HALVES, MMA_BK as BK, MMA_THREADS as THREADS, MMA_TILE};
 
 const BM: usize = MMA_TILE.0;
 /// 16-byte chunks (8 elements) one thread copies per operand per stage.
@@ -91,23 +93,28 @@ unsafe fn gemm<H: MmaInput, const TA: bool, const TB: bool>(
     (m, n, k): (usize, usize, usize),
     (stride_a, stride_b, stride_c): (usize, usize, usize),
     (alpha, beta, activation): (f32, f32, u32),
+    (k_chunk, ws): (usize, *mut f32),
 ) {
     let t = thread_x();
-    let (m0, n0, batch) = (block_y() * BM, block_x() * MMA_TILE.1, block_z());
+    // Split-K: block z is (batch, slice), the slice's k from `k0` (a multiple of BK).
+    let slices = k.div_ceil(k_chunk.max(1)).max(1);
+    let (m0, n0, z) = (block_y() * BM, block_x() * MMA_TILE.1, block_z());
+    let (batch, k0) = (z / slices, z % slices * k_chunk);
     let (lda, ldb) = (if TA { m } else { k }, if TB { k } else { n });
+    let k_part = k_chunk.min(k - k0);
     let op_a = Operand {
-        src: a.add(batch * stride_a),
+        src: a.add(batch * stride_a + if TA { k0 * lda } else { k0 }),
         ld: lda,
         rows: m,
-        k,
+        k: k_part,
         k_contiguous: !TA,
         vector_ok: lda % 8 == 0 && stride_a % 8 == 0,
     };
     let op_b = Operand {
-        src: b.add(batch * stride_b),
+        src: b.add(batch * stride_b + if TB { k0 } else { k0 * ldb }),
         ld: ldb,
         rows: n,
-        k,
+        k: k_part,
         k_contiguous: TB,
         vector_ok: ldb % 8 == 0 && stride_b % 8 == 0,
     };
@@ -148,7 +155,15 @@ unsafe fn gemm<H: MmaInput, const TA: bool, const TB: bool>(
             });
         });
     };
-    let acc = mma_mainloop(k.div_ceil(BK), load, compute);
+    let acc = mma_mainloop(k_part.div_ceil(BK), load, compute);
+    if !ws.is_null() {
+        // One slice of a split-K product: the raw sums, reduced and finished by `gemm_reduce_*`.
+        let part = ws.add(z * m * n);
+        // SAFETY: `idx` < m·n, checked by the caller; the workspace holds a slice per z.
+        let store = |idx: usize, v: f32| unsafe { store_f32(part.add(idx), v) };
+        mma_epilogue(&acc, (m0 + wm0, n0 + wn0), (m, n), (1.0, ACTIVATION_NONE), |_| 0.0, |_| 0.0, store);
+        return;
+    }
 
     let (out, c) = (out.add(batch * m * n), c.add(batch * stride_c));
     let has_c = !c.is_null() && beta != 0.0;
@@ -167,14 +182,18 @@ unsafe fn gemm<H: MmaInput, const TA: bool, const TB: bool>(
 macro_rules! half_kernels {
     ($($name:ident: $h:ty, $ta:literal, $tb:literal;)*) => {$(
         /// 16-bit tensor-core GEMM; arguments as the SIMT `gemm_f32_*` kernels, on 16-bit
-        /// elements (`alpha`, `beta` in f32).
+        /// elements (`alpha`, `beta` in f32); with a split (`k_chunk < k`, a multiple of
+        /// `MMA_BK`) the slices' raw f32 sums go to `ws[z·slices + s]` (`[M, N]` each) instead.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16,
-            m: usize, n: usize, k: usize, stride_a: usize, stride_b: usize, stride_c: usize,
-            alpha: f32, beta: f32, activation: u32,
+            m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize,
+            stride_c: usize, alpha: f32, beta: f32, activation: u32, ws: *mut f32,
         ) {
-            gemm::<$h, $ta, $tb>((a, b, c, bias, out), (m, n, k), (stride_a, stride_b, stride_c), (alpha, beta, activation))
+            gemm::<$h, $ta, $tb>(
+                (a, b, c, bias, out), (m, n, k), (stride_a, stride_b, stride_c), (alpha, beta, activation),
+                (k_chunk, ws),
+            )
         }
     )*};
 }

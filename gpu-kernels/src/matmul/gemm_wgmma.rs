@@ -19,8 +19,11 @@
 //! tiles in groups of `WGMMA_GROUP_M` rows of tiles, so that the blocks resident together share
 //! A and B panels in L2.
 //!
+//! Split-K (thin or few output tiles): block z = batch·slices + slice runs its slice's k-steps
+//! and stores raw f32 sums into a workspace, which `gemm_reduce_*` adds in order.
+//!
 //! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid
-//! `(⌈M/128⌉·⌈N/256⌉, 1, batch)`, dynamic shared memory `WGMMA_SHARED_BYTES`; `maps` points to
+//! `(⌈M/128⌉·⌈N/256⌉, 1, batch · slices)`, dynamic shared memory `WGMMA_SHARED_BYTES`; `maps` points to
 //! two `CUtensorMap`s in global memory (A's, then B's; 3-D: contiguous dimension, rows, batch;
 //! boxes as above, 128-byte swizzle), copied in by the host on the launch's stream and left
 //! untouched until the kernel ends.
@@ -80,10 +83,18 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
     stride_c: usize,
     (alpha, beta, activation): (f32, f32, u32),
     (batched_a, batched_b): (u32, u32),
+    (k_steps, ws): (usize, *mut f32),
 ) {
     let t = thread_x();
     let (m0, n0) = tile_origin(m, n);
-    let z = block_z();
+    // Elements of k per stage (one 128-byte row).
+    let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
+    // Split-K: block z is (batch, slice); slice s runs k-steps [s·k_steps, (s+1)·k_steps).
+    let all_steps = k.div_ceil(bk);
+    let slices = all_steps.div_ceil(k_steps.max(1)).max(1);
+    let (z, batch) = (block_z(), block_z() / slices);
+    let first_step = z % slices * k_steps;
+    let steps = k_steps.min(all_steps.saturating_sub(first_step));
     let base = (shared_addr(dynamic_shared::<u8>()) + ATOM_BYTES - 1) & !(ATOM_BYTES - 1);
     let stage = |s: usize| base + (s * STAGE_BYTES) as u32;
     let barriers = base + (STAGES * STAGE_BYTES) as u32;
@@ -97,14 +108,11 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
         fence_mbarrier_init();
     }
     sync_threads();
-    // Elements of k per stage (one 128-byte row).
-    let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
-    let steps = k.div_ceil(bk);
 
     if t < 128 {
         setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 {
-            let (za, zb) = ((z as u32 * batched_a) as i32, (z as u32 * batched_b) as i32);
+            let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
             let (map_a, map_b) = (maps, maps.add(128));
             // The host copied the maps in before the launch, often to the address an earlier
             // launch's maps had (the pool hands the block out again): see the module docs.
@@ -117,7 +125,7 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
                     mbarrier_wait(empty(s), ((step / STAGES - 1) & 1) as u32);
                 }
                 mbarrier_arrive_expect_tx(full(s), STAGE_BYTES as u32);
-                let (a_dst, b_dst, k0) = (stage(s), stage(s) + A_BYTES, (step * bk) as i32);
+                let (a_dst, b_dst, k0) = (stage(s), stage(s) + A_BYTES, ((first_step + step) * bk) as i32);
                 if TA {
                     for j in 0..BM / MN_BOX {
                         let at = ((m0 + j * MN_BOX) as i32, k0, za);
@@ -175,8 +183,25 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
     let tw = t % 128;
     let (g, q) = (tw % 32 / 4, tw % 4);
     let row0 = m0 + wg as usize * 64 + tw / 32 * 16 + g;
+    if !ws.is_null() {
+        // One slice of a split-K product: the raw sums, reduced and finished by `gemm_reduce_*`.
+        let part = ws.add(z * m * n);
+        unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+            let col = n0 + 8 * i + 2 * q;
+            unroll!(h in [0, 1] => {
+                let row = row0 + 8 * h;
+                unroll!(e in [0, 1] => {
+                    if row < m && col + e < n {
+                        store_f32(part.add(row * n + col + e), acc[4 * i + 2 * h + e]);
+                    }
+                });
+            });
+        });
+        return;
+    }
     let has_c = !c.is_null() && beta != 0.0;
-    let (out, c) = (out.add(z * m * n), if has_c { c.add(z * stride_c) } else { c });
+    let (out, c) = (out.add(batch * m * n), if has_c { c.add(batch * stride_c) } else { c });
     let pairs = n % 2 == 0;
     let value = |row: usize, col: usize, a: f32| {
         let idx = row * n + col;
@@ -212,14 +237,21 @@ macro_rules! wgmma_kernels {
     ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal;)*) => {$(
         /// Hopper GEMM; `maps` holds A's and B's tensor maps, the other arguments are the
         /// mma.sync kernels' (no A/B pointers or strides: the maps carry them);
-        /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension.
+        /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension. Split-K: with
+        /// `k_steps` below ⌈K / bk⌉ (bk = 128 bytes of k), `gridDim.z` = batch × slices and each
+        /// block writes its slice's raw f32 sums to `ws[z]` (`[M, N]`) instead of `out`; `ws` is
+        /// null without a split.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             maps: *const u8, c: *const $elem, bias: *const $elem, out: *mut $elem,
             m: usize, n: usize, k: usize, stride_c: usize,
-            alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32,
+            alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
+            ws: *mut f32,
         ) {
-            gemm::<$e, $ta, $tb>(maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b))
+            gemm::<$e, $ta, $tb>(
+                maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
+                (k_steps, ws),
+            )
         }
     )*};
 }

@@ -2,9 +2,13 @@
 pub mod gemm_f32;
 #[cfg(feature = "matmul")]
 pub mod gemm_half;
+#[cfg(feature = "matmul")]
+pub mod gemm_reduce;
 pub mod gemm_tf32;
 #[cfg(feature = "matmul_sm90a")]
 pub mod gemm_wgmma;
+#[cfg(feature = "matmul")]
+pub mod gemv;
 
 use crate::prelude::*;
 use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES};
@@ -19,6 +23,87 @@ pub(crate) fn epilogue(acc: f32, alpha: f32, beta_c: f32, bias: f32, activation:
         _ => v,
     }
 }
+
+/// f32 as a [`GemmElem`] (the 16-bit formats are the prelude's [`F16`] and [`BF16`]).
+pub(crate) struct F32;
+
+/// An element type of the few-row GEMM and the split-K reduction, read and written through f32.
+pub(crate) trait GemmElem {
+    type Elem: Copy;
+    /// Elements in one 16-byte vector.
+    const VEC: usize;
+    /// The `VEC` elements at `p` (the rest of the array is zero).
+    ///
+    /// # Safety
+    /// `p` is 16-byte aligned global memory that nothing writes during the kernel.
+    unsafe fn load_vec(p: *const Self::Elem) -> [f32; 8];
+    /// # Safety
+    /// `p` is aligned global memory that nothing writes during the kernel.
+    unsafe fn load(p: *const Self::Elem) -> f32;
+    /// # Safety
+    /// `p` is aligned writable global memory.
+    unsafe fn store(p: *mut Self::Elem, v: f32);
+
+    /// The first `count.min(VEC)` elements at `p`, zeros after them: one 16-byte load when all
+    /// `VEC` exist and `vector` (the caller's alignment check) holds.
+    ///
+    /// # Safety
+    /// As [`GemmElem::load`] for each element read; 16-byte aligned when `vector`.
+    #[inline(always)]
+    unsafe fn load_run(p: *const Self::Elem, vector: bool, count: usize) -> [f32; 8] {
+        if vector && count >= Self::VEC {
+            Self::load_vec(p)
+        } else {
+            let mut v = [0.0f32; 8];
+            unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if j < Self::VEC && j < count {
+                    v[j] = Self::load(p.add(j));
+                }
+            });
+            v
+        }
+    }
+}
+
+impl GemmElem for F32 {
+    type Elem = f32;
+    const VEC: usize = 4;
+    #[inline(always)]
+    unsafe fn load_vec(p: *const f32) -> [f32; 8] {
+        let [a, b, c, d] = load_nc_f32x4(p).0;
+        [a, b, c, d, 0.0, 0.0, 0.0, 0.0]
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> f32 {
+        load_nc_f32(p)
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: f32) {
+        store_f32(p, v)
+    }
+}
+
+macro_rules! gemm_elem_16bit {
+    ($($ty:ty),*) => {$(
+        impl GemmElem for $ty {
+            type Elem = u16;
+            const VEC: usize = 8;
+            #[inline(always)]
+            unsafe fn load_vec(p: *const u16) -> [f32; 8] {
+                load_nc_u16x8(p).0.map(<$ty as HalfFloat>::to_f32)
+            }
+            #[inline(always)]
+            unsafe fn load(p: *const u16) -> f32 {
+                <$ty as HalfFloat>::to_f32(load_nc_u16(p))
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut u16, v: f32) {
+                store_u16(p, <$ty as HalfFloat>::from_f32(v))
+            }
+        }
+    )*};
+}
+gemm_elem_16bit!(F16, BF16);
 
 /// Warps of a tensor-core block along N (8 warps: 2 × 4), and one warp's piece of C.
 pub(crate) const WARPS_N: usize = 4;

@@ -2,23 +2,35 @@
 //! `alpha`/`beta`, bias and activation fused in the epilogue, batched and strided-batched).
 //! Kernels: `gpu-kernels/src/matmul/`.
 //!
-//! Kernel choice: f16 and bf16 tensors (A, B, C and bias of one dtype) take the 16-bit
-//! tensor-core kernel (f32 accumulation, output in the input dtype): on devices running the
-//! sm_90a module (H100), the `wgmma` + TMA kernel whenever the operands' rows are 16-byte
-//! multiples (a TMA requirement), else the `mma.sync` one. TF32 on sm_90a devices also takes a
-//! `wgmma` kernel, which reads both operands K-major: a 2-D A stored `[K, M]` or B stored
-//! `[K, N]` is transposed first (batched ones of those layouts stay on `mma.sync`). For f32: with TF32 allowed on the context (or by [`Gemm::allow_tf32`]), the tensor-core
-//! TF32 kernel (128×128 tiles). Otherwise the exact SIMT f32 kernel with the largest tile
-//! (128×128, then 128×64, then 64×64) whose grid still gives every SM at least one block; small
-//! or skinny products get smaller tiles and so more blocks.
+//! # Dispatch
+//! `plan` picks the kernel, its tile and the split of K from the dimensions, the dtype, the
+//! transposes, the batch and two device facts (SM count, whether the sm_90a module runs). The
+//! first matching row wins:
+//!
+//! | # | when | kernel | split-K |
+//! |---|------|--------|---------|
+//! | 1 | M ≤ 16, A not transposed, any dtype (TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (128×256 tiles, TMA) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
+//! | 3 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
+//! | 4 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
+//! | 5 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
+//! | 6 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
+//! | 7 | f32 otherwise | `gemm_f32_{large,medium,small}_*`: the largest tile (128×128, 128×64, 64×64) whose grid gives every SM a block | none |
+//!
+//! Split-K writes each slice's raw f32 sums to a workspace from the pool (`[batch][slice][M][N]`)
+//! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
+//! once: the same bits on every run, no atomics. Few rows with A transposed, and few columns
+//! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–7).
 use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
-use crate::runtime::kernel::{DevPtr, DevPtrMut, DeviceElement, Kernel};
+use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, DeviceElement, Kernel};
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    gemm_shared_bytes, gemm_threads, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_TILE_LARGE,
-    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA16_SHARED_BYTES, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
+    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMV_COLS_NT, GEMV_ROWS,
+    GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
     WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
@@ -221,69 +233,215 @@ impl<'a> Gemm<'a> {
             return Ok(out);
         }
         let stream = self.a.context().stream(op)?;
-        if d.batch > MAX_GRID_YZ {
+        let device =
+            DeviceFacts { sms: stream.device.info.sm_count as usize, sm90a: stream.device.modules.sm90a };
+        let aligned = |t: &Tensor| t.device_ptr() % 16 == 0;
+        let operands = Operands {
+            dtype: self.a.dtype(),
+            transpose_a: self.transpose_a,
+            transpose_b: self.transpose_b,
+            batched_a: self.a.rank() == 3,
+            batched_b: self.b.rank() == 3,
+            aligned_a: aligned(self.a),
+            aligned_b: aligned(self.b),
+            tf32: self.allow_tf32.unwrap_or(self.a.context().allow_tf32()),
+        };
+        let plan = plan(&d, &operands, &device);
+        if d.batch * plan.slices > MAX_GRID_YZ {
             return Err(Error::InvalidArgument {
                 op,
                 shape: shape.to_vec(),
                 reason: format!("a batch of at most {MAX_GRID_YZ} per launch"),
             });
         }
-        let sms = stream.device.info.sm_count as usize;
-        let blocks = |tile: (usize, usize)| d.n.div_ceil(tile.1) * d.m.div_ceil(tile.0) * d.batch;
-        let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
-        let dtype = self.a.dtype();
-        let tf32 = self.allow_tf32.unwrap_or(self.a.context().allow_tf32());
-        if stream.device.modules.sm90a {
-            let (a, b, ta, tb) = (self.a, self.b, self.transpose_a, self.transpose_b);
-            if dtype != DType::F32 && self.wgmma_fits(&d, a, b, ta, tb) {
-                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb))?;
-                return Ok(out);
+        let (a, b, ta, tb) = (self.a, self.b, self.transpose_a, self.transpose_b);
+        // Split-K: the slices' raw f32 sums, `[batch][slices][M][N]`, reduced by a second kernel.
+        let workspace = if plan.slices > 1 {
+            Some(stream.device.pool.alloc(stream, d.batch * plan.slices * d.m * d.n * 4, op)?)
+        } else {
+            None
+        };
+        match plan.path {
+            GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
+            GemmPath::Wgmma => {
+                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb), (&plan, workspace.as_ref()))?
             }
-            if dtype == DType::F32 && tf32 && self.launch_tf32_wgmma(d, &out, stream)? {
-                return Ok(out);
+            GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
+            GemmPath::Simt { .. } | GemmPath::Tf32Mma | GemmPath::HalfMma => {
+                self.launch_tiled(&d, &out, stream, &plan, workspace.as_ref())?
             }
         }
-        let (kernel, tile, threads, shared_bytes) = if dtype != DType::F32 {
-            let kernel = GemmKernel::Half(HALF_KERNELS[dtype.index() - 1][ta][tb]);
-            (kernel, MMA_TILE, MMA_THREADS, MMA16_SHARED_BYTES)
-        } else if tf32 {
-            (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
-        } else {
-            let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1)]
-                .into_iter()
-                .find(|&(t, _)| blocks(t) >= sms)
-                .unwrap_or((GEMM_TILE_SMALL, 2));
-            let kernel = GemmKernel::F32(SIMT_F32_KERNELS[size][ta][tb]);
-            (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
+        if let Some(ws) = &workspace {
+            self.launch_reduce(&d, &out, stream, plan.slices, ws)?;
+        }
+        Ok(out)
+    }
+
+    /// The SIMT and `mma.sync` kernels: `(⌈N/BN⌉, ⌈M/BM⌉, batch · slices)` blocks.
+    fn launch_tiled(
+        &self,
+        d: &Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        plan: &GemmPlan,
+        workspace: Option<&DeviceBuffer>,
+    ) -> Result<()> {
+        let (ta, tb) = (usize::from(self.transpose_a), usize::from(self.transpose_b));
+        let (kernel, tile, threads, shared_bytes) = match plan.path {
+            GemmPath::HalfMma => {
+                let kernel = GemmKernel::Half(HALF_KERNELS[self.a.dtype().index() - 1][ta][tb]);
+                (kernel, MMA_TILE, MMA_THREADS, MMA16_SHARED_BYTES)
+            }
+            GemmPath::Tf32Mma => {
+                (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
+            }
+            GemmPath::Simt { tile } => {
+                let size =
+                    [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL].iter().position(|&t| t == tile);
+                let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(2)][ta][tb]);
+                (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
+            }
+            GemmPath::Gemv { .. } | GemmPath::Wgmma | GemmPath::Tf32Wgmma => {
+                unreachable!("launch_tiled takes the tiled paths only")
+            }
         };
         let (grid_x, grid_y) = (d.n.div_ceil(tile.1), d.m.div_ceil(tile.0));
         if grid_y > MAX_GRID_YZ {
             return Err(Error::InvalidArgument {
-                op,
-                shape: shape.to_vec(),
+                op: self.op,
+                shape: vec![d.m, d.n],
                 reason: "M is too large for one launch".into(),
             });
         }
         let cfg = LaunchConfig {
-            grid: (grid_x as u32, grid_y as u32, d.batch as u32),
+            grid: (grid_x as u32, grid_y as u32, (d.batch * plan.slices) as u32),
             block: (threads as u32, 1, 1),
             shared_bytes: shared_bytes as u32,
         };
-        // SAFETY: `gemm_{f32_<tile>,tf32,f16,bf16}_<ta><tb>(a, b, c, bias, out, m, n, k,
-        // stride_a, stride_b, stride_c, alpha, beta, activation)`: every pointer is a live buffer
+        // SAFETY: `gemm_{f32_<tile>,tf32,f16,bf16}_<ta><tb>(a, b, c, bias, out, m, n, k, [k_chunk,]
+        // stride_a, stride_b, stride_c, alpha, beta, activation[, ws])`: every pointer is a live buffer
         // of this stream whose shape `dims()` checked against m, n, k and the batch strides (c
         // and bias may be null); `out` is fresh; block, grid and dynamic shared memory are the
-        // kernel's.
+        // kernel's. With slices (SIMT only), `out` is the workspace of batch·slices·M·N floats,
+        // grid z is batch·slices and `k_chunk` a multiple of the k-step, as the kernel requires.
         unsafe {
             match kernel {
-                GemmKernel::F32(k) => k.launch(stream, cfg, self.gemm_args(&d, &out)),
-                GemmKernel::Half(k) => k.launch(stream, cfg, self.gemm_args(&d, &out)),
-            }?
-        };
-        Ok(out)
+                GemmKernel::SimtF32(k) => {
+                    let mut args = self.simt_args(d, out, plan.k_chunk);
+                    if let Some(ws) = workspace {
+                        (args.2, args.3, args.4) = (DevPtr::null(), DevPtr::null(), ws.dev_ptr_mut());
+                        (args.12, args.13, args.14) = (1.0, 0.0, ACTIVATION_NONE);
+                    }
+                    k.launch(stream, cfg, args)
+                }
+                GemmKernel::F32(k) => k.launch(stream, cfg, self.gemm_args(d, out)),
+                GemmKernel::Half(k) => {
+                    let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
+                    k.launch(stream, cfg, self.half_args(d, out, plan.k_chunk, ws))
+                }
+            }
+        }
     }
 
-    /// The arguments of the mma.sync and SIMT kernels.
+    /// The few-row kernel: A's rows in registers, B streamed once.
+    fn launch_gemv(
+        &self,
+        d: &Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        plan: &GemmPlan,
+        rows: usize,
+        workspace: Option<&DeviceBuffer>,
+    ) -> Result<()> {
+        let dtype = self.a.dtype();
+        let table = &GEMV_KERNELS[usize::from(rows > GEMV_ROWS_SMALL)][usize::from(self.transpose_b)];
+        let (_, piece_stride) = gemv_piece(d.m, plan.k_chunk, vector_elems(dtype));
+        let cfg = LaunchConfig {
+            grid: (gemv_blocks_x(d.n, dtype, self.transpose_b) as u32, plan.slices as u32, d.batch as u32),
+            block: (GEMV_THREADS as u32, 1, 1),
+            shared_bytes: (4 * d.m * piece_stride) as u32,
+        };
+        let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
+        // SAFETY: `gemv_<dtype>_<nn|nt>_r<rows>(a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a,
+        // stride_b, stride_c, alpha, beta, activation)`: a, b, c, bias and the fresh `out` are live
+        // buffers of this stream of the shapes `dims()` checked (c, bias may be null); A is not
+        // transposed and has at most `rows` rows (the plan's condition); `ws` is null or the
+        // workspace of batch·slices·M·N floats, grid y = ⌈k / k_chunk⌉ slices, `k_chunk` a
+        // multiple of 32 vectors; block, grid and dynamic shared memory (A's staged piece, at most
+        // 64 KiB) are the kernel's.
+        unsafe {
+            launch_by_dtype!(table, dtype, |k| k.launch(
+                stream,
+                cfg,
+                (
+                    self.a.ptr(),
+                    self.b.ptr(),
+                    Tensor::ptr_or_null(self.c),
+                    Tensor::ptr_or_null(self.bias),
+                    out.ptr_mut(),
+                    ws,
+                    d.m,
+                    d.n,
+                    d.k,
+                    plan.k_chunk,
+                    d.stride_a,
+                    d.stride_b,
+                    d.stride_c,
+                    self.alpha,
+                    self.beta,
+                    self.activation.code(),
+                )
+            ))
+        }
+    }
+
+    /// Split-K's second kernel: the slices added in order, then the epilogue.
+    fn launch_reduce(
+        &self,
+        d: &Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        slices: usize,
+        ws: &DeviceBuffer,
+    ) -> Result<()> {
+        let cfg = LaunchConfig {
+            grid: ((d.m * d.n).div_ceil(GEMM_REDUCE_THREADS) as u32, 1, d.batch as u32),
+            block: (GEMM_REDUCE_THREADS as u32, 1, 1),
+            shared_bytes: 0,
+        };
+        if cfg.grid.0 as usize != (d.m * d.n).div_ceil(GEMM_REDUCE_THREADS) {
+            return Err(Error::InvalidArgument {
+                op: self.op,
+                shape: vec![d.m, d.n],
+                reason: "too many outputs for a split-K reduction".into(),
+            });
+        }
+        // SAFETY: `gemm_reduce_<dtype>(ws, c, bias, out, m, n, slices, stride_c, alpha, beta,
+        // activation)`: `ws` holds batch·slices·M·N floats, written by the GEMM launched before on
+        // this stream; c and bias (may be null) and `out` are live buffers of the checked shapes;
+        // one thread per output of each batch.
+        unsafe {
+            launch_by_dtype!(REDUCE_KERNELS, self.a.dtype(), |k| k.launch(
+                stream,
+                cfg,
+                (
+                    ws.dev_ptr(),
+                    Tensor::ptr_or_null(self.c),
+                    Tensor::ptr_or_null(self.bias),
+                    out.ptr_mut(),
+                    d.m,
+                    d.n,
+                    slices,
+                    d.stride_c,
+                    self.alpha,
+                    self.beta,
+                    self.activation.code(),
+                )
+            ))
+        }
+    }
+
+    /// The arguments of the mma.sync kernels.
     fn gemm_args<E: DeviceElement>(&self, d: &Dims, out: &Tensor) -> GemmArgs<E> {
         (
             self.a.ptr(),
@@ -303,40 +461,47 @@ impl<'a> Gemm<'a> {
         )
     }
 
-    /// Whether the TMA-fed kernel can take `a` and `b` (transposed as `ta`, `tb`): every row
-    /// (and each batch) starts on a 16-byte boundary, as tensor maps require.
-    fn wgmma_fits(&self, d: &Dims, a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> bool {
-        let (lda, ldb) = (if ta { d.m } else { d.k }, if tb { d.k } else { d.n });
-        let per_16_bytes = 16 / a.dtype().size_bytes();
-        let aligned = |ptr: u64| ptr % 16 == 0;
-        d.k > 0
-            && lda % per_16_bytes == 0
-            && ldb % per_16_bytes == 0
-            && aligned(a.device_ptr())
-            && aligned(b.device_ptr())
-            && d.m.max(d.n).max(d.k) < 1 << 31
+    /// The arguments of the 16-bit mma.sync kernels: `k_chunk` after k, the workspace last.
+    fn half_args(&self, d: &Dims, out: &Tensor, k_chunk: usize, ws: DevPtrMut<f32>) -> HalfArgs {
+        let (a, b, c, bias, out, m, n, k, stride_a, stride_b, stride_c, alpha, beta, act) =
+            self.gemm_args::<u16>(d, out);
+        (a, b, c, bias, out, m, n, k, k_chunk, stride_a, stride_b, stride_c, alpha, beta, act, ws)
     }
 
-    /// TF32 through `wgmma` where it fits: both operands K-major (a 2-D operand in the other
-    /// layout is transposed first). Returns whether it launched.
-    fn launch_tf32_wgmma(&self, d: Dims, out: &Tensor, stream: &Arc<Stream>) -> Result<bool> {
-        let batched = |t: &Tensor| t.rank() == 3;
-        if (self.transpose_a && batched(self.a)) || (!self.transpose_b && batched(self.b)) || d.k % 4 != 0 {
-            return Ok(false);
-        }
-        // Both transposes have K rows; past the transpose's limit, `mma.sync` takes the product.
-        let transposes = self.transpose_a || !self.transpose_b;
-        if transposes && !Tensor::transpose_fits(d.k) {
-            return Ok(false);
-        }
+    /// The arguments of the SIMT kernels: the mma.sync ones with `k_chunk` after k.
+    fn simt_args(&self, d: &Dims, out: &Tensor, k_chunk: usize) -> SimtArgs {
+        (
+            self.a.ptr(),
+            self.b.ptr(),
+            Tensor::ptr_or_null(self.c),
+            Tensor::ptr_or_null(self.bias),
+            out.ptr_mut(),
+            d.m,
+            d.n,
+            d.k,
+            k_chunk,
+            d.stride_a,
+            d.stride_b,
+            d.stride_c,
+            self.alpha,
+            self.beta,
+            self.activation.code(),
+        )
+    }
+
+    /// TF32 through `wgmma`: both operands K-major (a 2-D operand in the other layout is
+    /// transposed first; the plan checked that the transposes can run).
+    fn launch_tf32_wgmma(
+        &self,
+        d: Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        split: (&GemmPlan, Option<&DeviceBuffer>),
+    ) -> Result<()> {
         let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
-        if !self.wgmma_fits(&d, a, b, false, true) {
-            return Ok(false);
-        }
-        self.launch_wgmma(d, out, stream, (a, false), (b, true))?;
-        Ok(true)
+        self.launch_wgmma(d, out, stream, (a, false), (b, true), split)
     }
 
     /// The `wgmma` kernel on `a` and `b` (transposed as flagged): A's and B's tensor maps go to
@@ -348,6 +513,7 @@ impl<'a> Gemm<'a> {
         stream: &Arc<Stream>,
         (a, ta): (&Tensor, bool),
         (b, tb): (&Tensor, bool),
+        (plan, workspace): (&GemmPlan, Option<&DeviceBuffer>),
     ) -> Result<()> {
         let op = self.op;
         let dtype = a.dtype();
@@ -385,13 +551,16 @@ impl<'a> Gemm<'a> {
             });
         }
         let cfg = LaunchConfig {
-            grid: (tiles as u32, 1, d.batch as u32),
+            grid: (tiles as u32, 1, (d.batch * plan.slices) as u32),
             block: (WGMMA_THREADS as u32, 1, 1),
             shared_bytes: WGMMA_SHARED_BYTES as u32,
         };
         let maps = maps_dev.dev_ptr();
+        let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
+        let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
         // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>(maps, c, bias, out, m, n, k, stride_c, alpha, beta,
-        // activation, batched_a, batched_b)`: `maps` holds A's and B's tensor maps, made above
+        // activation, batched_a, batched_b, k_steps, ws)`: `ws` is null or the workspace of
+        // batch·slices·M·N floats with grid z = batch·slices, slices = ⌈k-steps / k_steps⌉; `maps` holds A's and B's tensor maps, made above
         // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
@@ -401,16 +570,22 @@ impl<'a> Gemm<'a> {
         // an earlier launch's maps at the same address.
         unsafe {
             if dtype == DType::F32 {
-                kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out))
+                kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out, (k_steps, ws)))
             } else {
                 let kernel = WGMMA_KERNELS[dtype.index() - 1][usize::from(ta)][usize::from(tb)];
-                kernel.launch(stream, cfg, self.wgmma_args(maps, &d, out))
+                kernel.launch(stream, cfg, self.wgmma_args(maps, &d, out, (k_steps, ws)))
             }
         }
     }
 
     /// The arguments of the `wgmma` kernels after the tensor maps `maps`.
-    fn wgmma_args<E: DeviceElement>(&self, maps: DevPtr<u8>, d: &Dims, out: &Tensor) -> WgmmaArgs<E> {
+    fn wgmma_args<E: DeviceElement>(
+        &self,
+        maps: DevPtr<u8>,
+        d: &Dims,
+        out: &Tensor,
+        (k_steps, ws): (usize, DevPtrMut<f32>),
+    ) -> WgmmaArgs<E> {
         (
             maps,
             Tensor::ptr_or_null(self.c),
@@ -425,6 +600,8 @@ impl<'a> Gemm<'a> {
             self.activation.code(),
             u32::from(d.stride_a != 0),
             u32::from(d.stride_b != 0),
+            k_steps,
+            ws,
         )
     }
 
@@ -465,6 +642,165 @@ impl<'a> Gemm<'a> {
     }
 }
 
+/// What the planner needs to know of the device.
+#[derive(Clone, Copy, Debug)]
+struct DeviceFacts {
+    sms: usize,
+    /// The sm_90a module (wgmma, TMA) runs.
+    sm90a: bool,
+}
+
+/// What the planner needs to know of the operands beside their dimensions.
+#[derive(Clone, Copy, Debug)]
+struct Operands {
+    dtype: DType,
+    transpose_a: bool,
+    transpose_b: bool,
+    batched_a: bool,
+    batched_b: bool,
+    /// The operand's first element is 16-byte aligned (TMA and vector loads).
+    aligned_a: bool,
+    aligned_b: bool,
+    /// f32 may use TF32 tensor cores.
+    tf32: bool,
+}
+
+/// The kernel family a GEMM runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GemmPath {
+    /// `gemv_*`: A has at most `rows` (4 or 16) rows.
+    Gemv { rows: usize },
+    /// SIMT f32 with this tile.
+    Simt { tile: (usize, usize) },
+    /// TF32 `mma.sync`.
+    Tf32Mma,
+    /// f16/bf16 `mma.sync`.
+    HalfMma,
+    /// f16/bf16 `wgmma` + TMA (sm_90a).
+    Wgmma,
+    /// TF32 `wgmma` + TMA (sm_90a), after transposing the operands to K-major.
+    Tf32Wgmma,
+}
+
+/// A GEMM's kernel and its split of K: `slices` blocks along k per output tile, each over
+/// `k_chunk` elements (`slices == 1`: no split, `k_chunk == max(K, 1)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GemmPlan {
+    path: GemmPath,
+    slices: usize,
+    k_chunk: usize,
+}
+
+/// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
+const GEMV_BLOCKS_PER_SM: usize = 4;
+/// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
+/// the workspace stays small beside the operands.
+const SPLIT_MIN_K: usize = 512;
+const MAX_SLICES: usize = 32;
+/// 16-bit `mma.sync` blocks resident on one SM (256 threads × 165 registers).
+const MMA_HALF_PER_SM: usize = 1;
+/// SIMT f32 blocks of the large tile resident on one SM (256 threads × 148 registers).
+const SIMT_LARGE_PER_SM: usize = 1;
+
+/// Elements of one 16-byte vector of `dtype`.
+fn vector_elems(dtype: DType) -> usize {
+    16 / dtype.size_bytes()
+}
+
+/// Blocks of a few-row launch along N.
+fn gemv_blocks_x(n: usize, dtype: DType, transpose_b: bool) -> usize {
+    if transpose_b {
+        n.div_ceil(GEMV_THREADS / 32 * GEMV_COLS_NT)
+    } else {
+        n.div_ceil(32 * vector_elems(dtype))
+    }
+}
+
+/// Split `k` into slices of a multiple of `align` elements so that `blocks` blocks per slice
+/// times the slices stay within `target` (one wave), each slice at least `min_chunk` long:
+/// `(slices, k_chunk)`.
+fn split_k(k: usize, blocks: usize, target: usize, (align, min_chunk): (usize, usize)) -> (usize, usize) {
+    let wanted = (target / blocks.max(1)).min(k / min_chunk).clamp(1, MAX_SLICES);
+    if wanted == 1 {
+        return (1, k.max(1));
+    }
+    let k_chunk = k.div_ceil(wanted).next_multiple_of(align);
+    (k.div_ceil(k_chunk), k_chunk)
+}
+
+/// A `wgmma` plan: split K when the 128×256 tiles leave SMs idle (one block per SM fits).
+fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> GemmPlan {
+    let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1) * d.batch;
+    let bk = WGMMA_ROW_BYTES / dtype.size_bytes();
+    let (slices, k_chunk) = if tiles < dev.sms && d.k >= 2 * SPLIT_MIN_K {
+        split_k(d.k, tiles, dev.sms, (bk, SPLIT_MIN_K))
+    } else {
+        (1, d.k.max(1))
+    };
+    GemmPlan { path, slices, k_chunk }
+}
+
+/// Pick the kernel, tile and split-K factor of a GEMM; the rules are the module documentation's
+/// table, in its order.
+fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
+    let whole = |path| GemmPlan { path, slices: 1, k_chunk: d.k.max(1) };
+    let tiles = |tile: (usize, usize)| d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
+    let small_dims = d.m.max(d.n).max(d.k) < 1 << 31;
+    if d.m <= GEMV_ROWS && !o.transpose_a {
+        let rows = if d.m <= GEMV_ROWS_SMALL { GEMV_ROWS_SMALL } else { GEMV_ROWS };
+        let vec = vector_elems(o.dtype);
+        let blocks = gemv_blocks_x(d.n, o.dtype, o.transpose_b) * d.batch;
+        let (slices, k_chunk) =
+            split_k(d.k, blocks, GEMV_BLOCKS_PER_SM * dev.sms, (32 * vec, SPLIT_MIN_K.max(32 * vec)));
+        return GemmPlan { path: GemmPath::Gemv { rows }, slices, k_chunk };
+    }
+    if o.dtype != DType::F32 {
+        // TMA: rows and batches start on 16-byte boundaries.
+        let per_16 = vector_elems(o.dtype);
+        let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
+        let tma =
+            d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
+        if dev.sm90a && tma {
+            return wgmma_plan(d, GemmPath::Wgmma, o.dtype, dev);
+        }
+        let tiles = tiles(MMA_TILE);
+        if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
+            let (slices, k_chunk) = split_k(d.k, tiles, MMA_HALF_PER_SM * dev.sms, (MMA_BK, SPLIT_MIN_K));
+            return GemmPlan { path: GemmPath::HalfMma, slices, k_chunk };
+        }
+        return whole(GemmPath::HalfMma);
+    }
+    if o.tf32 {
+        // The transposes that make both operands K-major exist for 2-D operands only.
+        let transposes = o.transpose_a || !o.transpose_b;
+        let batched_transpose = (o.transpose_a && o.batched_a) || (!o.transpose_b && o.batched_b);
+        let fits = !batched_transpose
+            && d.k % 4 == 0
+            && d.k > 0
+            && (!transposes || Tensor::transpose_fits(d.k))
+            && (o.transpose_a || o.aligned_a)
+            && (!o.transpose_b || o.aligned_b)
+            && small_dims;
+        return if dev.sm90a && fits {
+            wgmma_plan(d, GemmPath::Tf32Wgmma, o.dtype, dev)
+        } else {
+            whole(GemmPath::Tf32Mma)
+        };
+    }
+    let large = tiles(GEMM_TILE_LARGE);
+    if large < dev.sms && d.k >= 2 * SPLIT_MIN_K {
+        let (slices, k_chunk) = split_k(d.k, large, SIMT_LARGE_PER_SM * dev.sms, (GEMM_BK, SPLIT_MIN_K));
+        if slices > 1 {
+            return GemmPlan { path: GemmPath::Simt { tile: GEMM_TILE_LARGE }, slices, k_chunk };
+        }
+    }
+    let tile = [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM]
+        .into_iter()
+        .find(|&t| tiles(t) >= dev.sms)
+        .unwrap_or(GEMM_TILE_SMALL);
+    whole(GemmPath::Simt { tile })
+}
+
 /// The arguments of the mma.sync and SIMT GEMMs over elements `E`: a, b, c, bias, out, m, n, k,
 /// the three batch strides, alpha, beta, the activation.
 type GemmArgs<E> = (
@@ -484,10 +820,51 @@ type GemmArgs<E> = (
     u32,
 );
 
+/// The SIMT GEMMs' arguments: [`GemmArgs`] with `k_chunk` after k.
+type SimtArgs = (
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+);
+
+/// The 16-bit mma.sync GEMMs' arguments: [`GemmArgs`] with `k_chunk` after k and the split-K
+/// workspace (null: none) last.
+type HalfArgs = (
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtr<u16>,
+    DevPtrMut<u16>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+    DevPtrMut<f32>,
+);
+
 /// An mma.sync or SIMT GEMM kernel on f32 or 16-bit buffers.
 enum GemmKernel {
+    SimtF32(Kernel<SimtArgs>),
     F32(Kernel<GemmArgs<f32>>),
-    Half(Kernel<GemmArgs<u16>>),
+    Half(Kernel<HalfArgs>),
 }
 
 /// `[A transposed][B transposed]`.
@@ -497,7 +874,7 @@ type ByTranspose<A> = [[Kernel<A>; 2]; 2];
 const MAX_GRID_YZ: usize = 65_535;
 
 /// `[tile size][A transposed][B transposed]`.
-const SIMT_F32_KERNELS: [ByTranspose<GemmArgs<f32>>; 3] = [
+const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 3] = [
     [
         [kernels::gemm_f32_large_nn, kernels::gemm_f32_large_nt],
         [kernels::gemm_f32_large_tn, kernels::gemm_f32_large_tt],
@@ -512,8 +889,65 @@ const SIMT_F32_KERNELS: [ByTranspose<GemmArgs<f32>>; 3] = [
     ],
 ];
 
+/// The few-row kernels' arguments over elements `E`: a, b, c, bias, out, the workspace, m, n,
+/// k, k_chunk, the three batch strides, alpha, beta, the activation.
+type GemvArgs<E> = (
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtrMut<E>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+);
+
+/// `[up to 16 rows][B transposed]`.
+const GEMV_KERNELS: [[ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2]; 2] = [
+    [
+        ByDType {
+            f32: kernels::gemv_f32_nn_r4,
+            f16: kernels::gemv_f16_nn_r4,
+            bf16: kernels::gemv_bf16_nn_r4,
+        },
+        ByDType {
+            f32: kernels::gemv_f32_nt_r4,
+            f16: kernels::gemv_f16_nt_r4,
+            bf16: kernels::gemv_bf16_nt_r4,
+        },
+    ],
+    [
+        ByDType {
+            f32: kernels::gemv_f32_nn_r16,
+            f16: kernels::gemv_f16_nn_r16,
+            bf16: kernels::gemv_bf16_nn_r16,
+        },
+        ByDType {
+            f32: kernels::gemv_f32_nt_r16,
+            f16: kernels::gemv_f16_nt_r16,
+            bf16: kernels::gemv_bf16_nt_r16,
+        },
+    ],
+];
+
+/// The split-K reduction's arguments over elements `E`: the workspace, c, bias, out, m, n,
+/// slices, stride_c, alpha, beta, the activation.
+type ReduceArgs<E> =
+    (DevPtr<f32>, DevPtr<E>, DevPtr<E>, DevPtrMut<E>, usize, usize, usize, usize, f32, f32, u32);
+
+const REDUCE_KERNELS: ByDType<ReduceArgs<f32>, ReduceArgs<u16>> =
+    ByDType { f32: kernels::gemm_reduce_f32, f16: kernels::gemm_reduce_f16, bf16: kernels::gemm_reduce_bf16 };
+
 /// `[f16, bf16][A transposed][B transposed]`.
-const HALF_KERNELS: [ByTranspose<GemmArgs<u16>>; 2] = [
+const HALF_KERNELS: [ByTranspose<HalfArgs>; 2] = [
     [[kernels::gemm_f16_nn, kernels::gemm_f16_nt], [kernels::gemm_f16_tn, kernels::gemm_f16_tt]],
     [[kernels::gemm_bf16_nn, kernels::gemm_bf16_nt], [kernels::gemm_bf16_tn, kernels::gemm_bf16_tt]],
 ];
@@ -523,9 +957,25 @@ const TF32_KERNELS: ByTranspose<GemmArgs<f32>> =
     [[kernels::gemm_tf32_nn, kernels::gemm_tf32_nt], [kernels::gemm_tf32_tn, kernels::gemm_tf32_tt]];
 
 /// The `wgmma` kernels' arguments over elements `E`: the tensor maps, c, bias, out, m, n, k,
-/// stride_c, alpha, beta, the activation, whether A and B are batched.
-type WgmmaArgs<E> =
-    (DevPtr<u8>, DevPtr<E>, DevPtr<E>, DevPtrMut<E>, usize, usize, usize, usize, f32, f32, u32, u32, u32);
+/// stride_c, alpha, beta, the activation, whether A and B are batched, k-steps per slice, the
+/// split-K workspace (null: none).
+type WgmmaArgs<E> = (
+    DevPtr<u8>,
+    DevPtr<E>,
+    DevPtr<E>,
+    DevPtrMut<E>,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+    u32,
+    u32,
+    usize,
+    DevPtrMut<f32>,
+);
 
 /// `[f16, bf16][A transposed][B transposed]`.
 const WGMMA_KERNELS: [ByTranspose<WgmmaArgs<u16>>; 2] = [
@@ -624,4 +1074,160 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, activation: Activat
     let mut shape = lead.to_vec();
     shape.push(out_features);
     y.reshape(&shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H100: DeviceFacts = DeviceFacts { sms: 132, sm90a: true };
+    const OLDER: DeviceFacts = DeviceFacts { sms: 108, sm90a: false };
+
+    fn dims(m: usize, n: usize, k: usize) -> Dims {
+        Dims { batch: 1, m, n, k, stride_a: 0, stride_b: 0, stride_c: 0 }
+    }
+
+    fn operands(dtype: DType, transpose_a: bool, transpose_b: bool) -> Operands {
+        Operands {
+            dtype,
+            transpose_a,
+            transpose_b,
+            batched_a: false,
+            batched_b: false,
+            aligned_a: true,
+            aligned_b: true,
+            tf32: false,
+        }
+    }
+
+    fn path(d: Dims, o: Operands, dev: DeviceFacts) -> GemmPath {
+        plan(&d, &o, &dev).path
+    }
+
+    #[test]
+    fn few_rows_take_the_gemv_kernel() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for tb in [false, true] {
+                let o = operands(dtype, false, tb);
+                assert_eq!(path(dims(1, 8192, 8192), o, H100), GemmPath::Gemv { rows: 4 });
+                assert_eq!(path(dims(4, 3, 1), o, OLDER), GemmPath::Gemv { rows: 4 });
+                assert_eq!(path(dims(5, 8192, 8192), o, H100), GemmPath::Gemv { rows: 16 });
+                assert_eq!(path(dims(16, 1, 1), o, H100), GemmPath::Gemv { rows: 16 });
+                // TF32 allowed or not: the few-row kernel is exact and bound by B anyway.
+                assert_eq!(
+                    path(dims(16, 100, 100), Operands { tf32: true, ..o }, H100),
+                    GemmPath::Gemv { rows: 16 }
+                );
+                assert_ne!(path(dims(17, 8192, 8192), o, H100), GemmPath::Gemv { rows: 16 });
+                // A stored [K, M] strides its rows: the tiled kernels take it.
+                assert!(!matches!(
+                    path(dims(1, 8192, 8192), operands(dtype, true, tb), H100),
+                    GemmPath::Gemv { .. }
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn few_rows_split_k_until_the_sms_are_busy() {
+        // B [N, K] bf16, 8192 wide: 256 blocks of 32 columns, 2 slices fill 4 blocks per SM.
+        let p = plan(&dims(1, 8192, 8192), &operands(DType::BF16, false, true), &H100);
+        assert_eq!((p.slices, p.k_chunk), (2, 4096));
+        // B [K, N] bf16: 32 blocks of 256 columns; 16 slices of 512.
+        let p = plan(&dims(16, 8192, 8192), &operands(DType::BF16, false, false), &H100);
+        assert_eq!((p.slices, p.k_chunk), (16, 512));
+        // Slices are whole vectors per lane (32 · 4 f32) and at least SPLIT_MIN_K long.
+        let p = plan(&dims(1, 64, 3000), &operands(DType::F32, false, true), &H100);
+        assert_eq!(p.k_chunk % 128, 0);
+        assert!(p.k_chunk >= SPLIT_MIN_K && p.slices == 3000usize.div_ceil(p.k_chunk) && p.slices > 1);
+        // Short K or enough columns: one slice, the epilogue in the kernel.
+        let p = plan(&dims(1, 8192, 700), &operands(DType::F32, false, true), &H100);
+        assert_eq!((p.slices, p.k_chunk), (1, 700));
+        let p = plan(&dims(1, 1 << 20, 8192), &operands(DType::F32, false, true), &H100);
+        assert_eq!(p.slices, 1);
+        // K = 0: one slice of length 1 (no division by zero in the kernel).
+        let p = plan(&dims(1, 10, 0), &operands(DType::F32, false, true), &H100);
+        assert_eq!((p.slices, p.k_chunk), (1, 1));
+    }
+
+    #[test]
+    fn sixteen_bit_takes_wgmma_where_tma_can_read_it() {
+        let o = operands(DType::BF16, false, false);
+        assert_eq!(path(dims(6144, 6144, 6144), o, H100), GemmPath::Wgmma);
+        assert_eq!(path(dims(6144, 6144, 6144), o, OLDER), GemmPath::HalfMma);
+        // Rows not 16-byte multiples (K = 2999): TMA cannot; mma.sync.
+        assert_eq!(path(dims(3001, 3003, 2999), o, H100), GemmPath::HalfMma);
+        assert_eq!(path(dims(3000, 3003, 3000), o, H100), GemmPath::HalfMma);
+        assert_eq!(path(dims(3001, 3000, 3000), o, H100), GemmPath::Wgmma);
+        assert_eq!(path(dims(300, 300, 300), Operands { aligned_b: false, ..o }, H100), GemmPath::HalfMma);
+        assert_eq!(path(dims(300, 300, 0), o, H100), GemmPath::HalfMma);
+        // Few tiles of 128×256: split K (one block per SM fits), in whole k-steps of 64.
+        let split = |m, n, k| {
+            let p = plan(&dims(m, n, k), &o, &H100);
+            assert_eq!(p.path, GemmPath::Wgmma);
+            assert!(p.slices == 1 || p.k_chunk % 64 == 0);
+            (p.slices, p.k_chunk)
+        };
+        assert_eq!(split(128, 8192, 8192), (4, 2048));
+        assert_eq!(split(8192, 128, 8192), (2, 4096));
+        assert_eq!(split(16384, 16384, 256), (1, 256));
+        assert_eq!(split(128, 8192, 1000), (1, 1000));
+        // mma.sync splits K as well when its 128×128 tiles are few: a 73-row weight gradient.
+        let p = plan(&dims(73, 384, 16384), &operands(DType::BF16, true, false), &H100);
+        assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::HalfMma, 32, 512));
+        let p = plan(&dims(3001, 3003, 2999), &o, &H100);
+        assert_eq!((p.path, p.slices), (GemmPath::HalfMma, 1));
+        // Transposed A [K, M]: M is the row length.
+        assert_eq!(path(dims(3001, 3000, 3000), operands(DType::F16, true, false), H100), GemmPath::HalfMma);
+    }
+
+    #[test]
+    fn tf32_takes_wgmma_when_the_transposes_can_run() {
+        let o = Operands { tf32: true, ..operands(DType::F32, false, false) };
+        assert_eq!(path(dims(4096, 4096, 4096), o, H100), GemmPath::Tf32Wgmma);
+        assert_eq!(path(dims(4096, 4096, 4096), o, OLDER), GemmPath::Tf32Mma);
+        assert_eq!(path(dims(4096, 4096, 4098), o, H100), GemmPath::Tf32Mma);
+        assert_eq!(path(dims(17, 3, 65_535 * 64 + 4), o, H100), GemmPath::Tf32Mma);
+        assert_eq!(path(dims(17, 3, 4096), Operands { batched_b: true, ..o }, H100), GemmPath::Tf32Mma);
+        let nt = Operands { transpose_b: true, batched_b: true, ..o };
+        assert_eq!(path(dims(17, 3, 4096), nt, H100), GemmPath::Tf32Wgmma);
+        assert_eq!(path(dims(17, 3, 4096), Operands { aligned_a: false, ..nt }, H100), GemmPath::Tf32Mma);
+    }
+
+    #[test]
+    fn simt_splits_k_when_the_large_tiles_leave_sms_idle() {
+        let o = operands(DType::F32, false, false);
+        let simt = |tile| GemmPath::Simt { tile };
+        // (128, 8192, 8192): 64 large tiles; 2 slices of 4096 fill 128 of 132 SMs.
+        let p = plan(&dims(128, 8192, 8192), &o, &H100);
+        assert_eq!(p, GemmPlan { path: simt(GEMM_TILE_LARGE), slices: 2, k_chunk: 4096 });
+        // N = 128, K = 8192: the same grid transposed.
+        assert_eq!(plan(&dims(8192, 128, 8192), &o, &H100).slices, 2);
+        // 17 × 64 outputs, K = 8200: one tile, 16 slices of 528 (a multiple of the k-step).
+        let p = plan(&dims(17, 64, 8200), &o, &H100);
+        assert_eq!((p.slices, p.k_chunk), (16, 528));
+        assert_eq!(p.k_chunk % GEMM_BK, 0);
+        // Enough tiles: the largest tile without a split.
+        let whole = |path, k: usize| GemmPlan { path, slices: 1, k_chunk: k };
+        assert_eq!(plan(&dims(6144, 6144, 6144), &o, &H100), whole(simt(GEMM_TILE_LARGE), 6144));
+        assert_eq!(plan(&dims(16384, 16384, 256), &o, &H100), whole(simt(GEMM_TILE_LARGE), 256));
+        // Few tiles and short K: smaller tiles instead of a split.
+        assert_eq!(plan(&dims(1000, 1000, 1000), &o, &H100), whole(simt(GEMM_TILE_SMALL), 1000));
+        assert_eq!(plan(&dims(1024, 2048, 1000), &o, &H100), whole(simt(GEMM_TILE_MEDIUM), 1000));
+        // A batch counts as tiles.
+        let batched = |batch| Dims { batch, ..dims(128, 128, 8192) };
+        assert_eq!(plan(&batched(64), &o, &H100).slices, 2);
+        assert_eq!(plan(&batched(132), &o, &H100), whole(simt(GEMM_TILE_LARGE), 8192));
+    }
+
+    #[test]
+    fn split_k_rounds_to_the_alignment_and_caps_the_slices() {
+        assert_eq!(split_k(8192, 64, 132, (16, 512)), (2, 4096));
+        assert_eq!(split_k(8192, 1, 132, (16, 512)), (16, 512));
+        assert_eq!(split_k(1 << 20, 1, 132, (16, 512)), (MAX_SLICES, 1 << 15));
+        assert_eq!(split_k(1000, 1, 132, (16, 512)), (1, 1000));
+        assert_eq!(split_k(0, 1, 132, (16, 512)), (1, 1));
+        let (slices, chunk) = split_k(10_001, 3, 132, (256, 512));
+        assert!(chunk % 256 == 0 && slices == 10_001usize.div_ceil(chunk) && slices <= MAX_SLICES);
+    }
 }

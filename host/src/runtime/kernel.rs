@@ -69,6 +69,13 @@ impl<T: DeviceElement> DevPtr<T> {
     }
 }
 
+impl<T: DeviceElement> DevPtrMut<T> {
+    /// The null pointer, for optional outputs (a kernel checks for 0 before writing).
+    pub(crate) fn null() -> Self {
+        Self::new(0)
+    }
+}
+
 impl<T: DeviceElement> From<DevPtrMut<T>> for DevPtr<T> {
     fn from(p: DevPtrMut<T>) -> Self {
         DevPtr::new(p.addr)
