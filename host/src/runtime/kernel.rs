@@ -12,7 +12,7 @@ use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
-/// Dynamic shared memory a block gets without opting in.
+/// Shared memory (static and dynamic together) a block gets without opting in.
 const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
 
 /// Element types a kernel's pointers may point to.
@@ -202,8 +202,20 @@ unsafe fn launch_raw(
     let device = &stream.device;
     device.bind()?;
     let f = device.modules.function(kernel)?;
-    if cfg.shared_bytes as usize > DEFAULT_SHARED_LIMIT {
-        // Blocks get more than 48 KiB of dynamic shared memory only when the kernel opts in.
+    // Static and dynamic shared memory together past 48 KiB only when the kernel opts in.
+    let static_bytes = if cfg.shared_bytes > 0 {
+        // SAFETY: `f` is a live kernel handle; the query reads one attribute.
+        unsafe {
+            result::function::get_function_attribute(
+                f.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+            )
+        }
+        .call("cuFuncGetAttribute")? as usize
+    } else {
+        0
+    };
+    if cfg.shared_bytes as usize + static_bytes > DEFAULT_SHARED_LIMIT {
         // SAFETY: `f` is a live kernel handle; the attribute only raises a limit.
         unsafe {
             result::function::set_function_attribute(
