@@ -9,8 +9,6 @@ use super::{clip_factor, my_chunk, update_chunk, with_element};
 use crate::prelude::*;
 use crate::shapes::GRAD_NORM_EPS;
 
-shared_array!(static GRAD_NORM_IS_LAST: [u32; 1]);
-
 /// `partials[b]` ← Σ g² over block b's chunk; the last block then writes `out[0]` ←
 /// `√Σ partials`, `out[1]` ← the clip factor `min(1, max_norm / (norm + GRAD_NORM_EPS))` (NaN
 /// stays NaN, as in PyTorch's `clip_grad_norm_`). `partials` holds `gridDim.x` floats; `counter`
@@ -30,30 +28,11 @@ pub unsafe extern "ptx-kernel" fn grad_norm(
     let square = |g: &mut f32, _: &mut [f32; 0]| acc = fma(*g, *g, acc);
     with_element!(chunk.dtype, E => update_chunk::<E, 0>(chunk.words[1], false, [], 0, range, square));
     let block_total = block_reduce::<Sum>(acc);
-    let is_last = shared_ptr(&raw mut GRAD_NORM_IS_LAST);
-    if thread_x() == 0 {
-        *partials.add(block_x()) = block_total;
-        fence_gpu();
-        let finished = atomic_add_u32(counter, 1);
-        *is_last = (finished as usize == grid_dim_x() - 1) as u32;
-    }
-    sync_threads();
-    if *is_last != 0 {
-        fence_gpu();
-        let mut acc = 0.0f32;
-        let mut i = thread_x();
-        while i < grid_dim_x() {
-            acc += load_l2_f32(partials.add(i));
-            i += block_dim_x();
-        }
-        let total = block_reduce::<Sum>(acc);
-        if thread_x() == 0 {
-            let norm = sqrt_rn(total);
-            let factor = max_norm / (norm + GRAD_NORM_EPS);
-            *out = norm;
-            *out.add(1) = if factor > 1.0 { 1.0 } else { factor };
-            *counter = 0;
-        }
+    if let Some(total) = grid_reduce_in_last_block::<Sum>(block_total, partials, counter) {
+        let norm = sqrt_rn(total);
+        let factor = max_norm / (norm + GRAD_NORM_EPS);
+        *out = norm;
+        *out.add(1) = if factor > 1.0 { 1.0 } else { factor };
     }
 }
 

@@ -1,7 +1,8 @@
 //! Block-wide reductions: warp butterflies, then one value per warp through shared memory.
-use super::index::{block_dim_x, block_dim_y, lane, warp_in_block};
+use super::index::{block_dim_x, block_dim_y, block_x, grid_dim_x, lane, thread_x, warp_in_block};
+use super::memory::load_l2_f32;
 use super::shared::shared_ptr;
-use super::sync::sync_threads;
+use super::sync::{atomic_add_u32, fence_gpu, sync_threads};
 use super::warp::warp_reduce;
 
 shared_array!(static BLOCK_REDUCE_SCRATCH: [f32; 32]);
@@ -72,6 +73,50 @@ pub fn block_reduce<R: ReduceOp>(v: f32) -> f32 {
     // The scratch is reused by the next call: nobody may overwrite it before all have read it.
     sync_threads();
     total
+}
+
+shared_array!(static GRID_REDUCE_IS_LAST: [u32; 1]);
+
+/// A whole-grid reduction in one launch, deterministic: each block stores its `block_total` in
+/// `partials[block]`; the last block to finish (found with a GPU-scope integer counter, no float
+/// atomics) folds every partial in block order and gets the grid's total in its thread 0
+/// (`None` in every other thread and block). Resets `counter` to zero for the next launch on the
+/// stream. Every thread of the block must call it (it holds barriers).
+///
+/// # Safety
+/// `partials` holds `gridDim.x` floats and `counter` (zero on entry) one u32, in global memory
+/// that no other running kernel uses; 1-D blocks of up to 1024 threads.
+#[inline(always)]
+pub unsafe fn grid_reduce_in_last_block<R: ReduceOp>(
+    block_total: f32,
+    partials: *mut f32,
+    counter: *mut u32,
+) -> Option<f32> {
+    let is_last = shared_ptr(&raw mut GRID_REDUCE_IS_LAST);
+    if thread_x() == 0 {
+        *partials.add(block_x()) = block_total;
+        // The partial is visible to the whole GPU before the count says it is there.
+        fence_gpu();
+        let finished = atomic_add_u32(counter, 1);
+        *is_last = (finished as usize == grid_dim_x() - 1) as u32;
+    }
+    sync_threads();
+    if *is_last == 0 {
+        return None;
+    }
+    fence_gpu();
+    let mut acc = R::IDENTITY;
+    let mut i = thread_x();
+    while i < grid_dim_x() {
+        acc = R::combine(acc, load_l2_f32(partials.add(i)));
+        i += block_dim_x();
+    }
+    let total = block_reduce::<R>(acc);
+    if thread_x() != 0 {
+        return None;
+    }
+    *counter = 0;
+    Some(total)
 }
 
 shared_array!(static BLOCK_WELFORD_SCRATCH: [f32; 3 * 32]);

@@ -20,7 +20,9 @@ pub mod warp;
 #[cfg(feature = "sm90a")]
 pub mod wgmma;
 
-pub use block::{block_reduce, block_welford, welford_combine, Max, Min, ReduceOp, Sum};
+pub use block::{
+    block_reduce, block_welford, grid_reduce_in_last_block, welford_combine, Max, Min, ReduceOp, Sum,
+};
 pub use half::{HalfFloat, BF16, F16};
 pub use index::*;
 pub use math::*;

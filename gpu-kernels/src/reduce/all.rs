@@ -8,8 +8,6 @@
 use super::fold_strided;
 use crate::prelude::*;
 
-shared_array!(static REDUCE_ALL_IS_LAST: [u32; 1]);
-
 /// `out[0] = scale * fold(x[0..n])`. `partials` holds `gridDim.x` floats; `counter` is zero on
 /// entry and is left zero.
 #[inline(always)]
@@ -23,27 +21,8 @@ unsafe fn reduce_all<F: Float, R: ReduceOp>(
 ) {
     let acc = fold_strided::<F, R>(x, n, global_x(), grid_threads_x());
     let block_total = block_reduce::<R>(acc);
-    let is_last = shared_ptr(&raw mut REDUCE_ALL_IS_LAST);
-    if thread_x() == 0 {
-        *partials.add(block_x()) = block_total;
-        fence_gpu();
-        let finished = atomic_add_u32(counter, 1);
-        *is_last = (finished as usize == grid_dim_x() - 1) as u32;
-    }
-    sync_threads();
-    if *is_last != 0 {
-        fence_gpu();
-        let mut acc = R::IDENTITY;
-        let mut i = thread_x();
-        while i < grid_dim_x() {
-            acc = R::combine(acc, load_l2_f32(partials.add(i)));
-            i += block_dim_x();
-        }
-        let total = block_reduce::<R>(acc);
-        if thread_x() == 0 {
-            F::store(out, total * scale);
-            *counter = 0;
-        }
+    if let Some(total) = grid_reduce_in_last_block::<R>(block_total, partials, counter) {
+        F::store(out, total * scale);
     }
 }
 
