@@ -429,12 +429,7 @@ impl Tensor {
             }
         }
         // Across devices or backends through the host; 16-bit values survive f32 exactly.
-        let moved = ctx.from_slice(&self.to_vec()?, &self.shape)?;
-        if self.dtype == DType::F32 {
-            Ok(moved)
-        } else {
-            moved.to_dtype(self.dtype)
-        }
+        ctx.from_slice(&self.to_vec()?, &self.shape)?.into_dtype(self.dtype)
     }
 
     pub(crate) fn require_f32(&self, op: &'static str) -> Result<()> {

@@ -62,11 +62,6 @@ impl MultiHeadAttention {
         })
     }
 
-    /// The parameters converted to `dtype`.
-    pub fn to_dtype(mut self, dtype: DType) -> Result<Self> {
-        self.params_mut().into_iter().try_for_each(|p| p.convert(dtype))?;
-        Ok(self)
-    }
     /// Weights from `N(0, std)`, zero biases, from `seed` (GPT-2's initialisation).
     pub fn normal_init(mut self, std: f32, seed: u64) -> Result<Self> {
         self.qkv.normal_init(std, seed)?;
@@ -95,14 +90,14 @@ impl MultiHeadAttention {
         let (b, s, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let x2 = x.reshape(&[b * s, e])?;
         let qkv = linear(&x2, self.qkv.weight.value(), self.qkv.bias_value(), Activation::None)?;
-        let qkv = to_dtype_if(qkv.reshape(&[b, s, hq + 2 * hkv, d])?, self.attention_dtype())?;
+        let qkv = qkv.reshape(&[b, s, hq + 2 * hkv, d])?.into_dtype(self.attention_dtype())?;
         let (q, k, v) =
             (to_heads(&qkv, (0, hq))?, to_heads(&qkv, (hq, hkv))?, to_heads(&qkv, (hq + hkv, hkv))?);
         let (out, lse) = attention(&q, &k, &v, self.params)?;
         // Every head of `merged` and `dqkv` is written by `from_heads`.
         let mut merged = Tensor::uninit_as(x.context(), &[b, s, hq, d], out.dtype(), "MultiHeadAttention")?;
         from_heads(&out, &mut merged, 0)?;
-        let merged = to_dtype_if(merged, self.dtype())?.reshape(&[b * s, hq * d])?;
+        let merged = merged.into_dtype(self.dtype())?.reshape(&[b * s, hq * d])?;
         let y = linear(&merged, self.proj.weight.value(), self.proj.bias_value(), Activation::None)?;
         Ok((y.reshape(&[b, s, e])?, Kept { x: x2, q, k, v, out, lse, merged }))
     }
@@ -115,7 +110,7 @@ impl MultiHeadAttention {
         let dwo = Gemm::new(&dy2, &kept.merged).transpose_a(true).run()?;
         let dbo = bias_grad(&dy2)?;
         let dmerged = dy2.matmul(self.proj.weight.value())?;
-        let dmerged = to_dtype_if(dmerged.reshape(&[b, s, hq, d])?, self.attention_dtype())?;
+        let dmerged = dmerged.reshape(&[b, s, hq, d])?.into_dtype(self.attention_dtype())?;
         let dout = to_heads(&dmerged, (0, hq))?;
         let (dq, dk, dv) =
             attention_backward(&dout, &kept.q, &kept.k, &kept.v, &kept.out, &kept.lse, self.params)?;
@@ -123,22 +118,13 @@ impl MultiHeadAttention {
         from_heads(&dq, &mut dqkv, 0)?;
         from_heads(&dk, &mut dqkv, hq)?;
         from_heads(&dv, &mut dqkv, hq + hkv)?;
-        let dqkv = to_dtype_if(dqkv, self.dtype())?.reshape(&[b * s, (hq + 2 * hkv) * d])?;
+        let dqkv = dqkv.into_dtype(self.dtype())?.reshape(&[b * s, (hq + 2 * hkv) * d])?;
         let dw = Gemm::new(&dqkv, &kept.x).transpose_a(true).run()?;
         let db = bias_grad(&dqkv)?;
         let dx = dqkv.matmul(self.qkv.weight.value())?;
         self.proj.set_grads(dwo, Some(dbo))?;
         self.qkv.set_grads(dw, Some(db))?;
         dx.reshape(&[b, s, e])
-    }
-}
-
-/// `t` in `dtype`, converted only where it differs.
-fn to_dtype_if(t: Tensor, dtype: DType) -> Result<Tensor> {
-    if t.dtype() == dtype {
-        Ok(t)
-    } else {
-        t.to_dtype(dtype)
     }
 }
 

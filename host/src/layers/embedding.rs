@@ -18,7 +18,7 @@ pub struct Embedding {
     /// The sequence length of the last training-mode lookup.
     kept_seq: Option<usize>,
     head_input: Option<Tensor>,
-    /// This step's table gradient so far, and whether each part has been added.
+    /// This step's table gradient so far (the lookup's and the head's parts, as they arrive).
     table_grad: Option<Tensor>,
     training: bool,
 }

@@ -36,11 +36,6 @@ impl Linear {
         self.activation = activation;
         self
     }
-    /// The parameters converted to `dtype` (a 16-bit layer takes and gives 16-bit tensors).
-    pub fn to_dtype(mut self, dtype: DType) -> Result<Self> {
-        self.weights.params_mut().into_iter().try_for_each(|p| p.convert(dtype))?;
-        Ok(self)
-    }
     /// Weights from `N(0, std)` and a zero bias, from `seed` (GPT-2's initialisation).
     pub fn normal_init(mut self, std: f32, seed: u64) -> Result<Self> {
         self.weights.normal_init(std, seed)?;

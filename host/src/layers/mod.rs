@@ -99,6 +99,15 @@ pub trait Layer: Send {
     fn set_training(&mut self, _training: bool) {}
     /// The layer's type and sizes, e.g. `Linear(64 → 128)`.
     fn describe(&self) -> String;
+    /// The layer with its parameters converted to `dtype` (a 16-bit layer takes and gives 16-bit
+    /// tensors).
+    fn to_dtype(mut self, dtype: DType) -> Result<Self>
+    where
+        Self: Sized,
+    {
+        self.params_mut().into_iter().try_for_each(|p| p.convert(dtype))?;
+        Ok(self)
+    }
 }
 
 /// Errors of the ops inside a layer, named after the layer.
@@ -122,6 +131,23 @@ impl<T> InLayer<T> for Result<T> {
             e => Error::Layer { layer: describe(), source: Box::new(e) },
         })
     }
+}
+
+/// Each parameter's value and gradient, for an optimizer step; `missing(label, shape)` is the
+/// error for the first parameter without a gradient.
+pub(crate) fn values_and_grads<'a, L>(
+    params: impl IntoIterator<Item = (L, &'a mut Param)>,
+    missing: impl Fn(L, Vec<usize>) -> Error,
+) -> Result<(Vec<&'a mut Tensor>, Vec<&'a Tensor>)> {
+    let mut values = Vec::new();
+    let mut grads = Vec::new();
+    for (label, param) in params {
+        let shape = param.value().shape().to_vec();
+        let (value, grad) = param.parts();
+        values.push(value);
+        grads.push(grad.ok_or_else(|| missing(label, shape))?);
+    }
+    Ok((values, grads))
 }
 
 /// An argument error of `layer` itself (not of an op inside it).

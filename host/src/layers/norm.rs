@@ -25,11 +25,6 @@ impl LayerNorm {
         self.eps = eps;
         self
     }
-    /// Scale and shift converted to `dtype` (a 16-bit layer norm takes 16-bit inputs).
-    pub fn to_dtype(mut self, dtype: crate::tensor::DType) -> Result<Self> {
-        self.affine.params_mut().into_iter().try_for_each(|p| p.convert(dtype))?;
-        Ok(self)
-    }
 }
 
 impl Layer for LayerNorm {

@@ -1,5 +1,5 @@
 //! [`Sequential`]: layers applied in order, trained with any [`Optimizer`].
-use super::{Layer, Param};
+use super::{values_and_grads, Layer, Param};
 use crate::ops::optim::{clip_grad_norm, GradNorm, Optimizer};
 use crate::runtime::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -54,20 +54,11 @@ impl Sequential {
     }
     /// Every parameter's value and gradient (an error naming the first without one).
     fn values_and_grads(&mut self) -> Result<(Vec<&mut Tensor>, Vec<&Tensor>)> {
-        let mut values = Vec::new();
-        let mut grads = Vec::new();
-        for (i, param) in self.params_mut().into_iter().enumerate() {
-            let shape = param.value().shape().to_vec();
-            let (value, grad) = param.parts();
-            let grad = grad.ok_or_else(|| Error::InvalidArgument {
-                op: "Sequential::step",
-                shape,
-                reason: format!("parameter {i} has no gradient (run backward first)"),
-            })?;
-            values.push(value);
-            grads.push(grad);
-        }
-        Ok((values, grads))
+        values_and_grads(self.params_mut().into_iter().enumerate(), |i, shape| Error::InvalidArgument {
+            op: "Sequential::step",
+            shape,
+            reason: format!("parameter {i} has no gradient (run backward first)"),
+        })
     }
 }
 

@@ -233,21 +233,13 @@ impl Gpt {
     /// The parameters and their last gradients, for an optimizer step.
     pub fn params_and_grads(&mut self) -> Result<(Vec<&mut Tensor>, Vec<&Tensor>)> {
         let describe = self.describe();
-        let mut values = Vec::new();
-        let mut grads = Vec::new();
-        for (name, param) in self.named_params_mut() {
-            let (value, grad) = param.parts();
-            let grad = grad.ok_or_else(|| {
-                crate::layers::described_error(
-                    describe.clone(),
-                    value.shape(),
-                    format!("{name} has no gradient (run backward first)"),
-                )
-            })?;
-            values.push(value);
-            grads.push(grad);
-        }
-        Ok((values, grads))
+        crate::layers::values_and_grads(self.named_params_mut(), |name, shape| {
+            crate::layers::described_error(
+                describe.clone(),
+                &shape,
+                format!("{name} has no gradient (run backward first)"),
+            )
+        })
     }
 
     /// Write the parameters (and `extra` tensors, e.g. an optimizer's state) to a safetensors
@@ -268,8 +260,7 @@ impl Gpt {
         let file = checkpoint::load(&ctx, path)?;
         for (name, param) in self.named_params_mut() {
             let t = file.get(&name)?;
-            let t = if t.dtype() == dtype { t.clone() } else { t.to_dtype(dtype)? };
-            param.set_value(t)?;
+            param.set_value(t.clone().into_dtype(dtype)?)?;
         }
         Ok(file)
     }

@@ -244,6 +244,15 @@ pub(crate) fn fill(ctx: &Context, shape: &[usize], value: f32, dtype: DType) -> 
 }
 
 impl Tensor {
+    /// This tensor in `dtype`: itself where it already has that dtype, else [`Tensor::to_dtype`].
+    pub fn into_dtype(self, dtype: DType) -> Result<Tensor> {
+        if self.dtype() == dtype {
+            Ok(self)
+        } else {
+            self.to_dtype(dtype)
+        }
+    }
+
     /// This tensor converted to `dtype`, rounding to nearest even (a copy even when the dtype is
     /// the same).
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
