@@ -19,6 +19,8 @@ pub mod tensor_core;
 pub mod warp;
 #[cfg(feature = "sm90a")]
 pub mod wgmma;
+#[cfg(feature = "sm90a")]
+pub mod wgmma_tile;
 
 pub use block::{
     block_reduce, block_welford, grid_reduce_in_last_block, welford_combine, Max, Min, ReduceOp, Sum,
@@ -34,3 +36,5 @@ pub use tensor_core::*;
 pub use warp::*;
 #[cfg(feature = "sm90a")]
 pub use wgmma::*;
+#[cfg(feature = "sm90a")]
+pub use wgmma_tile::*;
