@@ -173,6 +173,20 @@ impl RowTeam {
         RowTeam { row, lane, size, begin, end, chunk: block_y(), vec, narrow }
     }
 
+    /// The same lanes on row `row` of whole (unsplit) rows of `cols` values: for kernels whose
+    /// teams walk several rows and keep per-column sums across them (the mapping of values to
+    /// lanes is the same on every row).
+    #[inline(always)]
+    pub fn at_row(&self, row: usize, cols: usize) -> Self {
+        let mut t = *self;
+        t.row = row;
+        t.begin = 0;
+        t.end = cols;
+        t.narrow[0] = 0;
+        t.narrow[1] = cols as u32;
+        t
+    }
+
     /// Index in the row of value `e` of chunk `k` of this thread.
     #[inline(always)]
     pub fn index(&self, k: usize, e: usize) -> usize {
@@ -204,18 +218,27 @@ impl RowTeam {
         (self.index32(k, 4) - self.index32(k, 0)) as usize
     }
 
-    /// `f(k, e, index)` for each of this thread's values in range.
+    /// `f(k, e)` for each of this thread's values in range.
     #[inline(always)]
-    pub fn each(&self, mut f: impl FnMut(usize, usize)) {
+    pub fn each(&self, f: impl FnMut(usize, usize)) {
+        self.each_first::<SLOTS>(f)
+    }
+
+    /// [`RowTeam::each`] over the first `K` chunks only: for kernels whose rows never reach a
+    /// thread's later chunks, so that their registers are never allocated.
+    #[inline(always)]
+    pub fn each_first<const K: usize>(&self, mut f: impl FnMut(usize, usize)) {
         unroll!(k in [0, 1, 2, 3] => {
-            if self.whole(k) {
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { f(k, e); });
-            } else if self.holds(k, 0) {
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    if self.holds(k, e) {
-                        f(k, e);
-                    }
-                });
+            if k < K {
+                if self.whole(k) {
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { f(k, e); });
+                } else if self.holds(k, 0) {
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                        if self.holds(k, e) {
+                            f(k, e);
+                        }
+                    });
+                }
             }
         });
     }
@@ -227,8 +250,22 @@ impl RowTeam {
     /// multiple of `F::PER_16B`), readable up to `end`.
     #[inline(always)]
     pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw, fill: f32) -> Slots {
+        self.load_first::<F, SLOTS>(row_start, fill)
+    }
+
+    /// [`RowTeam::load`] of the first `K` chunks (the others `fill`; see
+    /// [`RowTeam::each_first`]).
+    ///
+    /// # Safety
+    /// As [`RowTeam::load`].
+    #[inline(always)]
+    pub unsafe fn load_first<F: Float, const K: usize>(&self, row_start: *const F::Raw, fill: f32) -> Slots {
         let mut v = [[fill; 8]; SLOTS];
-        unroll!(k in [0, 1, 2, 3] => { v[k] = self.load_chunk::<F>(row_start, k, fill); });
+        unroll!(k in [0, 1, 2, 3] => {
+            if k < K {
+                v[k] = self.load_chunk::<F>(row_start, k, fill);
+            }
+        });
         v
     }
 
@@ -260,16 +297,31 @@ impl RowTeam {
     /// As [`RowTeam::load`], writable.
     #[inline(always)]
     pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, f: impl Fn(usize) -> [f32; 8]) {
+        self.store_first::<F, SLOTS>(row_start, f)
+    }
+
+    /// [`RowTeam::store`] of the first `K` chunks (see [`RowTeam::each_first`]).
+    ///
+    /// # Safety
+    /// As [`RowTeam::store`].
+    #[inline(always)]
+    pub unsafe fn store_first<F: Float, const K: usize>(
+        &self,
+        row_start: *mut F::Raw,
+        f: impl Fn(usize) -> [f32; 8],
+    ) {
         unroll!(k in [0, 1, 2, 3] => {
-            if self.whole(k) {
-                F::store8(row_start.add(self.index(k, 0)), self.second(k), f(k));
-            } else if self.holds(k, 0) {
-                let v = f(k);
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    if self.holds(k, e) {
-                        F::store(row_start.add(self.index(k, e)), v[e]);
-                    }
-                });
+            if k < K {
+                if self.whole(k) {
+                    F::store8(row_start.add(self.index(k, 0)), self.second(k), f(k));
+                } else if self.holds(k, 0) {
+                    let v = f(k);
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                        if self.holds(k, e) {
+                            F::store(row_start.add(self.index(k, e)), v[e]);
+                        }
+                    });
+                }
             }
         });
     }
