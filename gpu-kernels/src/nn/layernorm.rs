@@ -69,34 +69,42 @@ unsafe fn layernorm_rows<F: Float>(
     );
 }
 
-/// Chunk `k` of g = dy·γ (γ is read again where needed rather than held); `gamma` may be null.
+/// Chunk `k` of g = dy·γ, with `w` this thread's γ (ones without an affine part).
+#[inline(always)]
+fn dy_gamma(d: &Slots, w: &Slots, k: usize) -> [f32; 8] {
+    let mut g = d[k];
+    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { g[e] *= w[k][e]; });
+    g
+}
+
+/// This thread's γ (its first `K` chunks), ones where `gamma` is null: read once per kernel and
+/// held, as every row of a team uses the same columns.
 ///
 /// # Safety
-/// `gamma` holds the row's `cols` values or is null.
+/// `gamma` holds `cols` values or is null.
 #[inline(always)]
-unsafe fn dy_gamma<F: Float>(t: &RowTeam, d: &Slots, gamma: *const F::Raw, k: usize) -> [f32; 8] {
-    let w = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
-    let mut g = d[k];
-    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { g[e] *= w[e]; });
-    g
+unsafe fn gamma_slots<F: Float, const K: usize>(t: &RowTeam, gamma: *const F::Raw) -> Slots {
+    if gamma.is_null() {
+        [[1.0; 8]; SLOTS]
+    } else {
+        t.load_first::<F, K>(gamma, 1.0)
+    }
 }
 
 /// This thread's share of (Σ g, Σ g·x̂) over its row (its first `K` chunks: see
 /// `RowTeam::each_first`).
 ///
-/// # Safety
-/// As [`dy_gamma`].
 #[inline(always)]
-unsafe fn dx_row_sums<F: Float, const K: usize>(
+fn dx_row_sums<const K: usize>(
     t: &RowTeam,
     (v, d): (&Slots, &Slots),
-    gamma: *const F::Raw,
+    w: &Slots,
     (mu, r): (f32, f32),
 ) -> Sum2 {
     let (mut a, mut b) = (0.0f32, 0.0f32);
     unroll!(k in [0, 1, 2, 3] => {
         if k < K && t.holds(k, 0) {
-            let gk = dy_gamma::<F>(t, d, gamma, k);
+            let gk = dy_gamma(d, w, k);
             unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
                 if t.holds(k, e) {
                     a += gk[e];
@@ -112,13 +120,13 @@ unsafe fn dx_row_sums<F: Float, const K: usize>(
 /// each thread), from the row's sums.
 ///
 /// # Safety
-/// As [`dy_gamma`]; `dx_row` is the row's start in the output.
+/// `dx_row` is the row's start in the output.
 #[inline(always)]
 unsafe fn store_dx<F: Float, const K: usize>(
     t: &RowTeam,
     dx_row: *mut F::Raw,
     (v, d): (&Slots, &Slots),
-    gamma: *const F::Raw,
+    w: &Slots,
     (mu, r): (f32, f32),
     Sum2(sum_g, sum_gx): Sum2,
     cols: usize,
@@ -129,7 +137,7 @@ unsafe fn store_dx<F: Float, const K: usize>(
         dx_row,
         #[inline(always)]
         |k| {
-            let gk = dy_gamma::<F>(t, d, gamma, k);
+            let gk = dy_gamma(d, w, k);
             let mut out = [0.0f32; 8];
             unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
                 out[e] = r * (gk[e] - mean_g - (v[k][e] - mu) * r * mean_gx);
@@ -158,15 +166,16 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     let stat = if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
     let v = t.load::<F>(x.wrapping_add(offset), 0.0);
     let d = t.load::<F>(dy.wrapping_add(offset), 0.0);
+    let w = gamma_slots::<F, SLOTS>(&t, gamma);
     let sums = if mode == ROW_APPLY {
         t.merge_partials(partials)
     } else {
-        t.combine(dx_row_sums::<F, SLOTS>(&t, (&v, &d), gamma, stat))
+        t.combine(dx_row_sums::<SLOTS>(&t, (&v, &d), &w, stat))
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, sums);
     }
-    store_dx::<F, SLOTS>(&t, dx.wrapping_add(offset), (&v, &d), gamma, stat, sums, cols);
+    store_dx::<F, SLOTS>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
 }
 
 // build.rs reads shared sizes as literals: 2 · LAYERNORM_FUSED_COLS.
@@ -200,15 +209,15 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
     let team = RowTeam::new::<F>(rows, cols, 32, cols.next_multiple_of(8)).at_row(0, cols);
     let warps = grid_dim_x() * block_dim_x() / 32;
     let (mut sum_dg, mut sum_db) = ([[0.0f32; 8]; SLOTS], [[0.0f32; 8]; SLOTS]);
+    let w = gamma_slots::<F, K>(&team, gamma);
     let mut row = (block_x() * block_dim_x() + thread_x()) / 32;
     while row < rows {
         let t = team.at_row(row, cols);
         let offset = row * cols;
         let stat = (load_nc_f32(mean.add(row)), load_nc_f32(rstd.add(row)));
-        let v = t.load_first::<F, K>(x.add(offset), 0.0);
-        let d = t.load_first::<F, K>(dy.add(offset), 0.0);
-        let sums = t.combine(dx_row_sums::<F, K>(&t, (&v, &d), gamma, stat));
-        store_dx::<F, K>(&t, dx.add(offset), (&v, &d), gamma, stat, sums, cols);
+        let [v, d] = t.load_rows_first::<F, K, 2>([x.add(offset), dy.add(offset)], 0.0);
+        let sums = t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat));
+        store_dx::<F, K>(&t, dx.add(offset), (&v, &d), &w, stat, sums, cols);
         t.each_first::<K>(|k, e| {
             sum_dg[k][e] += d[k][e] * (v[k][e] - stat.0) * stat.1;
             sum_db[k][e] += d[k][e];
@@ -239,24 +248,29 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
         return;
     }
     // The last block adds every block's sums, a thread's (up to three) columns at once: eight
-    // running sums per column, in a fixed pattern, keep 24 loads in flight (a loop of dependent
-    // loads here would be the kernel's tail); their fixed-order fold keeps it deterministic.
+    // running sums per column, in a fixed pattern, with the 24 loads of a step issued together
+    // (straight-line code: a thread past the last column reads the last one and drops it), so
+    // that the fold is not a chain of dependent L2 round trips; their fixed-order fold keeps it
+    // deterministic.
     let (blocks, n, stride) = (grid_dim_x(), 2 * cols, block_dim_x());
+    let column = |j: usize| (thread_x() + j * stride).min(n - 1);
     let mut s = [[0.0f32; 8]; FUSED_COLUMNS_PER_THREAD];
     let mut b = 0;
-    while b < blocks {
-        let full = b + 8 <= blocks;
+    while b + 8 <= blocks {
+        let mut step = [[0.0f32; 8]; FUSED_COLUMNS_PER_THREAD];
         unroll!(j in [0, 1, 2] => {
-            let c = thread_x() + j * stride;
-            if c < n {
-                unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    if full || b + i < blocks {
-                        s[j][i] += load_l2_f32(partials.add((b + i) * n + c));
-                    }
-                });
-            }
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                step[j][i] = load_l2_f32(partials.add((b + i) * n + column(j)));
+            });
+        });
+        unroll!(j in [0, 1, 2] => {
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => { s[j][i] += step[j][i]; });
         });
         b += 8;
+    }
+    while b < blocks {
+        unroll!(j in [0, 1, 2] => { s[j][0] += load_l2_f32(partials.add(b * n + column(j))); });
+        b += 1;
     }
     unroll!(j in [0, 1, 2] => {
         let c = thread_x() + j * stride;
