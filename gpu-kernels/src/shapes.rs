@@ -191,6 +191,9 @@ pub const CONV_SPLIT_ALIGN: usize = 32;
 /// warpgroups (one issues the TMA copies, two compute 64×256 each), k-steps of one 128-byte
 /// swizzle row (64 16-bit or 32 f32 elements), `WGMMA_STAGES` shared-memory stages.
 pub const WGMMA_TILE: (usize, usize) = (128, 256);
+/// The tall tile (256×128: each consumer warpgroup computes 128×128 as two `m64n128` products),
+/// for outputs whose width the 256-column tile would pad.
+pub const WGMMA_TILE_TALL: (usize, usize) = (256, 128);
 pub const WGMMA_ROW_BYTES: usize = 128;
 pub const WGMMA_STAGES: usize = 4;
 pub const WGMMA_THREADS: usize = 384;
@@ -199,9 +202,16 @@ pub const WGMMA_THREADS: usize = 384;
 pub const WGMMA_MN_BOX: usize = 64;
 /// Bytes of one pipeline stage: the A tile (128 rows) and the B tile (256 rows) of one k-step.
 pub const WGMMA_STAGE_BYTES: usize = (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_BYTES;
+/// The output staging buffers of a `wgmma` GEMM block: two of 64 rows × 128 bytes (one TMA
+/// store box) per consumer warpgroup.
+pub const WGMMA_OUT_BYTES: usize = 2 * 2 * 64 * WGMMA_ROW_BYTES;
+/// Output rows of one TMA store box (its width is one 128-byte row).
+pub const WGMMA_STORE_ROWS: usize = 64;
 /// Dynamic shared memory of a `wgmma` GEMM block: 1 KiB to align the stages to the 128-byte
-/// swizzle's 1024-byte atoms, the stages, then a full and an empty `mbarrier` per stage.
-pub const WGMMA_SHARED_BYTES: usize = 1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + 2 * WGMMA_STAGES * 8;
+/// swizzle's 1024-byte atoms, the stages, the output buffers, then a full and an empty
+/// `mbarrier` per stage (230,464 bytes of the 232,448 an H100 block may have).
+pub const WGMMA_SHARED_BYTES: usize =
+    1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + WGMMA_OUT_BYTES + 2 * WGMMA_STAGES * 8;
 /// Output tiles along M that consecutive blocks walk before moving along N, so that the blocks
 /// resident at once share A and B panels in L2.
 pub const WGMMA_GROUP_M: usize = 8;

@@ -39,16 +39,12 @@
 use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{
-    WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES,
-    WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_THREADS, WGMMA_TILE,
+    ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX, WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES,
+    WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILE_TALL,
 };
 
-const BM: usize = WGMMA_TILE.0;
-const BN: usize = WGMMA_TILE.1;
 /// One row of a k-step: the 128-byte swizzle width.
 const ROW_BYTES: u32 = WGMMA_ROW_BYTES as u32;
-/// Bytes of the A tile at the start of a stage (the B tile follows).
-const A_BYTES: u32 = BM as u32 * ROW_BYTES;
 /// Bytes of one M/N-major TMA box (64 rows × 128 bytes of k).
 const MN_BOX_BYTES: u32 = MN_BOX as u32 * ROW_BYTES;
 /// A 128-byte swizzle atom: 8 rows of 128 bytes.
@@ -58,25 +54,49 @@ const ATOM_BYTES: u32 = 8 * ROW_BYTES;
 const CONSUMERS: usize = (WGMMA_THREADS - 128) / 128;
 const PRODUCER_REGS: u32 = 40;
 const CONSUMER_REGS: u32 = 232;
+/// One staged piece of output: 64 rows × 128 bytes, the TMA store's box; each consumer
+/// warpgroup has two, filled in turn.
+const CHUNK_BYTES: u32 = 64 * ROW_BYTES;
 
-const _: () = assert!(ROW_BYTES == 128 && BM == 2 * 64 && BN == 256 && BM % MN_BOX == 0 && BN % MN_BOX == 0);
-const _: () = assert!(STAGE_BYTES == (BM + BN) * WGMMA_ROW_BYTES && CONSUMERS == 2);
+const _: () = assert!(ROW_BYTES == 128 && WGMMA_TILE.0 == 2 * 64 && WGMMA_TILE.1 == 256 && CONSUMERS == 2);
+const _: () = assert!(WGMMA_TILE_TALL.0 == WGMMA_TILE.1 && WGMMA_TILE_TALL.1 == WGMMA_TILE.0);
+const _: () = assert!(STAGE_BYTES == (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_BYTES);
+const _: () = assert!(OUT_BYTES == 2 * CONSUMERS * CHUNK_BYTES as usize);
 
-/// The block's output tile `(m0, n0)`: tiles numbered down groups of `GROUP_M` tile rows, then
-/// across, so that the blocks resident together share A and B panels.
+/// The tile of a kernel: 128×256 when `wide`, else 256×128.
+const fn tile(wide: bool) -> (usize, usize) {
+    if wide {
+        WGMMA_TILE
+    } else {
+        WGMMA_TILE_TALL
+    }
+}
+
+/// Output tile `tile` of the launch: its layer z (batch · slices + slice) and origin `(m0, n0)`.
+/// Tiles are numbered layer by layer, each down groups of `GROUP_M` tile rows, then across, so
+/// that the blocks working at once share A and B panels in L2.
 #[inline(always)]
-fn tile_origin(m: usize, n: usize) -> (usize, usize) {
-    let (tiles_m, tiles_n) = (m.div_ceil(BM), n.div_ceil(BN));
-    let id = block_x();
+fn tile_origin((bm, bn): (usize, usize), (m, n): (usize, usize), tile: usize) -> (usize, usize, usize) {
+    let (tiles_m, tiles_n) = (m.div_ceil(bm), n.div_ceil(bn));
+    let (z, id) = (tile / (tiles_m * tiles_n), tile % (tiles_m * tiles_n));
     let per_group = GROUP_M * tiles_n;
     let first_m = id / per_group * GROUP_M;
     let rows = (tiles_m - first_m).min(GROUP_M);
     let in_group = id % per_group;
-    ((first_m + in_group % rows) * BM, in_group / rows * BN)
+    (z, (first_m + in_group % rows) * bm, in_group / rows * bn)
+}
+
+/// Layer z's k-steps: `(batch, first step, steps)` (split-K: layer z is (batch, slice); slice s
+/// runs k-steps [s·k_steps, (s+1)·k_steps)).
+#[inline(always)]
+fn layer_steps(z: usize, all_steps: usize, k_steps: usize) -> (usize, usize, usize) {
+    let slices = all_steps.div_ceil(k_steps.max(1)).max(1);
+    let first = z % slices * k_steps;
+    (z / slices, first, k_steps.min(all_steps.saturating_sub(first)))
 }
 
 #[inline(always)]
-unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
+unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
     maps: *const u8,
     (c, bias, out): (*const E::Elem, *const E::Elem, *mut E::Elem),
     (m, n, k): (usize, usize, usize),
@@ -84,22 +104,21 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
     (alpha, beta, activation): (f32, f32, u32),
     (batched_a, batched_b): (u32, u32),
     (k_steps, ws): (usize, *mut f32),
+    (layers, tma_store): (usize, bool),
 ) {
+    let (bm, bn) = tile(WIDE);
     let t = thread_x();
-    let (m0, n0) = tile_origin(m, n);
+    let total = m.div_ceil(bm) * n.div_ceil(bn) * layers;
     // Elements of k per stage (one 128-byte row).
     let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
-    // Split-K: block z is (batch, slice); slice s runs k-steps [s·k_steps, (s+1)·k_steps).
     let all_steps = k.div_ceil(bk);
-    let slices = all_steps.div_ceil(k_steps.max(1)).max(1);
-    let (z, batch) = (block_z(), block_z() / slices);
-    let first_step = z % slices * k_steps;
-    let steps = k_steps.min(all_steps.saturating_sub(first_step));
     let base = (shared_addr(dynamic_shared::<u8>()) + ATOM_BYTES - 1) & !(ATOM_BYTES - 1);
     let stage = |s: usize| base + (s * STAGE_BYTES) as u32;
-    let barriers = base + (STAGES * STAGE_BYTES) as u32;
+    let chunk_buf = |wg: u32, b: usize| base + (STAGES * STAGE_BYTES) as u32 + (2 * wg + b as u32) * CHUNK_BYTES;
+    let barriers = base + (STAGES * STAGE_BYTES + OUT_BYTES) as u32;
     let full = |s: usize| barriers + 8 * s as u32;
     let empty = |s: usize| barriers + 8 * (STAGES + s) as u32;
+    let a_bytes = (bm * WGMMA_ROW_BYTES) as u32;
     if t == 0 {
         for s in 0..STAGES {
             mbarrier_init(full(s), 1);
@@ -112,36 +131,46 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
     if t < 128 {
         setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 {
-            let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
             let (map_a, map_b) = (maps, maps.add(128));
             // The host copied the maps in before the launch, often to the address an earlier
             // launch's maps had (the pool hands the block out again): see the module docs.
             tensormap_acquire(map_a);
             tensormap_acquire(map_b);
-            for step in 0..steps {
-                let s = step % STAGES;
-                if step >= STAGES {
-                    // The consumers are done with what this stage held STAGES steps ago.
-                    mbarrier_wait(empty(s), ((step / STAGES - 1) & 1) as u32);
-                }
-                mbarrier_arrive_expect_tx(full(s), STAGE_BYTES as u32);
-                let (a_dst, b_dst, k0) = (stage(s), stage(s) + A_BYTES, ((first_step + step) * bk) as i32);
-                if TA {
-                    for j in 0..BM / MN_BOX {
-                        let at = ((m0 + j * MN_BOX) as i32, k0, za);
-                        tma_load_3d(a_dst + j as u32 * MN_BOX_BYTES, map_a, full(s), at);
+            // k-steps issued so far, over every tile of this block: stage and phase.
+            let mut it = 0usize;
+            let mut tile_id = block_x();
+            while tile_id < total {
+                let (z, m0, n0) = tile_origin((bm, bn), (m, n), tile_id);
+                let (batch, first_step, steps) = layer_steps(z, all_steps, k_steps);
+                let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
+                for step in 0..steps {
+                    let s = it % STAGES;
+                    if it >= STAGES {
+                        // The consumers are done with what this stage held STAGES steps ago.
+                        mbarrier_wait(empty(s), ((it / STAGES - 1) & 1) as u32);
                     }
-                } else {
-                    tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
-                }
-                if TB {
-                    tma_load_3d(b_dst, map_b, full(s), (k0, n0 as i32, zb));
-                } else {
-                    for j in 0..BN / MN_BOX {
-                        let at = ((n0 + j * MN_BOX) as i32, k0, zb);
-                        tma_load_3d(b_dst + j as u32 * MN_BOX_BYTES, map_b, full(s), at);
+                    mbarrier_arrive_expect_tx(full(s), STAGE_BYTES as u32);
+                    let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
+                    let k0 = ((first_step + step) * bk) as i32;
+                    if TA {
+                        for j in 0..bm / MN_BOX {
+                            let at = ((m0 + j * MN_BOX) as i32, k0, za);
+                            tma_load_3d(a_dst + j as u32 * MN_BOX_BYTES, map_a, full(s), at);
+                        }
+                    } else {
+                        tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
                     }
+                    if TB {
+                        tma_load_3d(b_dst, map_b, full(s), (k0, n0 as i32, zb));
+                    } else {
+                        for j in 0..bn / MN_BOX {
+                            let at = ((n0 + j * MN_BOX) as i32, k0, zb);
+                            tma_load_3d(b_dst + j as u32 * MN_BOX_BYTES, map_b, full(s), at);
+                        }
+                    }
+                    it += 1;
                 }
+                tile_id += grid_dim_x();
             }
         }
         return;
@@ -149,121 +178,286 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
 
     setmaxnreg_inc::<CONSUMER_REGS>();
     let wg = (t / 128 - 1) as u32;
-    let mut acc: WgmmaAcc = [0.0; 128];
-    for step in 0..steps {
-        let s = step % STAGES;
-        mbarrier_wait(full(s), ((step / STAGES) & 1) as u32);
-        let (a_s, b_s) = (stage(s), stage(s) + A_BYTES);
-        wgmma_fence(&mut acc);
-        unroll!(kk in [0, 1, 2, 3] => {
-            let kk = kk as u32;
-            // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle
-            // follows the absolute address), 16 rows = 2 atoms down an M/N-major box.
-            let a = if TA {
-                sw128_descriptor(a_s + wg * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
-            } else {
-                sw128_descriptor(a_s + wg * 64 * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
-            };
-            let b = if TB {
-                sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
-            } else {
-                sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
-            };
-            E::wgmma_k32_bytes(&mut acc, a, b, TA, !TB);
-        });
-        wgmma_commit();
-        // The previous k-step's wgmma have finished: its stage may be refilled.
-        wgmma_wait::<1>(&mut acc);
-        if step > 0 && t % 128 == 0 {
-            mbarrier_arrive(empty((step - 1) % STAGES));
-        }
-    }
-    wgmma_wait::<0>(&mut acc);
-
     let tw = t % 128;
-    let (g, q) = (tw % 32 / 4, tw % 4);
-    let row0 = m0 + wg as usize * 64 + tw / 32 * 16 + g;
-    if !ws.is_null() {
-        // One slice of a split-K product: the raw sums, reduced and finished by `gemm_reduce_*`.
-        let part = ws.add(z * m * n);
-        unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
-            let col = n0 + 8 * i + 2 * q;
-            unroll!(h in [0, 1] => {
-                let row = row0 + 8 * h;
-                unroll!(e in [0, 1] => {
-                    if row < m && col + e < n {
-                        store_f32(part.add(row * n + col + e), acc[4 * i + 2 * h + e]);
-                    }
-                });
-            });
-        });
-        return;
+    let leader = tw == 0;
+    let map_out = maps.add(256);
+    if tma_store && leader {
+        tensormap_acquire(map_out);
     }
-    let has_c = !c.is_null() && beta != 0.0;
-    let (out, c) = (out.add(batch * m * n), if has_c { c.add(batch * stride_c) } else { c });
-    let pairs = n % 2 == 0;
-    let value = |row: usize, col: usize, a: f32| {
-        let idx = row * n + col;
-        // SAFETY: row < m and col < n, checked by the callers; `c` and `bias` hold m·n and n.
-        let beta_c = if has_c { beta * E::widen(unsafe { E::load_elem(c.add(idx)) }) } else { 0.0 };
-        let b = if bias.is_null() { 0.0 } else { E::widen(unsafe { E::load_elem(bias.add(col)) }) };
-        epilogue(a, alpha, beta_c, b, activation)
-    };
-    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
-        let col = n0 + 8 * i + 2 * q;
-        unroll!(h in [0, 1] => {
-            let row = row0 + 8 * h;
-            let (a0, a1) = (acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);
-            if row < m && col < n {
-                let idx = row * n + col;
-                let v0 = E::narrow(value(row, col, a0));
-                if pairs && col + 1 < n {
-                    let v1 = E::narrow(value(row, col + 1, a1));
-                    E::store_elem_pair(out.add(idx), v0, v1);
+    // Rows of the tile per consumer, and the first of this one's.
+    let rows_wg = bm / CONSUMERS;
+    let mut it = 0usize;
+    let mut tile_id = block_x();
+    while tile_id < total {
+        let (z, m0, n0) = tile_origin((bm, bn), (m, n), tile_id);
+        let (batch, _, steps) = layer_steps(z, all_steps, k_steps);
+        let mut acc: WgmmaAcc = [0.0; 128];
+        for step in 0..steps {
+            let s = it % STAGES;
+            mbarrier_wait(full(s), ((it / STAGES) & 1) as u32);
+            let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
+            wgmma_fence(&mut acc);
+            unroll!(kk in [0, 1, 2, 3] => {
+                let kk = kk as u32;
+                // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows the
+                // absolute address), 16 rows = 2 atoms down an M/N-major box. Rows `row` to
+                // `row + 63` of the tile: one `m64` product.
+                let a = |row: u32| if TA {
+                    sw128_descriptor(a_s + row / 64 * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
                 } else {
-                    E::store_elem(out.add(idx), v0);
-                    if col + 1 < n {
-                        E::store_elem(out.add(idx + 1), E::narrow(value(row, col + 1, a1)));
-                    }
+                    sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
+                };
+                let b = if TB {
+                    sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
+                } else {
+                    sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                };
+                let row = wg * rows_wg as u32;
+                if WIDE {
+                    E::wgmma_k32_bytes(&mut acc, a(row), b, TA, !TB);
+                } else {
+                    E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
+                    E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
                 }
+            });
+            wgmma_commit();
+            // The previous k-step's wgmma have finished: its stage may be refilled.
+            wgmma_wait::<1>(&mut acc);
+            if step > 0 && leader {
+                mbarrier_arrive(empty((it - 1) % STAGES));
             }
+            it += 1;
+        }
+        wgmma_wait::<0>(&mut acc);
+        if leader {
+            // This tile's last stage (the loop released the ones before it).
+            mbarrier_arrive(empty((it - 1) % STAGES));
+        }
+        let origin = (m0 + wg as usize * rows_wg, n0);
+        let out_ctx = (alpha, beta, activation);
+        if !ws.is_null() {
+            // One slice of a split-K product: the raw sums, reduced and finished by `gemm_reduce_*`.
+            store_direct::<E, WIDE, true>(&acc, ws.add(z * m * n), (ws, ws), (m, n), origin, (1.0, 0.0, 0));
+        } else {
+            let has_c = !c.is_null() && beta != 0.0;
+            let c = if has_c { c.add(batch * stride_c) } else { c };
+            if tma_store {
+                let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1)), wg);
+                // The epilogue's variant is known per launch: each its own straight-line code.
+                let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
+                match activation {
+                    _ if plain => store_staged::<E, WIDE, true, ACTIVATION_NONE>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
+                    ACTIVATION_RELU => store_staged::<E, WIDE, false, ACTIVATION_RELU>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
+                    ACTIVATION_GELU => store_staged::<E, WIDE, false, ACTIVATION_GELU>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
+                    _ => store_staged::<E, WIDE, false, ACTIVATION_NONE>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
+                }
+            } else {
+                store_direct::<E, WIDE, false>(&acc, out.add(batch * m * n), (c, bias), (m, n), origin, out_ctx);
+            }
+        }
+        tile_id += grid_dim_x();
+    }
+    if tma_store && leader {
+        bulk_wait_all();
+    }
+}
+
+/// Call `f(row, col, a0, a1)` for each pair of this thread's accumulators: elements (row, col)
+/// and (row, col + 1) of C, for the warpgroup's rows from `origin` (`m64` products below each
+/// other in the tall tile).
+#[inline(always)]
+fn for_each_pair<const WIDE: bool>(
+    acc: &WgmmaAcc,
+    origin: (usize, usize),
+    mut f: impl FnMut(usize, usize, f32, f32),
+) {
+    let tw = thread_x() % 128;
+    let (g, q) = (tw % 32 / 4, tw % 4);
+    let row0 = origin.0 + tw / 32 * 16 + g;
+    // 8-column blocks per `m64` product.
+    let blocks = tile(WIDE).1 / 8;
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+        let col = origin.1 + 8 * (j % blocks) + 2 * q;
+        unroll!(h in [0, 1] => {
+            f(row0 + 64 * (j / blocks) + 8 * h, col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         });
     });
 }
 
+/// The fused epilogue of element (row, col) of a `[m, n]` output from its sum `a`: `c` (offset
+/// to the batch) is read only when `has_c`, and only inside the output.
+#[inline(always)]
+unsafe fn finish<E: WgmmaInput>(
+    a: f32,
+    (row, col): (usize, usize),
+    (c, has_c, bias): (*const E::Elem, bool, *const E::Elem),
+    (m, n): (usize, usize),
+    (alpha, beta, activation): (f32, f32, u32),
+) -> f32 {
+    let beta_c = if has_c && row < m && col < n { beta * E::widen(E::load_elem(c.add(row * n + col))) } else { 0.0 };
+    let b = if !bias.is_null() && col < n { E::widen(E::load_elem(bias.add(col))) } else { 0.0 };
+    epilogue(a, alpha, beta_c, b, activation)
+}
+
+/// Write the warpgroup's piece at `origin` straight from registers, element by element inside
+/// the `[m, n]` output `out`: through the fused epilogue (`RAW` false; `c` has the output's
+/// batch offset) or as the raw f32 sums of a split-K slice (`RAW`; `E::Elem` ignored, `out`
+/// is the slice's f32 workspace).
+#[inline(always)]
+unsafe fn store_direct<E: WgmmaInput, const WIDE: bool, const RAW: bool>(
+    acc: &WgmmaAcc,
+    out: *mut impl Copy,
+    (c, bias): (*const impl Copy, *const impl Copy),
+    (m, n): (usize, usize),
+    origin: (usize, usize),
+    (alpha, beta, activation): (f32, f32, u32),
+) {
+    let (c, bias) = (c.cast::<E::Elem>(), bias.cast::<E::Elem>());
+    let has_c = !c.is_null() && beta != 0.0;
+    let pairs = n % 2 == 0;
+    for_each_pair::<WIDE>(acc, origin, |row, col, a0, a1| {
+        if row >= m || col >= n {
+            return;
+        }
+        let idx = row * n + col;
+        let second = col + 1 < n;
+        if RAW {
+            let out = out.cast::<f32>();
+            store_f32(out.add(idx), a0);
+            if second {
+                store_f32(out.add(idx + 1), a1);
+            }
+            return;
+        }
+        let out = out.cast::<E::Elem>();
+        let ctx = ((c, has_c, bias), (m, n), (alpha, beta, activation));
+        let v0 = E::narrow(finish::<E>(a0, (row, col), ctx.0, ctx.1, ctx.2));
+        if !second {
+            E::store_elem(out.add(idx), v0);
+            return;
+        }
+        let v1 = E::narrow(finish::<E>(a1, (row, col + 1), ctx.0, ctx.1, ctx.2));
+        if pairs {
+            E::store_elem_pair(out.add(idx), v0, v1);
+        } else {
+            E::store_elem(out.add(idx), v0);
+            E::store_elem(out.add(idx + 1), v1);
+        }
+    });
+}
+
+/// Write the warpgroup's piece at `origin` through shared memory: the finished elements go,
+/// 64 rows × 128 bytes at a time, into the warpgroup's two `buffers` in turn (128-byte
+/// swizzle: 16-byte unit u of row r at u ^ (r mod 8), so that a warp's 8 rows hit distinct
+/// banks), and one thread stores each with TMA through the map at `map_out` (the part outside
+/// the output is not written). A buffer is refilled once the store issued two chunks before has
+/// read it, so the stores of a tile run on while the next tile's mainloop starts. `PLAIN`: the
+/// epilogue is `alpha·acc` alone (no C, bias or activation); else `ACT` is the activation.
+#[inline(always)]
+unsafe fn store_staged<E: WgmmaInput, const WIDE: bool, const PLAIN: bool, const ACT: u32>(
+    acc: &WgmmaAcc,
+    (c, bias): (*const E::Elem, *const E::Elem),
+    (m, n): (usize, usize),
+    origin: (usize, usize),
+    (alpha, beta, _): (f32, f32, u32),
+    (map_out, batch, buffers, wg): (*const u8, usize, (u32, u32), u32),
+) {
+    let tw = thread_x() % 128;
+    let (warp, g, q) = (tw / 32, tw % 32 / 4, tw % 4);
+    let size = core::mem::size_of::<E::Elem>();
+    // 8-column blocks per chunk (8 of 16-bit, 4 of f32) and per `m64` product.
+    let per_chunk = WGMMA_ROW_BYTES / (8 * size);
+    let blocks = tile(WIDE).1 / 8;
+    let has_c = !c.is_null() && beta != 0.0;
+    // Dimensions below 2^31 (the host's condition for TMA): 32-bit bounds checks.
+    let (m32, n32) = (m as u32, n as u32);
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+        let (mh, i) = (j / blocks, j % blocks);
+        // Chunks per tile are even, so chunk j / per_chunk of every tile takes the same buffer.
+        let buf = if j / per_chunk % 2 == 0 { buffers.0 } else { buffers.1 };
+        if j % per_chunk == 0 {
+            // The store issued two chunks ago (from this buffer) has read it.
+            if tw == 0 {
+                bulk_wait_read::<1>();
+            }
+            named_barrier::<128>(1 + wg);
+        }
+        // N is a multiple of 4 (TMA rows are 16-byte multiples) and col even: a pair never
+        // straddles the last column.
+        let col = origin.1 + 8 * i + 2 * q;
+        let col_inside = (col as u32) < n32;
+        let b = if !PLAIN && !bias.is_null() && col_inside { E::load_pair(bias.add(col)) } else { [0.0; 2] };
+        unroll!(h in [0, 1] => {
+            let r = warp * 16 + g + 8 * h;
+            let row = origin.0 + 64 * mh + r;
+            let (mut v0, mut v1) = (alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+            if !PLAIN {
+                let c = if has_c && (row as u32) < m32 && col_inside {
+                    E::load_pair(c.add(row * n + col))
+                } else {
+                    [0.0; 2]
+                };
+                v0 = epilogue(v0, 1.0, beta * c[0], b[0], ACT);
+                v1 = epilogue(v1, 1.0, beta * c[1], b[1], ACT);
+            }
+            let byte = (i % per_chunk) * 8 * size + 2 * q * size;
+            let addr = buf + (r * WGMMA_ROW_BYTES + ((byte / 16) ^ g) * 16 + byte % 16) as u32;
+            E::store_shared_pair(addr, E::narrow(v0), E::narrow(v1));
+        });
+        if j % per_chunk == per_chunk - 1 {
+            fence_proxy_async_shared();
+            named_barrier::<128>(1 + wg);
+            if tw == 0 {
+                let at = ((origin.1 + 8 * (i + 1 - per_chunk)) as i32, (origin.0 + 64 * mh) as i32, batch as i32);
+                tma_store_3d(map_out, buf, at);
+                bulk_commit();
+            }
+        }
+    });
+}
+
 macro_rules! wgmma_kernels {
-    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal;)*) => {$(
-        /// Hopper GEMM; `maps` holds A's and B's tensor maps, the other arguments are the
-        /// mma.sync kernels' (no A/B pointers or strides: the maps carry them);
-        /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension. Split-K: with
-        /// `k_steps` below ⌈K / bk⌉ (bk = 128 bytes of k), `gridDim.z` = batch × slices and each
-        /// block writes its slice's raw f32 sums to `ws[z]` (`[M, N]`) instead of `out`; `ws` is
-        /// null without a split.
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $wide:literal;)*) => {$(
+        /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps, the other arguments
+        /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
+        /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension; `layers` is
+        /// batch × slices. Split-K: with `k_steps` below ⌈K / bk⌉ (bk = 128 bytes of k), each
+        /// slice writes its raw f32 sums to `ws[z]` (`[M, N]`) instead of `out`; `ws` is null
+        /// without a split. `tma_store` 1: the output goes through shared memory and the third
+        /// map (no split; rows of 16-byte multiples), else straight from registers.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             maps: *const u8, c: *const $elem, bias: *const $elem, out: *mut $elem,
             m: usize, n: usize, k: usize, stride_c: usize,
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
-            ws: *mut f32,
+            ws: *mut f32, layers: usize, tma_store: u32,
         ) {
-            gemm::<$e, $ta, $tb>(
+            gemm::<$e, $ta, $tb, $wide>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
-                (k_steps, ws),
+                (k_steps, ws), (layers, tma_store != 0),
             )
         }
     )*};
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, u16, false, false;
-    gemm_wgmma_f16_nt: F16, u16, false, true;
-    gemm_wgmma_f16_tn: F16, u16, true, false;
-    gemm_wgmma_f16_tt: F16, u16, true, true;
-    gemm_wgmma_bf16_nn: BF16, u16, false, false;
-    gemm_wgmma_bf16_nt: BF16, u16, false, true;
-    gemm_wgmma_bf16_tn: BF16, u16, true, false;
-    gemm_wgmma_bf16_tt: BF16, u16, true, true;
-    gemm_wgmma_tf32_nt: Tf32, f32, false, true;
+    gemm_wgmma_f16_nn: F16, u16, false, false, true;
+    gemm_wgmma_f16_nt: F16, u16, false, true, true;
+    gemm_wgmma_f16_tn: F16, u16, true, false, true;
+    gemm_wgmma_f16_tt: F16, u16, true, true, true;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false, true;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true, true;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false, true;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true, true;
+    gemm_wgmma_f16_nn_tall: F16, u16, false, false, false;
+    gemm_wgmma_f16_nt_tall: F16, u16, false, true, false;
+    gemm_wgmma_f16_tn_tall: F16, u16, true, false, false;
+    gemm_wgmma_f16_tt_tall: F16, u16, true, true, false;
+    gemm_wgmma_bf16_nn_tall: BF16, u16, false, false, false;
+    gemm_wgmma_bf16_nt_tall: BF16, u16, false, true, false;
+    gemm_wgmma_bf16_tn_tall: BF16, u16, true, false, false;
+    gemm_wgmma_bf16_tt_tall: BF16, u16, true, true, false;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true, true;
 }

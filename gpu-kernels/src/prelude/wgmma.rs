@@ -101,6 +101,70 @@ pub unsafe fn tma_load_3d(dst: u32, map: *const u8, bar: u32, (c0, c1, c2): (i32
          options(nostack));
 }
 
+/// TMA: copy the box at `src` in shared memory to element coordinates `(c0, c1, c2)` of the 3-D
+/// tensor described by the tensor map at global address `map` (the box's layout and swizzle as
+/// the map says); the part of the box outside the tensor is not written. The copy joins this
+/// thread's current bulk-async group ([`bulk_commit`], [`bulk_wait_read`]).
+///
+/// # Safety
+/// `map` as for [`tma_load_3d`]; `src` is aligned as the map's swizzle needs and holds the box,
+/// written by this block and made visible to the async proxy ([`fence_proxy_async_shared`] by each
+/// writer, then a barrier) before the call, and left unchanged until [`bulk_wait_read`] says the
+/// copy has read it.
+#[inline(always)]
+pub unsafe fn tma_store_3d(map: *const u8, src: u32, (c0, c1, c2): (i32, i32, i32)) {
+    asm!("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [{m}, {{{x}, {y}, {z}}}], [{s}];",
+         m = in(reg64) map, s = in(reg32) src, x = in(reg32) c0, y = in(reg32) c1, z = in(reg32) c2,
+         options(nostack));
+}
+
+/// Close this thread's group of bulk-async copies issued since the last commit.
+#[inline(always)]
+pub fn bulk_commit() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) }
+}
+
+/// Wait until at most `PENDING` of this thread's committed bulk-async groups still read their
+/// shared-memory sources (their writes to global memory may still be under way).
+#[inline(always)]
+pub fn bulk_wait_read<const PENDING: u32>() {
+    // SAFETY: a wait.
+    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const PENDING, options(nostack)) }
+}
+
+/// Wait until every committed bulk-async group of this thread has completed, writes included.
+#[inline(always)]
+pub fn bulk_wait_all() {
+    // SAFETY: a wait.
+    unsafe { asm!("cp.async.bulk.wait_group 0;", options(nostack)) }
+}
+
+/// Make this thread's shared-memory writes visible to the async proxy (TMA stores, `wgmma`).
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    // SAFETY: a fence.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) }
+}
+
+/// Named barrier `id` (1–15; 0 is `sync_threads`'s) for `THREADS` threads, a multiple of 32:
+/// the warps that take part wait for each other; shared-memory writes before it are visible
+/// after it to those threads.
+#[inline(always)]
+pub fn named_barrier<const THREADS: u32>(id: u32) {
+    // SAFETY: a barrier; callers keep every warp of the group on the same path to it.
+    unsafe { asm!("bar.sync {id}, {n};", id = in(reg32) id, n = const THREADS, options(nostack)) }
+}
+
+/// Store `v` at shared address `addr`.
+///
+/// # Safety
+/// `addr` is a 4-byte-aligned shared address in this block's allocation.
+#[inline(always)]
+pub unsafe fn store_shared_u32(addr: u32, v: u32) {
+    asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}
+
 /// Release registers to the other warpgroups (`setmaxnreg.dec`) down to `REGS` per thread;
 /// every thread of the warpgroup executes it.
 #[inline(always)]
@@ -263,6 +327,87 @@ macro_rules! asm_on_accumulators {
     };
 }
 
+/// `{d0}, …, {d63}`: the operands of [`asm_on_half_accumulators!`], for its template.
+macro_rules! half_accumulator_operands {
+    () => {
+        "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}"
+    };
+}
+
+/// As [`asm_on_accumulators!`] over half of a [`WgmmaAcc`]: `$acc[$half·64 + i]` as `{di}`, the
+/// accumulators of one `m64n128` product.
+macro_rules! asm_on_half_accumulators {
+    ($acc:ident, $half:ident, [$($operands:tt)*], $($template:expr),+ $(,)?) => {
+        asm!(concat!($($template),+),
+            $($operands)*
+            d0 = inout(reg32) $acc[$half * 64 + 0],
+            d1 = inout(reg32) $acc[$half * 64 + 1],
+            d2 = inout(reg32) $acc[$half * 64 + 2],
+            d3 = inout(reg32) $acc[$half * 64 + 3],
+            d4 = inout(reg32) $acc[$half * 64 + 4],
+            d5 = inout(reg32) $acc[$half * 64 + 5],
+            d6 = inout(reg32) $acc[$half * 64 + 6],
+            d7 = inout(reg32) $acc[$half * 64 + 7],
+            d8 = inout(reg32) $acc[$half * 64 + 8],
+            d9 = inout(reg32) $acc[$half * 64 + 9],
+            d10 = inout(reg32) $acc[$half * 64 + 10],
+            d11 = inout(reg32) $acc[$half * 64 + 11],
+            d12 = inout(reg32) $acc[$half * 64 + 12],
+            d13 = inout(reg32) $acc[$half * 64 + 13],
+            d14 = inout(reg32) $acc[$half * 64 + 14],
+            d15 = inout(reg32) $acc[$half * 64 + 15],
+            d16 = inout(reg32) $acc[$half * 64 + 16],
+            d17 = inout(reg32) $acc[$half * 64 + 17],
+            d18 = inout(reg32) $acc[$half * 64 + 18],
+            d19 = inout(reg32) $acc[$half * 64 + 19],
+            d20 = inout(reg32) $acc[$half * 64 + 20],
+            d21 = inout(reg32) $acc[$half * 64 + 21],
+            d22 = inout(reg32) $acc[$half * 64 + 22],
+            d23 = inout(reg32) $acc[$half * 64 + 23],
+            d24 = inout(reg32) $acc[$half * 64 + 24],
+            d25 = inout(reg32) $acc[$half * 64 + 25],
+            d26 = inout(reg32) $acc[$half * 64 + 26],
+            d27 = inout(reg32) $acc[$half * 64 + 27],
+            d28 = inout(reg32) $acc[$half * 64 + 28],
+            d29 = inout(reg32) $acc[$half * 64 + 29],
+            d30 = inout(reg32) $acc[$half * 64 + 30],
+            d31 = inout(reg32) $acc[$half * 64 + 31],
+            d32 = inout(reg32) $acc[$half * 64 + 32],
+            d33 = inout(reg32) $acc[$half * 64 + 33],
+            d34 = inout(reg32) $acc[$half * 64 + 34],
+            d35 = inout(reg32) $acc[$half * 64 + 35],
+            d36 = inout(reg32) $acc[$half * 64 + 36],
+            d37 = inout(reg32) $acc[$half * 64 + 37],
+            d38 = inout(reg32) $acc[$half * 64 + 38],
+            d39 = inout(reg32) $acc[$half * 64 + 39],
+            d40 = inout(reg32) $acc[$half * 64 + 40],
+            d41 = inout(reg32) $acc[$half * 64 + 41],
+            d42 = inout(reg32) $acc[$half * 64 + 42],
+            d43 = inout(reg32) $acc[$half * 64 + 43],
+            d44 = inout(reg32) $acc[$half * 64 + 44],
+            d45 = inout(reg32) $acc[$half * 64 + 45],
+            d46 = inout(reg32) $acc[$half * 64 + 46],
+            d47 = inout(reg32) $acc[$half * 64 + 47],
+            d48 = inout(reg32) $acc[$half * 64 + 48],
+            d49 = inout(reg32) $acc[$half * 64 + 49],
+            d50 = inout(reg32) $acc[$half * 64 + 50],
+            d51 = inout(reg32) $acc[$half * 64 + 51],
+            d52 = inout(reg32) $acc[$half * 64 + 52],
+            d53 = inout(reg32) $acc[$half * 64 + 53],
+            d54 = inout(reg32) $acc[$half * 64 + 54],
+            d55 = inout(reg32) $acc[$half * 64 + 55],
+            d56 = inout(reg32) $acc[$half * 64 + 56],
+            d57 = inout(reg32) $acc[$half * 64 + 57],
+            d58 = inout(reg32) $acc[$half * 64 + 58],
+            d59 = inout(reg32) $acc[$half * 64 + 59],
+            d60 = inout(reg32) $acc[$half * 64 + 60],
+            d61 = inout(reg32) $acc[$half * 64 + 61],
+            d62 = inout(reg32) $acc[$half * 64 + 62],
+            d63 = inout(reg32) $acc[$half * 64 + 63],
+            options(nostack))
+    };
+}
+
 /// `wgmma.fence`: order this warpgroup's register accesses to `acc` before the next `wgmma`.
 #[inline(always)]
 pub fn wgmma_fence(acc: &mut WgmmaAcc) {
@@ -302,6 +447,18 @@ macro_rules! wgmma_m64n256 {
     };
 }
 
+/// As [`wgmma_m64n256!`] for `m64n128` on half `HALF` (0 or 1) of the accumulators: A 64×k and
+/// B k×128.
+macro_rules! wgmma_m64n128 {
+    ($name:ident, $shape:literal, $flags:literal) => {
+        #[inline(always)]
+        unsafe fn $name<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64) {
+            asm_on_half_accumulators!(acc, HALF, [a = in(reg64) a, b = in(reg64) b,], "wgmma.mma_async.sync.aligned.", $shape,
+                         " {{", half_accumulator_operands!(), "}}, {a}, {b}, 1, ", $flags, ";");
+        }
+    };
+}
+
 wgmma_m64n256!(wgmma_f16_kk, "m64n256k16.f32.f16.f16", "1, 1, 0, 0");
 wgmma_m64n256!(wgmma_f16_km, "m64n256k16.f32.f16.f16", "1, 1, 0, 1");
 wgmma_m64n256!(wgmma_f16_mk, "m64n256k16.f32.f16.f16", "1, 1, 1, 0");
@@ -311,6 +468,16 @@ wgmma_m64n256!(wgmma_bf16_km, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 1");
 wgmma_m64n256!(wgmma_bf16_mk, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0");
 wgmma_m64n256!(wgmma_bf16_mm, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 1");
 wgmma_m64n256!(wgmma_tf32_kk, "m64n256k8.f32.tf32.tf32", "1, 1");
+
+wgmma_m64n128!(wgmma_n128_f16_kk, "m64n128k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_m64n128!(wgmma_n128_f16_km, "m64n128k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_m64n128!(wgmma_n128_f16_mk, "m64n128k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_m64n128!(wgmma_n128_f16_mm, "m64n128k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_m64n128!(wgmma_n128_bf16_kk, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_m64n128!(wgmma_n128_bf16_km, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_m64n128!(wgmma_n128_bf16_mk, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_m64n128!(wgmma_n128_bf16_mm, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_m64n128!(wgmma_n128_tf32_kk, "m64n128k8.f32.tf32.tf32", "1, 1");
 
 /// TF32 inputs: f32 in memory, read by `wgmma` with their low 13 mantissa bits ignored.
 pub struct Tf32;
@@ -327,6 +494,11 @@ pub trait WgmmaInput {
     /// # Safety
     /// `p` is aligned global memory that nothing writes during the kernel.
     unsafe fn load_elem(p: *const Self::Elem) -> Self::Elem;
+    /// Two consecutive elements, widened, in one load.
+    ///
+    /// # Safety
+    /// `p` is global memory aligned to two elements that nothing writes during the kernel.
+    unsafe fn load_pair(p: *const Self::Elem) -> [f32; 2];
     /// # Safety
     /// `p` is aligned writable global memory.
     unsafe fn store_elem(p: *mut Self::Elem, v: Self::Elem);
@@ -335,6 +507,11 @@ pub trait WgmmaInput {
     /// # Safety
     /// `p` is writable global memory aligned to two elements.
     unsafe fn store_elem_pair(p: *mut Self::Elem, v0: Self::Elem, v1: Self::Elem);
+    /// Two consecutive elements into shared memory at `addr`, in one store.
+    ///
+    /// # Safety
+    /// `addr` is a shared address in this block's allocation aligned to two elements.
+    unsafe fn store_shared_pair(addr: u32, v0: Self::Elem, v1: Self::Elem);
     /// `acc += A · B` for one warpgroup (see [`WgmmaAcc`] for the accumulator layout) over 32
     /// bytes of k; `a_mn_major` / `b_mn_major` say which operand is stored M- / N-major
     /// (constants at every call site, so the match folds to one instruction; TF32 supports only
@@ -345,10 +522,22 @@ pub trait WgmmaInput {
     /// to the async proxy before the call); every thread of the warpgroup calls it, after
     /// [`wgmma_fence`].
     unsafe fn wgmma_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
+    /// As [`WgmmaInput::wgmma_k32_bytes`] with B k×128 (`m64n128`), on half `HALF` of `acc`
+    /// (its 64 floats laid out as [`WgmmaAcc`]'s first 16 column blocks).
+    ///
+    /// # Safety
+    /// As [`WgmmaInput::wgmma_k32_bytes`].
+    unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(
+        acc: &mut WgmmaAcc,
+        a: u64,
+        b: u64,
+        a_mn_major: bool,
+        b_mn_major: bool,
+    );
 }
 
 macro_rules! wgmma_16bit {
-    ($ty:ty, $kk:ident, $km:ident, $mk:ident, $mm:ident) => {
+    ($ty:ty, [$kk:ident, $km:ident, $mk:ident, $mm:ident], [$kk2:ident, $km2:ident, $mk2:ident, $mm2:ident]) => {
         impl WgmmaInput for $ty {
             type Elem = u16;
             #[inline(always)]
@@ -364,12 +553,21 @@ macro_rules! wgmma_16bit {
                 super::load_nc_u16(p)
             }
             #[inline(always)]
+            unsafe fn load_pair(p: *const u16) -> [f32; 2] {
+                let bits = super::load_nc_u32(p.cast());
+                [Self::widen(bits as u16), Self::widen((bits >> 16) as u16)]
+            }
+            #[inline(always)]
             unsafe fn store_elem(p: *mut u16, v: u16) {
                 super::store_u16(p, v)
             }
             #[inline(always)]
             unsafe fn store_elem_pair(p: *mut u16, v0: u16, v1: u16) {
                 super::store_u16x2(p, v0, v1)
+            }
+            #[inline(always)]
+            unsafe fn store_shared_pair(addr: u32, v0: u16, v1: u16) {
+                store_shared_u32(addr, u32::from(v0) | u32::from(v1) << 16)
             }
             #[inline(always)]
             unsafe fn wgmma_k32_bytes(
@@ -386,12 +584,35 @@ macro_rules! wgmma_16bit {
                     (true, true) => $mm(acc, a, b),
                 }
             }
+            #[inline(always)]
+            unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(
+                acc: &mut WgmmaAcc,
+                a: u64,
+                b: u64,
+                a_mn_major: bool,
+                b_mn_major: bool,
+            ) {
+                match (a_mn_major, b_mn_major) {
+                    (false, false) => $kk2::<HALF>(acc, a, b),
+                    (false, true) => $km2::<HALF>(acc, a, b),
+                    (true, false) => $mk2::<HALF>(acc, a, b),
+                    (true, true) => $mm2::<HALF>(acc, a, b),
+                }
+            }
         }
     };
 }
 
-wgmma_16bit!(super::F16, wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm);
-wgmma_16bit!(super::BF16, wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm);
+wgmma_16bit!(
+    super::F16,
+    [wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm],
+    [wgmma_n128_f16_kk, wgmma_n128_f16_km, wgmma_n128_f16_mk, wgmma_n128_f16_mm]
+);
+wgmma_16bit!(
+    super::BF16,
+    [wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm],
+    [wgmma_n128_bf16_kk, wgmma_n128_bf16_km, wgmma_n128_bf16_mk, wgmma_n128_bf16_mm]
+);
 
 impl WgmmaInput for Tf32 {
     type Elem = f32;
@@ -408,6 +629,10 @@ impl WgmmaInput for Tf32 {
         super::load_nc_f32(p)
     }
     #[inline(always)]
+    unsafe fn load_pair(p: *const f32) -> [f32; 2] {
+        super::load_nc_f32x2(p)
+    }
+    #[inline(always)]
     unsafe fn store_elem(p: *mut f32, v: f32) {
         super::store_f32(p, v)
     }
@@ -416,7 +641,15 @@ impl WgmmaInput for Tf32 {
         super::store_f32x2(p, [v0, v1])
     }
     #[inline(always)]
+    unsafe fn store_shared_pair(addr: u32, v0: f32, v1: f32) {
+        asm!("st.shared.v2.b32 [{a}], {{{x}, {y}}};", a = in(reg32) addr, x = in(reg32) v0, y = in(reg32) v1, options(nostack));
+    }
+    #[inline(always)]
     unsafe fn wgmma_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
         wgmma_tf32_kk(acc, a, b)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
+        wgmma_n128_tf32_kk::<HALF>(acc, a, b)
     }
 }
