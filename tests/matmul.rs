@@ -148,8 +148,8 @@ fn half_precision_tma_shapes(gpu: &Context) {
             &[(136, 264, 200), (8, 8, 8)]
         } else {
             // Tall tiles (136, 264, 200), (1000, 376, 328) and more of them than SMs (12000, 376,
-            // 72); wide ones (8, 8, 8), (520, 776, 1096) and more than SMs (4104, 1160, 136).
-            &[(136, 264, 200), (8, 8, 8), (520, 776, 1096), (1000, 376, 328), (12000, 376, 72), (4104, 1160, 136)]
+            // 40); wide ones (8, 8, 8), (520, 776, 1096) and more than SMs (2100, 2040, 40).
+            &[(136, 264, 200), (8, 8, 8), (520, 776, 1096), (1000, 376, 328), (12000, 376, 40), (2100, 2040, 40)]
         };
     for dtype in [DType::F16, DType::BF16] {
         let h = |(g, c): (Tensor, Tensor)| (g.to_dtype(dtype).unwrap(), c.to_dtype(dtype).unwrap());

@@ -28,12 +28,14 @@ kernel_table! {
             ](
                 maps: *const u8, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
+                cluster: u32
             );
             [gemm_wgmma_tf32_nt](
                 maps: *const u8, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
+                cluster: u32
             );
         }
     }

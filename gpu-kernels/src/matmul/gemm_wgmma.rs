@@ -6,34 +6,46 @@
 //! Floor: 2·M·N·K flops at the H100's ~990 TFLOP/s dense 16-bit rate (8192³: ≥ 1.11 ms; cuBLAS
 //! reaches ~780 TFLOP/s) or ~495 TF32 (≥ 2.2 ms; cuBLAS ~390).
 //!
-//! A block computes a 128×256 tile of C with three warpgroups. Warpgroup 0 gives most of its
-//! registers away (`setmaxnreg`) and one of its threads issues the TMA copies: per k-step of 128
-//! bytes (64 16-bit or 32 f32 elements), A's 128-row and B's 256-row pieces into one of
-//! `WGMMA_STAGES` shared stages, 128-byte swizzled, zero-filled outside the matrices (so any M,
-//! N, K works), completion counted on the stage's `full` mbarrier. Warpgroups 1 and 2 wait on
-//! it, run four `wgmma` (32 bytes of k each) on their 64 rows, keep one k-step of `wgmma` in
-//! flight and release the stage before it on its `empty` mbarrier. K-major operands arrive as
-//! one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes apart); M/N-major ones (16-bit
-//! only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes apart, 64-row boxes 8 KiB
-//! apart), which `wgmma` reads transposed. The epilogue works from registers. Blocks walk the
-//! tiles in groups of `WGMMA_GROUP_M` rows of tiles, so that the blocks resident together share
-//! A and B panels in L2.
+//! Persistent blocks, one per SM, each walking the output tiles `blockIdx.x + i·gridDim.x` (tiles
+//! numbered layer by layer, each down groups of `WGMMA_GROUP_M` rows of tiles, then across, so
+//! that the blocks working at once share A and B panels in L2). A tile is 128×256 or, in the
+//! `_tall` kernels, 256×128 (the host takes the one that pads M × N less: N = 384 or 1152 fill
+//! whole tall tiles). Three warpgroups. Warpgroup 0 gives most of its registers away
+//! (`setmaxnreg`) and one of its threads issues the TMA copies for every tile of the block in
+//! turn: per k-step of 128 bytes (64 16-bit or 32 f32 elements), A's and B's pieces into one of
+//! `WGMMA_STAGES` shared stages, 128-byte swizzled, zero-filled outside the matrices (so any M, N,
+//! K works), completion counted on the stage's `full` mbarrier. It runs ahead into the next tile
+//! while the consumers finish the last one. Warpgroups 1 and 2 each own half the tile's rows
+//! (64 × 256: one `m64n256` per 32 bytes of k; 128 × 128: two `m64n128`), wait on `full`, keep
+//! one k-step of `wgmma` in flight and release the stage before it on its `empty` mbarrier.
+//! K-major operands arrive as one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes
+//! apart); M/N-major ones (16-bit only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes
+//! apart, 64-row boxes 8 KiB apart), which `wgmma` reads transposed.
 //!
-//! Split-K (thin or few output tiles): block z = batch·slices + slice runs its slice's k-steps
+//! Epilogue: each consumer finishes its sums (alpha, beta·C, bias, activation; a compile-time
+//! variant per activation, and a plain `alpha·acc` one) into 64-row × 128-byte chunks of shared
+//! memory (two buffers per warpgroup, 128-byte swizzle: conflict-free), and one of its threads
+//! stores each chunk with TMA (clipped at the output's edges), so the stores drain while the
+//! next tile's mainloop runs; a buffer is refilled once the store issued two chunks earlier has
+//! read it. Outputs whose rows are not 16-byte multiples, and split-K slices, are written straight
+//! from registers instead.
+//!
+//! Split-K (thin or few output tiles): layer z = batch·slices + slice runs its slice's k-steps
 //! and stores raw f32 sums into a workspace, which `gemm_reduce_*` adds in order.
 //!
-//! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid
-//! `(⌈M/128⌉·⌈N/256⌉, 1, batch · slices)`, dynamic shared memory `WGMMA_SHARED_BYTES`; `maps` points to
-//! two `CUtensorMap`s in global memory (A's, then B's; 3-D: contiguous dimension, rows, batch;
-//! boxes as above, 128-byte swizzle), copied in by the host on the launch's stream and left
-//! untouched until the kernel ends.
+//! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(min(tiles, SMs), 1, 1)`,
+//! dynamic shared memory `WGMMA_SHARED_BYTES`; `maps` points to three `CUtensorMap`s in global
+//! memory (A's, B's, the output's; 3-D: contiguous dimension, rows, batch; boxes as above, the
+//! output's 128 bytes × 64 rows; 128-byte swizzle), copied in by the host on the launch's stream
+//! and left untouched until the kernel ends.
 //!
 //! The maps live in global memory, not in kernel parameters (`__grid_constant__`, which would save
 //! the upload): a by-value 128-byte parameter needs `.align 64`, which rustc's `ptx-kernel` ABI
 //! cannot express (it stops at 16-byte alignment, an internal compiler error above), and the
 //! kernel would have to take the parameter's own address, which LLVM gives only after copying it
 //! to local memory (a `.local` copy is no tensor map). So the producer thread issues the
-//! tensor-map acquire fence on both maps before its first TMA copy: the pool gives a freed map
+//! tensor-map acquire fence on A's and B's maps before its first TMA copy, and each consumer's
+//! storing thread on the output's: the pool gives a freed map
 //! block to the next launch on the stream, whose maps then sit at the same address with new
 //! contents, and without the fence the tensor-map proxy may still hold the earlier descriptor.
 use super::epilogue;
@@ -72,18 +84,51 @@ const fn tile(wide: bool) -> (usize, usize) {
     }
 }
 
-/// Output tile `tile` of the launch: its layer z (batch · slices + slice) and origin `(m0, n0)`.
-/// Tiles are numbered layer by layer, each down groups of `GROUP_M` tile rows, then across, so
-/// that the blocks working at once share A and B panels in L2.
-#[inline(always)]
-fn tile_origin((bm, bn): (usize, usize), (m, n): (usize, usize), tile: usize) -> (usize, usize, usize) {
-    let (tiles_m, tiles_n) = (m.div_ceil(bm), n.div_ceil(bn));
-    let (z, id) = (tile / (tiles_m * tiles_n), tile % (tiles_m * tiles_n));
-    let per_group = GROUP_M * tiles_n;
-    let first_m = id / per_group * GROUP_M;
-    let rows = (tiles_m - first_m).min(GROUP_M);
-    let in_group = id % per_group;
-    (z, (first_m + in_group % rows) * bm, in_group / rows * bn)
+/// The tiles of a launch and how the blocks walk them. With clusters of two, the blocks of a
+/// cluster take vertically adjacent tiles (tile rows 2p and 2p + 1) of the same columns, so that
+/// they share B's piece of every k-step (each loads half and multicasts it to both).
+#[derive(Clone, Copy)]
+struct Schedule {
+    tile: (usize, usize),
+    /// Rows of tiles, counted in cluster-high units; columns of tiles.
+    units_m: usize,
+    tiles_n: usize,
+    /// Work units: a unit is `cluster` vertically adjacent tiles.
+    units: usize,
+    cluster: usize,
+    rank: usize,
+}
+
+impl Schedule {
+    #[inline(always)]
+    fn new(tile: (usize, usize), (m, n): (usize, usize), layers: usize, cluster: usize, rank: usize) -> Self {
+        let (units_m, tiles_n) = (m.div_ceil(tile.0).div_ceil(cluster), n.div_ceil(tile.1));
+        Schedule { tile, units_m, tiles_n, units: units_m * tiles_n * layers, cluster, rank }
+    }
+
+    /// This block's first unit and the stride between its units (the cluster's index and count).
+    #[inline(always)]
+    fn walk(&self) -> (usize, usize) {
+        (block_x() / self.cluster, grid_dim_x() / self.cluster)
+    }
+
+    /// Unit `unit`'s layer z (batch · slices + slice) and this block's tile origin `(m0, n0)`
+    /// in it (rows past M for the second block of a cluster at an odd last row: all zero
+    /// loads, nothing stored). Units are numbered layer by layer, each down groups of
+    /// `GROUP_M` tile rows, then across, so that the blocks working at once share A and B
+    /// panels in L2.
+    #[inline(always)]
+    fn origin(&self, unit: usize) -> (usize, usize, usize) {
+        let per_layer = self.units_m * self.tiles_n;
+        let (z, id) = (unit / per_layer, unit % per_layer);
+        let group = GROUP_M / self.cluster;
+        let per_group = group * self.tiles_n;
+        let first_m = id / per_group * group;
+        let rows = (self.units_m - first_m).min(group);
+        let in_group = id % per_group;
+        let tile_m = (first_m + in_group % rows) * self.cluster + self.rank;
+        (z, tile_m * self.tile.0, in_group / rows * self.tile.1)
+    }
 }
 
 /// Layer z's k-steps: `(batch, first step, steps)` (split-K: layer z is (batch, slice); slice s
@@ -96,6 +141,7 @@ fn layer_steps(z: usize, all_steps: usize, k_steps: usize) -> (usize, usize, usi
 }
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
     maps: *const u8,
     (c, bias, out): (*const E::Elem, *const E::Elem, *mut E::Elem),
@@ -104,11 +150,12 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
     (alpha, beta, activation): (f32, f32, u32),
     (batched_a, batched_b): (u32, u32),
     (k_steps, ws): (usize, *mut f32),
-    (layers, tma_store): (usize, bool),
+    (layers, tma_store, cluster): (usize, bool, usize),
 ) {
     let (bm, bn) = tile(WIDE);
     let t = thread_x();
-    let total = m.div_ceil(bm) * n.div_ceil(bn) * layers;
+    let rank = if cluster > 1 { cluster_rank() } else { 0 };
+    let sched = Schedule::new((bm, bn), (m, n), layers, cluster, rank as usize);
     // Elements of k per stage (one 128-byte row).
     let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
     let all_steps = k.div_ceil(bk);
@@ -122,11 +169,18 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
     if t == 0 {
         for s in 0..STAGES {
             mbarrier_init(full(s), 1);
-            mbarrier_init(empty(s), CONSUMERS as u32);
+            // With a cluster, each block's copies land in both blocks' stages: a stage is free
+            // when the consumers of both have released it.
+            mbarrier_init(empty(s), (CONSUMERS * cluster) as u32);
         }
         fence_mbarrier_init();
     }
-    sync_threads();
+    if cluster > 1 {
+        cluster_sync();
+    } else {
+        sync_threads();
+    }
+    let (first_unit, unit_stride) = sched.walk();
 
     if t < 128 {
         setmaxnreg_dec::<PRODUCER_REGS>();
@@ -138,9 +192,9 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
             tensormap_acquire(map_b);
             // k-steps issued so far, over every tile of this block: stage and phase.
             let mut it = 0usize;
-            let mut tile_id = block_x();
-            while tile_id < total {
-                let (z, m0, n0) = tile_origin((bm, bn), (m, n), tile_id);
+            let mut unit = first_unit;
+            while unit < sched.units {
+                let (z, m0, n0) = sched.origin(unit);
                 let (batch, first_step, steps) = layer_steps(z, all_steps, k_steps);
                 let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
                 for step in 0..steps {
@@ -160,105 +214,128 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
                     } else {
                         tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
                     }
+                    // B: this block's share (all of it, or half for both blocks of the cluster).
+                    let share = bn / cluster;
+                    let first_row = rank as usize * share;
+                    let load_b = |dst: u32, at: (i32, i32, i32)| {
+                        if cluster > 1 {
+                            tma_load_3d_multicast(dst, map_b, full(s), at, 0b11);
+                        } else {
+                            tma_load_3d(dst, map_b, full(s), at);
+                        }
+                    };
                     if TB {
-                        tma_load_3d(b_dst, map_b, full(s), (k0, n0 as i32, zb));
+                        let at = (k0, (n0 + first_row) as i32, zb);
+                        load_b(b_dst + (first_row * WGMMA_ROW_BYTES) as u32, at);
                     } else {
-                        for j in 0..bn / MN_BOX {
-                            let at = ((n0 + j * MN_BOX) as i32, k0, zb);
-                            tma_load_3d(b_dst + j as u32 * MN_BOX_BYTES, map_b, full(s), at);
+                        for j in first_row / MN_BOX..(first_row + share) / MN_BOX {
+                            load_b(b_dst + j as u32 * MN_BOX_BYTES, ((n0 + j * MN_BOX) as i32, k0, zb));
                         }
                     }
                     it += 1;
                 }
-                tile_id += grid_dim_x();
+                unit += unit_stride;
             }
         }
-        return;
-    }
-
-    setmaxnreg_inc::<CONSUMER_REGS>();
-    let wg = (t / 128 - 1) as u32;
-    let tw = t % 128;
-    let leader = tw == 0;
-    let map_out = maps.add(256);
-    if tma_store && leader {
-        tensormap_acquire(map_out);
-    }
-    // Rows of the tile per consumer, and the first of this one's.
-    let rows_wg = bm / CONSUMERS;
-    let mut it = 0usize;
-    let mut tile_id = block_x();
-    while tile_id < total {
-        let (z, m0, n0) = tile_origin((bm, bn), (m, n), tile_id);
-        let (batch, _, steps) = layer_steps(z, all_steps, k_steps);
-        let mut acc: WgmmaAcc = [0.0; 128];
-        for step in 0..steps {
-            let s = it % STAGES;
-            mbarrier_wait(full(s), ((it / STAGES) & 1) as u32);
-            let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
-            wgmma_fence(&mut acc);
-            unroll!(kk in [0, 1, 2, 3] => {
-                let kk = kk as u32;
-                // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows the
-                // absolute address), 16 rows = 2 atoms down an M/N-major box. Rows `row` to
-                // `row + 63` of the tile: one `m64` product.
-                let a = |row: u32| if TA {
-                    sw128_descriptor(a_s + row / 64 * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
-                } else {
-                    sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
-                };
-                let b = if TB {
-                    sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
-                } else {
-                    sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
-                };
-                let row = wg * rows_wg as u32;
-                if WIDE {
-                    E::wgmma_k32_bytes(&mut acc, a(row), b, TA, !TB);
-                } else {
-                    E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
-                    E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
-                }
-            });
-            wgmma_commit();
-            // The previous k-step's wgmma have finished: its stage may be refilled.
-            wgmma_wait::<1>(&mut acc);
-            if step > 0 && leader {
-                mbarrier_arrive(empty((it - 1) % STAGES));
-            }
-            it += 1;
-        }
-        wgmma_wait::<0>(&mut acc);
-        if leader {
-            // This tile's last stage (the loop released the ones before it).
-            mbarrier_arrive(empty((it - 1) % STAGES));
-        }
-        let origin = (m0 + wg as usize * rows_wg, n0);
-        let out_ctx = (alpha, beta, activation);
-        if !ws.is_null() {
-            // One slice of a split-K product: the raw sums, reduced and finished by `gemm_reduce_*`.
-            store_direct::<E, WIDE, true>(&acc, ws.add(z * m * n), (ws, ws), (m, n), origin, (1.0, 0.0, 0));
-        } else {
-            let has_c = !c.is_null() && beta != 0.0;
-            let c = if has_c { c.add(batch * stride_c) } else { c };
-            if tma_store {
-                let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1)), wg);
-                // The epilogue's variant is known per launch: each its own straight-line code.
-                let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
-                match activation {
-                    _ if plain => store_staged::<E, WIDE, true, ACTIVATION_NONE>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
-                    ACTIVATION_RELU => store_staged::<E, WIDE, false, ACTIVATION_RELU>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
-                    ACTIVATION_GELU => store_staged::<E, WIDE, false, ACTIVATION_GELU>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
-                    _ => store_staged::<E, WIDE, false, ACTIVATION_NONE>(&acc, (c, bias), (m, n), origin, out_ctx, staged),
-                }
+    } else {
+        setmaxnreg_inc::<CONSUMER_REGS>();
+        let release = |s: usize| {
+            if cluster > 1 {
+                mbarrier_arrive_cluster(empty(s), 0);
+                mbarrier_arrive_cluster(empty(s), 1);
             } else {
-                store_direct::<E, WIDE, false>(&acc, out.add(batch * m * n), (c, bias), (m, n), origin, out_ctx);
+                mbarrier_arrive(empty(s));
             }
+        };
+        let wg = (t / 128 - 1) as u32;
+        let leader = t % 128 == 0;
+        let map_out = maps.add(256);
+        if tma_store && leader {
+            tensormap_acquire(map_out);
         }
-        tile_id += grid_dim_x();
+        // Rows of the tile per consumer, and the first of this one's.
+        let rows_wg = bm / CONSUMERS;
+        let mut it = 0usize;
+        let mut unit = first_unit;
+        while unit < sched.units {
+            let (z, m0, n0) = sched.origin(unit);
+            let (batch, _, steps) = layer_steps(z, all_steps, k_steps);
+            let mut acc: WgmmaAcc = [0.0; 128];
+            for step in 0..steps {
+                let s = it % STAGES;
+                mbarrier_wait(full(s), ((it / STAGES) & 1) as u32);
+                let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
+                wgmma_fence(&mut acc);
+                unroll!(kk in [0, 1, 2, 3] => {
+                    let kk = kk as u32;
+                    // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows
+                    // the absolute address), 16 rows = 2 atoms down an M/N-major box. Rows `row`
+                    // to `row + 63` of the tile: one `m64` product.
+                    let a = |row: u32| if TA {
+                        sw128_descriptor(a_s + row / 64 * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                    } else {
+                        sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
+                    };
+                    let b = if TB {
+                        sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
+                    } else {
+                        sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                    };
+                    let row = wg * rows_wg as u32;
+                    if WIDE {
+                        E::wgmma_k32_bytes(&mut acc, a(row), b, TA, !TB);
+                    } else {
+                        E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
+                        E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
+                    }
+                });
+                wgmma_commit();
+                // The previous k-step's wgmma have finished: its stage may be refilled.
+                wgmma_wait::<1>(&mut acc);
+                if step > 0 && leader {
+                    release((it - 1) % STAGES);
+                }
+                it += 1;
+            }
+            wgmma_wait::<0>(&mut acc);
+            if leader {
+                // This tile's last stage (the loop released the ones before it).
+                release((it - 1) % STAGES);
+            }
+            let origin = (m0 + wg as usize * rows_wg, n0);
+            let out_ctx = (alpha, beta, activation);
+            if !ws.is_null() {
+                // One slice of a split-K product: the raw sums, reduced and finished by
+                // `gemm_reduce_*`.
+                let none = core::ptr::null::<E::Elem>();
+                store_direct::<E, WIDE, true>(&acc, ws.add(z * m * n), (none, none), (m, n), origin, (1.0, 0.0, 0));
+            } else {
+                let has_c = !c.is_null() && beta != 0.0;
+                let c = if has_c { c.add(batch * stride_c) } else { c };
+                if tma_store {
+                    let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1)), wg);
+                    // The epilogue's variant is known per launch: each its own straight-line code.
+                    let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
+                    let args = ((c, bias), (m, n), origin, out_ctx, staged);
+                    match activation {
+                        _ if plain => store_staged::<E, WIDE, true, ACTIVATION_NONE>(&acc, args),
+                        ACTIVATION_RELU => store_staged::<E, WIDE, false, ACTIVATION_RELU>(&acc, args),
+                        ACTIVATION_GELU => store_staged::<E, WIDE, false, ACTIVATION_GELU>(&acc, args),
+                        _ => store_staged::<E, WIDE, false, ACTIVATION_NONE>(&acc, args),
+                    }
+                } else {
+                    store_direct::<E, WIDE, false>(&acc, out.add(batch * m * n), (c, bias), (m, n), origin, out_ctx);
+                }
+            }
+            unit += unit_stride;
+        }
+        if tma_store && leader {
+            bulk_wait_all();
+        }
     }
-    if tma_store && leader {
-        bulk_wait_all();
+    if cluster > 1 {
+        // Neither block leaves while the other may still arrive on its barriers.
+        cluster_sync();
     }
 }
 
@@ -308,12 +385,11 @@ unsafe fn finish<E: WgmmaInput>(
 unsafe fn store_direct<E: WgmmaInput, const WIDE: bool, const RAW: bool>(
     acc: &WgmmaAcc,
     out: *mut impl Copy,
-    (c, bias): (*const impl Copy, *const impl Copy),
+    (c, bias): (*const E::Elem, *const E::Elem),
     (m, n): (usize, usize),
     origin: (usize, usize),
     (alpha, beta, activation): (f32, f32, u32),
 ) {
-    let (c, bias) = (c.cast::<E::Elem>(), bias.cast::<E::Elem>());
     let has_c = !c.is_null() && beta != 0.0;
     let pairs = n % 2 == 0;
     for_each_pair::<WIDE>(acc, origin, |row, col, a0, a1| {
@@ -355,13 +431,16 @@ unsafe fn store_direct<E: WgmmaInput, const WIDE: bool, const RAW: bool>(
 /// read it, so the stores of a tile run on while the next tile's mainloop starts. `PLAIN`: the
 /// epilogue is `alpha·acc` alone (no C, bias or activation); else `ACT` is the activation.
 #[inline(always)]
+#[allow(clippy::type_complexity)]
 unsafe fn store_staged<E: WgmmaInput, const WIDE: bool, const PLAIN: bool, const ACT: u32>(
     acc: &WgmmaAcc,
-    (c, bias): (*const E::Elem, *const E::Elem),
-    (m, n): (usize, usize),
-    origin: (usize, usize),
-    (alpha, beta, _): (f32, f32, u32),
-    (map_out, batch, buffers, wg): (*const u8, usize, (u32, u32), u32),
+    ((c, bias), (m, n), origin, (alpha, beta, _), (map_out, batch, buffers, wg)): (
+        (*const E::Elem, *const E::Elem),
+        (usize, usize),
+        (usize, usize),
+        (f32, f32, u32),
+        (*const u8, usize, (u32, u32), u32),
+    ),
 ) {
     let tw = thread_x() % 128;
     let (warp, g, q) = (tw / 32, tw % 32 / 4, tw % 4);
@@ -426,17 +505,19 @@ macro_rules! wgmma_kernels {
         /// batch × slices. Split-K: with `k_steps` below ⌈K / bk⌉ (bk = 128 bytes of k), each
         /// slice writes its raw f32 sums to `ws[z]` (`[M, N]`) instead of `out`; `ws` is null
         /// without a split. `tma_store` 1: the output goes through shared memory and the third
-        /// map (no split; rows of 16-byte multiples), else straight from registers.
+        /// map (no split; rows of 16-byte multiples), else straight from registers. `cluster`: 1,
+        /// or 2 when launched in clusters of two (B's map then has boxes of half the tile's
+        /// columns when B is K-major).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             maps: *const u8, c: *const $elem, bias: *const $elem, out: *mut $elem,
             m: usize, n: usize, k: usize, stride_c: usize,
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
-            ws: *mut f32, layers: usize, tma_store: u32,
+            ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
             gemm::<$e, $ta, $tb, $wide>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
-                (k_steps, ws), (layers, tma_store != 0),
+                (k_steps, ws), (layers, tma_store != 0, cluster as usize),
             )
         }
     )*};

@@ -101,6 +101,52 @@ pub unsafe fn tma_load_3d(dst: u32, map: *const u8, bar: u32, (c0, c1, c2): (i32
          options(nostack));
 }
 
+/// As [`tma_load_3d`], and the same bytes land at the same shared offsets `dst` of every block
+/// of the cluster named in `mask` (bit r: the block of rank r), each completing on its own
+/// `mbarrier` at offset `bar`.
+///
+/// # Safety
+/// As [`tma_load_3d`] for every block in `mask`: the cluster's blocks are running, and `dst` and
+/// `bar` are free for the copy in each of them.
+#[inline(always)]
+pub unsafe fn tma_load_3d_multicast(dst: u32, map: *const u8, bar: u32, (c0, c1, c2): (i32, i32, i32), mask: u16) {
+    asm!("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{m}, {{{x}, {y}, {z}}}], [{b}], {k};",
+         d = in(reg32) dst, m = in(reg64) map, b = in(reg32) bar, x = in(reg32) c0, y = in(reg32) c1, z = in(reg32) c2,
+         k = in(reg16) mask, options(nostack));
+}
+
+/// This block's rank in its cluster.
+#[inline(always)]
+pub fn cluster_rank() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    r
+}
+
+/// Every thread of every block of the cluster arrives before any continues; shared-memory
+/// writes (and `mbarrier` initialisations) before it are visible to the cluster after it.
+#[inline(always)]
+pub fn cluster_sync() {
+    // SAFETY: a barrier; callers reach it with every thread of the cluster.
+    unsafe {
+        asm!("barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;", options(nostack))
+    }
+}
+
+/// Arrive on the `mbarrier` at this block's shared offset `bar` in the cluster's block `rank`.
+/// The default (CTA-scope) release: it orders this thread's own accesses only, which is what a
+/// consumer releasing a stage it read through `wgmma` (complete, waited for) needs; a
+/// cluster-scope release would cost a GPU-wide memory barrier per arrival.
+///
+/// # Safety
+/// That block is running and `bar` is an initialised `mbarrier` there.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_cluster(bar: u32, rank: u32) {
+    asm!("{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {b}, {r}; mbarrier.arrive.shared::cluster.b64 _, [remote]; }}",
+         b = in(reg32) bar, r = in(reg32) rank, options(nostack));
+}
+
 /// TMA: copy the box at `src` in shared memory to element coordinates `(c0, c1, c2)` of the 3-D
 /// tensor described by the tensor map at global address `map` (the box's layout and swizzle as
 /// the map says); the part of the box outside the tensor is not written. The copy joins this

@@ -535,8 +535,11 @@ impl<'a> Gemm<'a> {
         } else {
             map(a, tile.0, true, (d.m, d.k), d.stride_a)?
         };
+        // Clusters of two blocks on vertically adjacent tiles, each loading half of B's piece
+        // for both (TMA multicast), when there are two rows of tiles to pair.
+        let cluster = if wgmma_cluster() && d.m > tile.0 { 2 } else { 1 };
         let map_b = if tb {
-            map(b, tile.1, true, (d.n, d.k), d.stride_b)?
+            map(b, tile.1 / cluster, true, (d.n, d.k), d.stride_b)?
         } else {
             map(b, tile.1, false, (d.k, d.n), d.stride_b)?
         };
@@ -556,26 +559,47 @@ impl<'a> Gemm<'a> {
         unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
 
         let layers = d.batch * plan.slices;
-        let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * layers;
-        if tiles > i32::MAX as usize {
+        let units = d.m.div_ceil(tile.0).div_ceil(cluster) * d.n.div_ceil(tile.1) * layers;
+        if units > i32::MAX as usize {
             return Err(Error::InvalidArgument {
                 op,
                 shape: vec![d.m, d.n],
                 reason: "too many output tiles for one launch".into(),
             });
         }
-        // Persistent blocks: one per SM (the shared memory allows no second), each walking
-        // the tiles `blockIdx.x + i·gridDim.x`.
-        let blocks = tiles.min(stream.device.info.sm_count as usize).max(1);
-        let cfg = LaunchConfig {
-            grid: (blocks as u32, 1, 1),
+        let kernel = if dtype == DType::F32 {
+            WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
+        } else {
+            WgmmaKernel::Half(WGMMA_KERNELS[usize::from(tall)][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
+        };
+        let mut cfg = LaunchConfig {
+            grid: (1, 1, 1),
             block: (WGMMA_THREADS as u32, 1, 1),
             shared_bytes: WGMMA_SHARED_BYTES as u32,
         };
+        // Persistent blocks, as many as run at once (one per SM: the shared memory allows no
+        // second; clusters need both blocks' SMs in one GPC, so fewer may fit), each walking the
+        // units `blockIdx.x / cluster + i·gridDim.x / cluster`.
+        let resident = if cluster > 1 {
+            let device = &stream.device;
+            match device.wgmma_clusters.get() {
+                Some(&clusters) => clusters,
+                None => {
+                    let clusters = match kernel {
+                        WgmmaKernel::Tf32(k) => k.max_active_clusters(stream, cfg, 2)?,
+                        WgmmaKernel::Half(k) => k.max_active_clusters(stream, cfg, 2)?,
+                    };
+                    *device.wgmma_clusters.get_or_init(|| clusters)
+                }
+            }
+        } else {
+            stream.device.info.sm_count as usize
+        };
+        cfg.grid.0 = (units.min(resident).max(1) * cluster) as u32;
         let maps = maps_dev.dev_ptr();
         let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
         let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
-        let launch = (k_steps, ws, layers, u32::from(tma_store));
+        let launch = (k_steps, ws, layers, u32::from(tma_store), cluster as u32);
         // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_tall](maps, c, bias, out, m, n, k, stride_c, alpha,
         // beta, activation, batched_a, batched_b, k_steps, ws, layers, tma_store)`: `ws` is null or
         // the workspace of batch·slices·M·N floats with layers = batch·slices, slices = ⌈k-steps /
@@ -589,11 +613,13 @@ impl<'a> Gemm<'a> {
         // tensor-map proxy on both maps before its first TMA copy, since the block may have held
         // an earlier launch's maps at the same address.
         unsafe {
-            if dtype == DType::F32 {
-                kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out, launch))
-            } else {
-                let kernel = WGMMA_KERNELS[usize::from(tall)][dtype.index() - 1][usize::from(ta)][usize::from(tb)];
-                kernel.launch(stream, cfg, self.wgmma_args(maps, &d, out, launch))
+            match kernel {
+                WgmmaKernel::Tf32(k) => {
+                    k.launch_clustered(stream, cfg, cluster as u32, self.wgmma_args(maps, &d, out, launch))
+                }
+                WgmmaKernel::Half(k) => {
+                    k.launch_clustered(stream, cfg, cluster as u32, self.wgmma_args(maps, &d, out, launch))
+                }
             }
         }
     }
@@ -604,7 +630,7 @@ impl<'a> Gemm<'a> {
         maps: DevPtr<u8>,
         d: &Dims,
         out: &Tensor,
-        (k_steps, ws, layers, tma_store): (usize, DevPtrMut<f32>, usize, u32),
+        (k_steps, ws, layers, tma_store, cluster): (usize, DevPtrMut<f32>, usize, u32, u32),
     ) -> WgmmaArgs<E> {
         (
             maps,
@@ -624,6 +650,7 @@ impl<'a> Gemm<'a> {
             ws,
             layers,
             tma_store,
+            cluster,
         )
     }
 
@@ -984,7 +1011,8 @@ const TF32_KERNELS: ByTranspose<GemmArgs<f32>> =
 
 /// The `wgmma` kernels' arguments over elements `E`: the tensor maps, c, bias, out, m, n, k,
 /// stride_c, alpha, beta, the activation, whether A and B are batched, k-steps per slice, the
-/// split-K workspace (null: none), batch × slices, whether the output goes by TMA store.
+/// split-K workspace (null: none), batch × slices, whether the output goes by TMA store, the
+/// cluster size.
 type WgmmaArgs<E> = (
     DevPtr<u8>,
     DevPtr<E>,
@@ -1003,7 +1031,22 @@ type WgmmaArgs<E> = (
     DevPtrMut<f32>,
     usize,
     u32,
+    u32,
 );
+
+/// A `wgmma` kernel of either element width.
+#[derive(Clone, Copy)]
+enum WgmmaKernel {
+    Tf32(Kernel<WgmmaArgs<f32>>),
+    Half(Kernel<WgmmaArgs<u16>>),
+}
+
+/// Whether the `wgmma` GEMM runs in clusters of two (`FERROCUDA_WGMMA_CLUSTER=1` turns it off,
+/// for measuring the difference).
+fn wgmma_cluster() -> bool {
+    static CLUSTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CLUSTER.get_or_init(|| std::env::var("FERROCUDA_WGMMA_CLUSTER").map_or(true, |v| v != "1"))
+}
 
 /// `[128×256, 256×128 tile][f16, bf16][A transposed][B transposed]`.
 const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 2] = [
