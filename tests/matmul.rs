@@ -147,9 +147,18 @@ fn half_precision_tma_shapes(gpu: &Context) {
         if small {
             &[(136, 264, 200), (8, 8, 8)]
         } else {
-            // Tall tiles (136, 264, 200), (1000, 376, 328) and more of them than SMs (12000, 376,
-            // 40); wide ones (8, 8, 8), (520, 776, 1096) and more than SMs (2100, 2040, 40).
-            &[(136, 264, 200), (8, 8, 8), (520, 776, 1096), (1000, 376, 328), (12000, 376, 40), (2100, 2040, 40)]
+            // 128×192 tiles (136, 264, 200), (8, 8, 8), (1000, 376, 328) and more of them than
+            // SMs (12000, 376, 40); 128×256 split along K (520, 776, 1096) and 264 of them
+            // (11200, 760, 40); 170 of 256×128 (8600, 640, 40). The plan's unit tests pin these.
+            &[
+                (136, 264, 200),
+                (8, 8, 8),
+                (520, 776, 1096),
+                (1000, 376, 328),
+                (12000, 376, 40),
+                (11200, 760, 40),
+                (8600, 640, 40),
+            ]
         };
     for dtype in [DType::F16, DType::BF16] {
         let h = |(g, c): (Tensor, Tensor)| (g.to_dtype(dtype).unwrap(), c.to_dtype(dtype).unwrap());

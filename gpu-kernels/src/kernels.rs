@@ -22,9 +22,12 @@ kernel_table! {
             [
                 gemm_wgmma_f16_nn, gemm_wgmma_f16_nt, gemm_wgmma_f16_tn, gemm_wgmma_f16_tt,
                 gemm_wgmma_bf16_nn, gemm_wgmma_bf16_nt, gemm_wgmma_bf16_tn, gemm_wgmma_bf16_tt,
-                gemm_wgmma_f16_nn_tall, gemm_wgmma_f16_nt_tall, gemm_wgmma_f16_tn_tall,
-                gemm_wgmma_f16_tt_tall, gemm_wgmma_bf16_nn_tall, gemm_wgmma_bf16_nt_tall,
-                gemm_wgmma_bf16_tn_tall, gemm_wgmma_bf16_tt_tall
+                gemm_wgmma_f16_nn_256x128, gemm_wgmma_f16_nt_256x128, gemm_wgmma_f16_tn_256x128,
+                gemm_wgmma_f16_tt_256x128, gemm_wgmma_bf16_nn_256x128, gemm_wgmma_bf16_nt_256x128,
+                gemm_wgmma_bf16_tn_256x128, gemm_wgmma_bf16_tt_256x128,
+                gemm_wgmma_f16_nn_128x192, gemm_wgmma_f16_nt_128x192, gemm_wgmma_f16_tn_128x192,
+                gemm_wgmma_f16_tt_128x192, gemm_wgmma_bf16_nn_128x192, gemm_wgmma_bf16_nt_128x192,
+                gemm_wgmma_bf16_tn_128x192, gemm_wgmma_bf16_tt_128x192
             ](
                 maps: *const u8, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,

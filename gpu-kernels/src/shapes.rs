@@ -191,9 +191,10 @@ pub const CONV_SPLIT_ALIGN: usize = 32;
 /// warpgroups (one issues the TMA copies, two compute 64×256 each), k-steps of one 128-byte
 /// swizzle row (64 16-bit or 32 f32 elements), `WGMMA_STAGES` shared-memory stages.
 pub const WGMMA_TILE: (usize, usize) = (128, 256);
-/// The tall tile (256×128: each consumer warpgroup computes 128×128 as two `m64n128` products),
-/// for outputs whose width the 256-column tile would pad.
-pub const WGMMA_TILE_TALL: (usize, usize) = (256, 128);
+/// Every tile of the Hopper GEMM (kernel suffixes none, `_256x128`, `_128x192`): the 128×256
+/// above; 256×128 (each consumer warpgroup computes 128×128 as two `m64n128` products); 128×192
+/// (one `m64n192` each), for widths that 128 and 256 pad or that leave the last wave short.
+pub const WGMMA_TILES: [(usize, usize); 3] = [WGMMA_TILE, (256, 128), (128, 192)];
 pub const WGMMA_ROW_BYTES: usize = 128;
 pub const WGMMA_STAGES: usize = 4;
 pub const WGMMA_THREADS: usize = 384;

@@ -52,7 +52,7 @@ use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{
     ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX, WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES,
-    WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILE_TALL,
+    WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_THREADS, WGMMA_TILES,
 };
 
 /// One row of a k-step: the 128-byte swizzle width.
@@ -70,18 +70,16 @@ const CONSUMER_REGS: u32 = 232;
 /// warpgroup has two, filled in turn.
 const CHUNK_BYTES: u32 = 64 * ROW_BYTES;
 
-const _: () = assert!(ROW_BYTES == 128 && WGMMA_TILE.0 == 2 * 64 && WGMMA_TILE.1 == 256 && CONSUMERS == 2);
-const _: () = assert!(WGMMA_TILE_TALL.0 == WGMMA_TILE.1 && WGMMA_TILE_TALL.1 == WGMMA_TILE.0);
-const _: () = assert!(STAGE_BYTES == (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_BYTES);
+const _: () = assert!(ROW_BYTES == 128 && WGMMA_TILES[0].0 == 2 * 64 && WGMMA_TILES[0].1 == 256 && CONSUMERS == 2);
+const _: () = assert!(WGMMA_TILES[1].0 == WGMMA_TILES[0].1 && WGMMA_TILES[1].1 == WGMMA_TILES[0].0);
+const _: () = assert!(WGMMA_TILES[2].0 == 128 && WGMMA_TILES[2].1 == 192);
+const _: () = assert!(STAGE_BYTES == (WGMMA_TILES[0].0 + WGMMA_TILES[0].1) * WGMMA_ROW_BYTES);
 const _: () = assert!(OUT_BYTES == 2 * CONSUMERS * CHUNK_BYTES as usize);
 
-/// The tile of a kernel: 128×256 when `wide`, else 256×128.
-const fn tile(wide: bool) -> (usize, usize) {
-    if wide {
-        WGMMA_TILE
-    } else {
-        WGMMA_TILE_TALL
-    }
+/// Tile `TILE` of `WGMMA_TILES`: 0 is 128×256 (each consumer one `m64n256` per 32 bytes of k),
+/// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`).
+const fn tile(kind: usize) -> (usize, usize) {
+    WGMMA_TILES[kind]
 }
 
 /// The tiles of a launch and how the blocks walk them. With clusters of two, the blocks of a
@@ -142,7 +140,7 @@ fn layer_steps(z: usize, all_steps: usize, k_steps: usize) -> (usize, usize, usi
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
+unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>(
     maps: *const u8,
     (c, bias, out): (*const E::Elem, *const E::Elem, *mut E::Elem),
     (m, n, k): (usize, usize, usize),
@@ -152,7 +150,7 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
     (k_steps, ws): (usize, *mut f32),
     (layers, tma_store, cluster): (usize, bool, usize),
 ) {
-    let (bm, bn) = tile(WIDE);
+    let (bm, bn) = tile(TILE);
     let t = thread_x();
     let rank = if cluster > 1 { cluster_rank() } else { 0 };
     let sched = Schedule::new((bm, bn), (m, n), layers, cluster, rank as usize);
@@ -256,6 +254,8 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
         // Rows of the tile per consumer, and the first of this one's.
         let rows_wg = bm / CONSUMERS;
         let mut it = 0usize;
+        // Chunks this warpgroup has stored: which of its two buffers comes next.
+        let mut chunks = 0usize;
         let mut unit = first_unit;
         while unit < sched.units {
             let (z, m0, n0) = sched.origin(unit);
@@ -282,11 +282,13 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
                         sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
                     };
                     let row = wg * rows_wg as u32;
-                    if WIDE {
-                        E::wgmma_k32_bytes(&mut acc, a(row), b, TA, !TB);
-                    } else {
-                        E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
-                        E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
+                    match TILE {
+                        0 => E::wgmma_k32_bytes(&mut acc, a(row), b, TA, !TB),
+                        1 => {
+                            E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
+                            E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
+                        }
+                        _ => E::wgmma_n192_k32_bytes(&mut acc, a(row), b, TA, !TB),
                     }
                 });
                 wgmma_commit();
@@ -308,7 +310,7 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
                 let none = core::ptr::null::<E::Elem>();
-                store_direct::<E, WIDE, true>(&acc, ws.add(z * m * n), (none, none), (m, n), origin, (1.0, 0.0, 0));
+                store_direct::<E, TILE, true>(&acc, ws.add(z * m * n), (none, none), (m, n), origin, (1.0, 0.0, 0));
             } else {
                 let has_c = !c.is_null() && beta != 0.0;
                 let c = if has_c { c.add(batch * stride_c) } else { c };
@@ -318,13 +320,13 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
                     let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
                     let args = ((c, bias), (m, n), origin, out_ctx, staged);
                     match activation {
-                        _ if plain => store_staged::<E, WIDE, true, ACTIVATION_NONE>(&acc, args),
-                        ACTIVATION_RELU => store_staged::<E, WIDE, false, ACTIVATION_RELU>(&acc, args),
-                        ACTIVATION_GELU => store_staged::<E, WIDE, false, ACTIVATION_GELU>(&acc, args),
-                        _ => store_staged::<E, WIDE, false, ACTIVATION_NONE>(&acc, args),
+                        _ if plain => store_staged::<E, TILE, true, ACTIVATION_NONE>(&acc, args, &mut chunks),
+                        ACTIVATION_RELU => store_staged::<E, TILE, false, ACTIVATION_RELU>(&acc, args, &mut chunks),
+                        ACTIVATION_GELU => store_staged::<E, TILE, false, ACTIVATION_GELU>(&acc, args, &mut chunks),
+                        _ => store_staged::<E, TILE, false, ACTIVATION_NONE>(&acc, args, &mut chunks),
                     }
                 } else {
-                    store_direct::<E, WIDE, false>(&acc, out.add(batch * m * n), (c, bias), (m, n), origin, out_ctx);
+                    store_direct::<E, TILE, false>(&acc, out.add(batch * m * n), (c, bias), (m, n), origin, out_ctx);
                 }
             }
             unit += unit_stride;
@@ -339,11 +341,18 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const WIDE: bool>(
     }
 }
 
+/// 8-column blocks of a consumer's accumulators per `m64` product, and in all (32 but for the
+/// 128×192 tile's 24: the rest of [`WgmmaAcc`] stays unused).
+const fn column_blocks(kind: usize) -> (usize, usize) {
+    let blocks = tile(kind).1 / 8;
+    (blocks, blocks * tile(kind).0 / CONSUMERS / 64)
+}
+
 /// Call `f(row, col, a0, a1)` for each pair of this thread's accumulators: elements (row, col)
 /// and (row, col + 1) of C, for the warpgroup's rows from `origin` (`m64` products below each
-/// other in the tall tile).
+/// other in the 256×128 tile).
 #[inline(always)]
-fn for_each_pair<const WIDE: bool>(
+fn for_each_pair<const TILE: usize>(
     acc: &WgmmaAcc,
     origin: (usize, usize),
     mut f: impl FnMut(usize, usize, f32, f32),
@@ -351,14 +360,15 @@ fn for_each_pair<const WIDE: bool>(
     let tw = thread_x() % 128;
     let (g, q) = (tw % 32 / 4, tw % 4);
     let row0 = origin.0 + tw / 32 * 16 + g;
-    // 8-column blocks per `m64` product.
-    let blocks = tile(WIDE).1 / 8;
+    let (blocks, total) = column_blocks(TILE);
     unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
-        let col = origin.1 + 8 * (j % blocks) + 2 * q;
-        unroll!(h in [0, 1] => {
-            f(row0 + 64 * (j / blocks) + 8 * h, col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        });
+        if j < total {
+            let col = origin.1 + 8 * (j % blocks) + 2 * q;
+            unroll!(h in [0, 1] => {
+                f(row0 + 64 * (j / blocks) + 8 * h, col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            });
+        }
     });
 }
 
@@ -382,7 +392,7 @@ unsafe fn finish<E: WgmmaInput>(
 /// batch offset) or as the raw f32 sums of a split-K slice (`RAW`; `E::Elem` ignored, `out`
 /// is the slice's f32 workspace).
 #[inline(always)]
-unsafe fn store_direct<E: WgmmaInput, const WIDE: bool, const RAW: bool>(
+unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool>(
     acc: &WgmmaAcc,
     out: *mut impl Copy,
     (c, bias): (*const E::Elem, *const E::Elem),
@@ -392,7 +402,7 @@ unsafe fn store_direct<E: WgmmaInput, const WIDE: bool, const RAW: bool>(
 ) {
     let has_c = !c.is_null() && beta != 0.0;
     let pairs = n % 2 == 0;
-    for_each_pair::<WIDE>(acc, origin, |row, col, a0, a1| {
+    for_each_pair::<TILE>(acc, origin, |row, col, a0, a1| {
         if row >= m || col >= n {
             return;
         }
@@ -428,11 +438,12 @@ unsafe fn store_direct<E: WgmmaInput, const WIDE: bool, const RAW: bool>(
 /// swizzle: 16-byte unit u of row r at u ^ (r mod 8), so that a warp's 8 rows hit distinct
 /// banks), and one thread stores each with TMA through the map at `map_out` (the part outside
 /// the output is not written). A buffer is refilled once the store issued two chunks before has
-/// read it, so the stores of a tile run on while the next tile's mainloop starts. `PLAIN`: the
-/// epilogue is `alpha·acc` alone (no C, bias or activation); else `ACT` is the activation.
+/// read it, so the stores of a tile run on while the next tile's mainloop starts; `chunks` counts
+/// the warpgroup's chunks so far (which buffer is next). `PLAIN`: the epilogue is `alpha·acc`
+/// alone (no C, bias or activation); else `ACT` is the activation.
 #[inline(always)]
 #[allow(clippy::type_complexity)]
-unsafe fn store_staged<E: WgmmaInput, const WIDE: bool, const PLAIN: bool, const ACT: u32>(
+unsafe fn store_staged<E: WgmmaInput, const TILE: usize, const PLAIN: bool, const ACT: u32>(
     acc: &WgmmaAcc,
     ((c, bias), (m, n), origin, (alpha, beta, _), (map_out, batch, buffers, wg)): (
         (*const E::Elem, *const E::Elem),
@@ -441,64 +452,68 @@ unsafe fn store_staged<E: WgmmaInput, const WIDE: bool, const PLAIN: bool, const
         (f32, f32, u32),
         (*const u8, usize, (u32, u32), u32),
     ),
+    chunks: &mut usize,
 ) {
     let tw = thread_x() % 128;
     let (warp, g, q) = (tw / 32, tw % 32 / 4, tw % 4);
     let size = core::mem::size_of::<E::Elem>();
-    // 8-column blocks per chunk (8 of 16-bit, 4 of f32) and per `m64` product.
+    // 8-column blocks per chunk (8 of 16-bit, 4 of f32); per `m64` product and in all.
     let per_chunk = WGMMA_ROW_BYTES / (8 * size);
-    let blocks = tile(WIDE).1 / 8;
+    let (blocks, total) = column_blocks(TILE);
     let has_c = !c.is_null() && beta != 0.0;
     // Dimensions below 2^31 (the host's condition for TMA): 32-bit bounds checks.
     let (m32, n32) = (m as u32, n as u32);
+    let first = *chunks;
     unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
-        let (mh, i) = (j / blocks, j % blocks);
-        // Chunks per tile are even, so chunk j / per_chunk of every tile takes the same buffer.
-        let buf = if j / per_chunk % 2 == 0 { buffers.0 } else { buffers.1 };
-        if j % per_chunk == 0 {
-            // The store issued two chunks ago (from this buffer) has read it.
-            if tw == 0 {
-                bulk_wait_read::<1>();
+        if j < total {
+            let (mh, i) = (j / blocks, j % blocks);
+            let buf = if (first + j / per_chunk) % 2 == 0 { buffers.0 } else { buffers.1 };
+            if j % per_chunk == 0 {
+                // The store issued two chunks ago (from this buffer) has read it.
+                if tw == 0 {
+                    bulk_wait_read::<1>();
+                }
+                named_barrier::<128>(1 + wg);
             }
-            named_barrier::<128>(1 + wg);
-        }
-        // N is a multiple of 4 (TMA rows are 16-byte multiples) and col even: a pair never
-        // straddles the last column.
-        let col = origin.1 + 8 * i + 2 * q;
-        let col_inside = (col as u32) < n32;
-        let b = if !PLAIN && !bias.is_null() && col_inside { E::load_pair(bias.add(col)) } else { [0.0; 2] };
-        unroll!(h in [0, 1] => {
-            let r = warp * 16 + g + 8 * h;
-            let row = origin.0 + 64 * mh + r;
-            let (mut v0, mut v1) = (alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
-            if !PLAIN {
-                let c = if has_c && (row as u32) < m32 && col_inside {
-                    E::load_pair(c.add(row * n + col))
-                } else {
-                    [0.0; 2]
-                };
-                v0 = epilogue(v0, 1.0, beta * c[0], b[0], ACT);
-                v1 = epilogue(v1, 1.0, beta * c[1], b[1], ACT);
-            }
-            let byte = (i % per_chunk) * 8 * size + 2 * q * size;
-            let addr = buf + (r * WGMMA_ROW_BYTES + ((byte / 16) ^ g) * 16 + byte % 16) as u32;
-            E::store_shared_pair(addr, E::narrow(v0), E::narrow(v1));
-        });
-        if j % per_chunk == per_chunk - 1 {
-            fence_proxy_async_shared();
-            named_barrier::<128>(1 + wg);
-            if tw == 0 {
-                let at = ((origin.1 + 8 * (i + 1 - per_chunk)) as i32, (origin.0 + 64 * mh) as i32, batch as i32);
-                tma_store_3d(map_out, buf, at);
-                bulk_commit();
+            // N is a multiple of 4 (TMA rows are 16-byte multiples) and col even: a pair never
+            // straddles the last column.
+            let col = origin.1 + 8 * i + 2 * q;
+            let col_inside = (col as u32) < n32;
+            let b = if !PLAIN && !bias.is_null() && col_inside { E::load_pair(bias.add(col)) } else { [0.0; 2] };
+            unroll!(h in [0, 1] => {
+                let r = warp * 16 + g + 8 * h;
+                let row = origin.0 + 64 * mh + r;
+                let (mut v0, mut v1) = (alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+                if !PLAIN {
+                    let c = if has_c && (row as u32) < m32 && col_inside {
+                        E::load_pair(c.add(row * n + col))
+                    } else {
+                        [0.0; 2]
+                    };
+                    v0 = epilogue(v0, 1.0, beta * c[0], b[0], ACT);
+                    v1 = epilogue(v1, 1.0, beta * c[1], b[1], ACT);
+                }
+                let byte = (i % per_chunk) * 8 * size + 2 * q * size;
+                let addr = buf + (r * WGMMA_ROW_BYTES + ((byte / 16) ^ g) * 16 + byte % 16) as u32;
+                E::store_shared_pair(addr, E::narrow(v0), E::narrow(v1));
+            });
+            if j % per_chunk == per_chunk - 1 {
+                fence_proxy_async_shared();
+                named_barrier::<128>(1 + wg);
+                if tw == 0 {
+                    let at = ((origin.1 + 8 * (i + 1 - per_chunk)) as i32, (origin.0 + 64 * mh) as i32, batch as i32);
+                    tma_store_3d(map_out, buf, at);
+                    bulk_commit();
+                }
             }
         }
     });
+    *chunks += total / per_chunk;
 }
 
 macro_rules! wgmma_kernels {
-    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $wide:literal;)*) => {$(
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal;)*) => {$(
         /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps, the other arguments
         /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
         /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension; `layers` is
@@ -515,7 +530,7 @@ macro_rules! wgmma_kernels {
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
             ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
-            gemm::<$e, $ta, $tb, $wide>(
+            gemm::<$e, $ta, $tb, $tile>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
                 (k_steps, ws), (layers, tma_store != 0, cluster as usize),
             )
@@ -524,21 +539,29 @@ macro_rules! wgmma_kernels {
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, u16, false, false, true;
-    gemm_wgmma_f16_nt: F16, u16, false, true, true;
-    gemm_wgmma_f16_tn: F16, u16, true, false, true;
-    gemm_wgmma_f16_tt: F16, u16, true, true, true;
-    gemm_wgmma_bf16_nn: BF16, u16, false, false, true;
-    gemm_wgmma_bf16_nt: BF16, u16, false, true, true;
-    gemm_wgmma_bf16_tn: BF16, u16, true, false, true;
-    gemm_wgmma_bf16_tt: BF16, u16, true, true, true;
-    gemm_wgmma_f16_nn_tall: F16, u16, false, false, false;
-    gemm_wgmma_f16_nt_tall: F16, u16, false, true, false;
-    gemm_wgmma_f16_tn_tall: F16, u16, true, false, false;
-    gemm_wgmma_f16_tt_tall: F16, u16, true, true, false;
-    gemm_wgmma_bf16_nn_tall: BF16, u16, false, false, false;
-    gemm_wgmma_bf16_nt_tall: BF16, u16, false, true, false;
-    gemm_wgmma_bf16_tn_tall: BF16, u16, true, false, false;
-    gemm_wgmma_bf16_tt_tall: BF16, u16, true, true, false;
-    gemm_wgmma_tf32_nt: Tf32, f32, false, true, true;
+    gemm_wgmma_f16_nn: F16, u16, false, false, 0;
+    gemm_wgmma_f16_nt: F16, u16, false, true, 0;
+    gemm_wgmma_f16_tn: F16, u16, true, false, 0;
+    gemm_wgmma_f16_tt: F16, u16, true, true, 0;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0;
+    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1;
+    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1;
+    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1;
+    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1;
+    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1;
+    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1;
+    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1;
+    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1;
+    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2;
+    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2;
+    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2;
+    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2;
+    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2;
+    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2;
+    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2;
+    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0;
 }

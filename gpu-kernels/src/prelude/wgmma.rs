@@ -454,6 +454,119 @@ macro_rules! asm_on_half_accumulators {
     };
 }
 
+/// `{d0}, …, {d95}`: the operands of [`asm_on_n192_accumulators!`], for its template.
+macro_rules! n192_accumulator_operands {
+    () => {
+        "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}, {d64}, {d65}, {d66}, {d67}, {d68}, {d69}, {d70}, {d71}, {d72}, {d73}, {d74}, {d75}, {d76}, {d77}, {d78}, {d79}, {d80}, {d81}, {d82}, {d83}, {d84}, {d85}, {d86}, {d87}, {d88}, {d89}, {d90}, {d91}, {d92}, {d93}, {d94}, {d95}"
+    };
+}
+
+/// As [`asm_on_accumulators!`] over the first 96 floats of a [`WgmmaAcc`] (`$acc[i]` as
+/// `{di}`): the accumulators of one `m64n192` product.
+macro_rules! asm_on_n192_accumulators {
+    ($acc:ident, [$($operands:tt)*], $($template:expr),+ $(,)?) => {
+        asm!(concat!($($template),+),
+            $($operands)*
+            d0 = inout(reg32) $acc[0],
+            d1 = inout(reg32) $acc[1],
+            d2 = inout(reg32) $acc[2],
+            d3 = inout(reg32) $acc[3],
+            d4 = inout(reg32) $acc[4],
+            d5 = inout(reg32) $acc[5],
+            d6 = inout(reg32) $acc[6],
+            d7 = inout(reg32) $acc[7],
+            d8 = inout(reg32) $acc[8],
+            d9 = inout(reg32) $acc[9],
+            d10 = inout(reg32) $acc[10],
+            d11 = inout(reg32) $acc[11],
+            d12 = inout(reg32) $acc[12],
+            d13 = inout(reg32) $acc[13],
+            d14 = inout(reg32) $acc[14],
+            d15 = inout(reg32) $acc[15],
+            d16 = inout(reg32) $acc[16],
+            d17 = inout(reg32) $acc[17],
+            d18 = inout(reg32) $acc[18],
+            d19 = inout(reg32) $acc[19],
+            d20 = inout(reg32) $acc[20],
+            d21 = inout(reg32) $acc[21],
+            d22 = inout(reg32) $acc[22],
+            d23 = inout(reg32) $acc[23],
+            d24 = inout(reg32) $acc[24],
+            d25 = inout(reg32) $acc[25],
+            d26 = inout(reg32) $acc[26],
+            d27 = inout(reg32) $acc[27],
+            d28 = inout(reg32) $acc[28],
+            d29 = inout(reg32) $acc[29],
+            d30 = inout(reg32) $acc[30],
+            d31 = inout(reg32) $acc[31],
+            d32 = inout(reg32) $acc[32],
+            d33 = inout(reg32) $acc[33],
+            d34 = inout(reg32) $acc[34],
+            d35 = inout(reg32) $acc[35],
+            d36 = inout(reg32) $acc[36],
+            d37 = inout(reg32) $acc[37],
+            d38 = inout(reg32) $acc[38],
+            d39 = inout(reg32) $acc[39],
+            d40 = inout(reg32) $acc[40],
+            d41 = inout(reg32) $acc[41],
+            d42 = inout(reg32) $acc[42],
+            d43 = inout(reg32) $acc[43],
+            d44 = inout(reg32) $acc[44],
+            d45 = inout(reg32) $acc[45],
+            d46 = inout(reg32) $acc[46],
+            d47 = inout(reg32) $acc[47],
+            d48 = inout(reg32) $acc[48],
+            d49 = inout(reg32) $acc[49],
+            d50 = inout(reg32) $acc[50],
+            d51 = inout(reg32) $acc[51],
+            d52 = inout(reg32) $acc[52],
+            d53 = inout(reg32) $acc[53],
+            d54 = inout(reg32) $acc[54],
+            d55 = inout(reg32) $acc[55],
+            d56 = inout(reg32) $acc[56],
+            d57 = inout(reg32) $acc[57],
+            d58 = inout(reg32) $acc[58],
+            d59 = inout(reg32) $acc[59],
+            d60 = inout(reg32) $acc[60],
+            d61 = inout(reg32) $acc[61],
+            d62 = inout(reg32) $acc[62],
+            d63 = inout(reg32) $acc[63],
+            d64 = inout(reg32) $acc[64],
+            d65 = inout(reg32) $acc[65],
+            d66 = inout(reg32) $acc[66],
+            d67 = inout(reg32) $acc[67],
+            d68 = inout(reg32) $acc[68],
+            d69 = inout(reg32) $acc[69],
+            d70 = inout(reg32) $acc[70],
+            d71 = inout(reg32) $acc[71],
+            d72 = inout(reg32) $acc[72],
+            d73 = inout(reg32) $acc[73],
+            d74 = inout(reg32) $acc[74],
+            d75 = inout(reg32) $acc[75],
+            d76 = inout(reg32) $acc[76],
+            d77 = inout(reg32) $acc[77],
+            d78 = inout(reg32) $acc[78],
+            d79 = inout(reg32) $acc[79],
+            d80 = inout(reg32) $acc[80],
+            d81 = inout(reg32) $acc[81],
+            d82 = inout(reg32) $acc[82],
+            d83 = inout(reg32) $acc[83],
+            d84 = inout(reg32) $acc[84],
+            d85 = inout(reg32) $acc[85],
+            d86 = inout(reg32) $acc[86],
+            d87 = inout(reg32) $acc[87],
+            d88 = inout(reg32) $acc[88],
+            d89 = inout(reg32) $acc[89],
+            d90 = inout(reg32) $acc[90],
+            d91 = inout(reg32) $acc[91],
+            d92 = inout(reg32) $acc[92],
+            d93 = inout(reg32) $acc[93],
+            d94 = inout(reg32) $acc[94],
+            d95 = inout(reg32) $acc[95],
+            options(nostack))
+    };
+}
+
 /// `wgmma.fence`: order this warpgroup's register accesses to `acc` before the next `wgmma`.
 #[inline(always)]
 pub fn wgmma_fence(acc: &mut WgmmaAcc) {
@@ -505,6 +618,17 @@ macro_rules! wgmma_m64n128 {
     };
 }
 
+/// As [`wgmma_m64n256!`] for `m64n192` on the first 96 accumulators: A 64×k and B k×192.
+macro_rules! wgmma_m64n192 {
+    ($name:ident, $shape:literal, $flags:literal) => {
+        #[inline(always)]
+        unsafe fn $name(acc: &mut WgmmaAcc, a: u64, b: u64) {
+            asm_on_n192_accumulators!(acc, [a = in(reg64) a, b = in(reg64) b,], "wgmma.mma_async.sync.aligned.", $shape,
+                         " {{", n192_accumulator_operands!(), "}}, {a}, {b}, 1, ", $flags, ";");
+        }
+    };
+}
+
 wgmma_m64n256!(wgmma_f16_kk, "m64n256k16.f32.f16.f16", "1, 1, 0, 0");
 wgmma_m64n256!(wgmma_f16_km, "m64n256k16.f32.f16.f16", "1, 1, 0, 1");
 wgmma_m64n256!(wgmma_f16_mk, "m64n256k16.f32.f16.f16", "1, 1, 1, 0");
@@ -524,6 +648,16 @@ wgmma_m64n128!(wgmma_n128_bf16_km, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 1");
 wgmma_m64n128!(wgmma_n128_bf16_mk, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 0");
 wgmma_m64n128!(wgmma_n128_bf16_mm, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 1");
 wgmma_m64n128!(wgmma_n128_tf32_kk, "m64n128k8.f32.tf32.tf32", "1, 1");
+
+wgmma_m64n192!(wgmma_n192_f16_kk, "m64n192k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_m64n192!(wgmma_n192_f16_km, "m64n192k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_m64n192!(wgmma_n192_f16_mk, "m64n192k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_m64n192!(wgmma_n192_f16_mm, "m64n192k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_m64n192!(wgmma_n192_bf16_kk, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_m64n192!(wgmma_n192_bf16_km, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_m64n192!(wgmma_n192_bf16_mk, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_m64n192!(wgmma_n192_bf16_mm, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_m64n192!(wgmma_n192_tf32_kk, "m64n192k8.f32.tf32.tf32", "1, 1");
 
 /// TF32 inputs: f32 in memory, read by `wgmma` with their low 13 mantissa bits ignored.
 pub struct Tf32;
@@ -580,10 +714,17 @@ pub trait WgmmaInput {
         a_mn_major: bool,
         b_mn_major: bool,
     );
+    /// As [`WgmmaInput::wgmma_k32_bytes`] with B k×192 (`m64n192`), on the first 96 floats of
+    /// `acc` (laid out as [`WgmmaAcc`]'s first 24 column blocks).
+    ///
+    /// # Safety
+    /// As [`WgmmaInput::wgmma_k32_bytes`].
+    unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
 }
 
 macro_rules! wgmma_16bit {
-    ($ty:ty, [$kk:ident, $km:ident, $mk:ident, $mm:ident], [$kk2:ident, $km2:ident, $mk2:ident, $mm2:ident]) => {
+    ($ty:ty, [$kk:ident, $km:ident, $mk:ident, $mm:ident], [$kk2:ident, $km2:ident, $mk2:ident, $mm2:ident],
+     [$kk3:ident, $km3:ident, $mk3:ident, $mm3:ident]) => {
         impl WgmmaInput for $ty {
             type Elem = u16;
             #[inline(always)]
@@ -645,6 +786,15 @@ macro_rules! wgmma_16bit {
                     (true, true) => $mm2::<HALF>(acc, a, b),
                 }
             }
+            #[inline(always)]
+            unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool) {
+                match (a_mn_major, b_mn_major) {
+                    (false, false) => $kk3(acc, a, b),
+                    (false, true) => $km3(acc, a, b),
+                    (true, false) => $mk3(acc, a, b),
+                    (true, true) => $mm3(acc, a, b),
+                }
+            }
         }
     };
 }
@@ -652,12 +802,14 @@ macro_rules! wgmma_16bit {
 wgmma_16bit!(
     super::F16,
     [wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm],
-    [wgmma_n128_f16_kk, wgmma_n128_f16_km, wgmma_n128_f16_mk, wgmma_n128_f16_mm]
+    [wgmma_n128_f16_kk, wgmma_n128_f16_km, wgmma_n128_f16_mk, wgmma_n128_f16_mm],
+    [wgmma_n192_f16_kk, wgmma_n192_f16_km, wgmma_n192_f16_mk, wgmma_n192_f16_mm]
 );
 wgmma_16bit!(
     super::BF16,
     [wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm],
-    [wgmma_n128_bf16_kk, wgmma_n128_bf16_km, wgmma_n128_bf16_mk, wgmma_n128_bf16_mm]
+    [wgmma_n128_bf16_kk, wgmma_n128_bf16_km, wgmma_n128_bf16_mk, wgmma_n128_bf16_mm],
+    [wgmma_n192_bf16_kk, wgmma_n192_bf16_km, wgmma_n192_bf16_mk, wgmma_n192_bf16_mm]
 );
 
 impl WgmmaInput for Tf32 {
@@ -697,5 +849,9 @@ impl WgmmaInput for Tf32 {
     #[inline(always)]
     unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
         wgmma_n128_tf32_kk::<HALF>(acc, a, b)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
+        wgmma_n192_tf32_kk(acc, a, b)
     }
 }

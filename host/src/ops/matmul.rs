@@ -10,7 +10,7 @@
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
 //! | 1 | M ≤ 16, A not transposed, any dtype (TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent): 256×128 tiles (`_tall`) when they pad M × N less than 128×256 ones, else 128×256 | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 4 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
 //! | 5 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
@@ -32,7 +32,7 @@ use crate::shapes::{
     GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMV_COLS_NT, GEMV_ROWS,
     GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
     WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE,
-    WGMMA_TILE_TALL,
+    WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -264,8 +264,8 @@ impl<'a> Gemm<'a> {
         };
         match plan.path {
             GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
-            GemmPath::Wgmma { tall } => {
-                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb), tall, (&plan, workspace.as_ref()))?
+            GemmPath::Wgmma { tile } => {
+                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb), tile, (&plan, workspace.as_ref()))?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
             GemmPath::Simt { .. } | GemmPath::Tf32Mma | GemmPath::HalfMma => {
@@ -502,11 +502,11 @@ impl<'a> Gemm<'a> {
         let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
-        self.launch_wgmma(d, out, stream, (a, false), (b, true), false, split)
+        self.launch_wgmma(d, out, stream, (a, false), (b, true), 0, split)
     }
 
-    /// The `wgmma` kernel on `a` and `b` (transposed as flagged), 256×128 tiles when `tall`:
-    /// A's, B's and the output's tensor maps go to the device, then the launch.
+    /// The `wgmma` kernel on `a` and `b` (transposed as flagged) with tile `kind` of
+    /// `WGMMA_TILES`: A's, B's and the output's tensor maps go to the device, then the launch.
     #[allow(clippy::too_many_arguments)]
     fn launch_wgmma(
         &self,
@@ -515,12 +515,12 @@ impl<'a> Gemm<'a> {
         stream: &Arc<Stream>,
         (a, ta): (&Tensor, bool),
         (b, tb): (&Tensor, bool),
-        tall: bool,
+        kind: usize,
         (plan, workspace): (&GemmPlan, Option<&DeviceBuffer>),
     ) -> Result<()> {
         let op = self.op;
         let dtype = a.dtype();
-        let tile = if tall { WGMMA_TILE_TALL } else { WGMMA_TILE };
+        let tile = WGMMA_TILES[kind];
         // A is [M, K] (K-major) or, transposed, [K, M]; B is [K, N] or, transposed, [N, K]. A
         // K-major operand moves as one box of 128 bytes of k × its tile rows; an M/N-major one
         // as boxes of 64 rows × 128 bytes of k.
@@ -570,7 +570,7 @@ impl<'a> Gemm<'a> {
         let kernel = if dtype == DType::F32 {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
         } else {
-            WgmmaKernel::Half(WGMMA_KERNELS[usize::from(tall)][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
+            WgmmaKernel::Half(WGMMA_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
         };
         let mut cfg = LaunchConfig {
             grid: (1, 1, 1),
@@ -600,7 +600,7 @@ impl<'a> Gemm<'a> {
         let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
         let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
         let launch = (k_steps, ws, layers, u32::from(tma_store), cluster as u32);
-        // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_tall](maps, c, bias, out, m, n, k, stride_c, alpha,
+        // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_<tile>](maps, c, bias, out, m, n, k, stride_c, alpha,
         // beta, activation, batched_a, batched_b, k_steps, ws, layers, tma_store)`: `ws` is null or
         // the workspace of batch·slices·M·N floats with layers = batch·slices, slices = ⌈k-steps /
         // k_steps⌉; `maps` holds A's, B's and (with `tma_store`) the output's tensor maps, made
@@ -725,8 +725,9 @@ enum GemmPath {
     Tf32Mma,
     /// f16/bf16 `mma.sync`.
     HalfMma,
-    /// f16/bf16 `wgmma` + TMA (sm_90a), 256×128 tiles when `tall` (else 128×256).
-    Wgmma { tall: bool },
+    /// f16/bf16 `wgmma` + TMA (sm_90a) with tile `tile` of `WGMMA_TILES` (128×256, 256×128,
+    /// 128×192).
+    Wgmma { tile: usize },
     /// TF32 `wgmma` + TMA (sm_90a), after transposing the operands to K-major.
     Tf32Wgmma,
 }
@@ -777,9 +778,34 @@ fn split_k(k: usize, blocks: usize, target: usize, (align, min_chunk): (usize, u
     (k.div_ceil(k_chunk), k_chunk)
 }
 
+/// The `wgmma` tile (index into `WGMMA_TILES`) that gives the SMs the least work: with at least a
+/// wave of tiles (or K too short to split), the most any SM computes, ⌈tiles / SMs⌉ tiles; with
+/// fewer (split-K spreads them), the padded output's area per SM. The 128×192 tile counts 8%
+/// more per element (it reads more operand bytes per flop); ties go to the smaller padded output,
+/// then to the earlier tile. N = 384 fills two 192-wide tiles, where 256-wide ones pad a third and
+/// 128-wide ones leave the second wave half empty.
+fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
+    let cost = |kind: usize| {
+        let (bm, bn) = WGMMA_TILES[kind];
+        let tiles = d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+        let padded = tiles * bm * bn;
+        let work = if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
+            tiles.div_ceil(dev.sms) * bm * bn * dev.sms
+        } else {
+            padded
+        };
+        let weight = if bn == 192 { 108 } else { 100 };
+        (work as u128 * weight, padded)
+    };
+    (0..WGMMA_TILES.len()).min_by_key(|&kind| cost(kind)).unwrap_or(0)
+}
+
 /// A `wgmma` plan: split K when the tiles leave SMs idle (one block per SM fits).
 fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> GemmPlan {
-    let tile = if path == (GemmPath::Wgmma { tall: true }) { WGMMA_TILE_TALL } else { WGMMA_TILE };
+    let tile = match path {
+        GemmPath::Wgmma { tile } => WGMMA_TILES[tile],
+        _ => WGMMA_TILE,
+    };
     let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
     let bk = WGMMA_ROW_BYTES / dtype.size_bytes();
     let (slices, k_chunk) = if tiles < dev.sms && d.k >= 2 * SPLIT_MIN_K {
@@ -811,10 +837,7 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let tma =
             d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
         if dev.sm90a && tma {
-            // The tile that pads the output least (N = 384 fills 3 tall tiles, 1.5 wide ones).
-            let padded = |t: (usize, usize)| d.m.next_multiple_of(t.0) * d.n.next_multiple_of(t.1);
-            let tall = padded(WGMMA_TILE_TALL) < padded(WGMMA_TILE);
-            return wgmma_plan(d, GemmPath::Wgmma { tall }, o.dtype, dev);
+            return wgmma_plan(d, GemmPath::Wgmma { tile: wgmma_tile(d, dev) }, o.dtype, dev);
         }
         let tiles = tiles(MMA_TILE);
         if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
@@ -1048,8 +1071,8 @@ fn wgmma_cluster() -> bool {
     *CLUSTER.get_or_init(|| std::env::var("FERROCUDA_WGMMA_CLUSTER").map_or(true, |v| v != "1"))
 }
 
-/// `[128×256, 256×128 tile][f16, bf16][A transposed][B transposed]`.
-const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 2] = [
+/// `[tile of WGMMA_TILES][f16, bf16][A transposed][B transposed]`.
+const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 3] = [
     [
         [
             [kernels::gemm_wgmma_f16_nn, kernels::gemm_wgmma_f16_nt],
@@ -1062,12 +1085,22 @@ const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 2] = [
     ],
     [
         [
-            [kernels::gemm_wgmma_f16_nn_tall, kernels::gemm_wgmma_f16_nt_tall],
-            [kernels::gemm_wgmma_f16_tn_tall, kernels::gemm_wgmma_f16_tt_tall],
+            [kernels::gemm_wgmma_f16_nn_256x128, kernels::gemm_wgmma_f16_nt_256x128],
+            [kernels::gemm_wgmma_f16_tn_256x128, kernels::gemm_wgmma_f16_tt_256x128],
         ],
         [
-            [kernels::gemm_wgmma_bf16_nn_tall, kernels::gemm_wgmma_bf16_nt_tall],
-            [kernels::gemm_wgmma_bf16_tn_tall, kernels::gemm_wgmma_bf16_tt_tall],
+            [kernels::gemm_wgmma_bf16_nn_256x128, kernels::gemm_wgmma_bf16_nt_256x128],
+            [kernels::gemm_wgmma_bf16_tn_256x128, kernels::gemm_wgmma_bf16_tt_256x128],
+        ],
+    ],
+    [
+        [
+            [kernels::gemm_wgmma_f16_nn_128x192, kernels::gemm_wgmma_f16_nt_128x192],
+            [kernels::gemm_wgmma_f16_tn_128x192, kernels::gemm_wgmma_f16_tt_128x192],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn_128x192, kernels::gemm_wgmma_bf16_nt_128x192],
+            [kernels::gemm_wgmma_bf16_tn_128x192, kernels::gemm_wgmma_bf16_tt_128x192],
         ],
     ],
 ];
@@ -1236,21 +1269,32 @@ mod tests {
     #[test]
     fn sixteen_bit_takes_wgmma_where_tma_can_read_it() {
         let o = operands(DType::BF16, false, false);
-        const WIDE: GemmPath = GemmPath::Wgmma { tall: false };
+        const WIDE: GemmPath = GemmPath::Wgmma { tile: 0 };
+        const TALL: GemmPath = GemmPath::Wgmma { tile: 1 };
+        const N192: GemmPath = GemmPath::Wgmma { tile: 2 };
         assert_eq!(path(dims(6144, 6144, 6144), o, H100), WIDE);
         assert_eq!(path(dims(6144, 6144, 6144), o, OLDER), GemmPath::HalfMma);
         // Rows not 16-byte multiples (K = 2999): TMA cannot; mma.sync.
         assert_eq!(path(dims(3001, 3003, 2999), o, H100), GemmPath::HalfMma);
         assert_eq!(path(dims(3000, 3003, 3000), o, H100), GemmPath::HalfMma);
-        assert_eq!(path(dims(3001, 3000, 3000), o, H100), WIDE);
+        assert_eq!(path(dims(3001, 3000, 3000), o, H100), N192);
         assert_eq!(path(dims(300, 300, 300), Operands { aligned_b: false, ..o }, H100), GemmPath::HalfMma);
         assert_eq!(path(dims(300, 300, 0), o, H100), GemmPath::HalfMma);
-        // The tile that pads the output least; the wide one on a tie.
-        const TALL: GemmPath = GemmPath::Wgmma { tall: true };
-        assert_eq!(path(dims(16384, 384, 1152), o, H100), TALL);
-        assert_eq!(path(dims(16384, 1152, 384), o, H100), TALL);
+        // The tile that leaves the SMs the least work: 128×256 for the squares; 128×192 where
+        // N = 384 or 1152 (2 or 6 tiles of 192, full waves); 256×128 for N = 128 with split K.
+        assert_eq!(path(dims(4096, 4096, 4096), o, H100), WIDE);
+        assert_eq!(path(dims(8192, 8192, 8192), o, H100), WIDE);
+        assert_eq!(path(dims(16384, 384, 1152), o, H100), N192);
+        assert_eq!(path(dims(16384, 1152, 384), o, H100), N192);
         assert_eq!(path(dims(16384, 1536, 384), o, H100), WIDE);
-        assert_eq!(path(dims(100, 384, 384), o, H100), WIDE);
+        assert_eq!(path(dims(100, 384, 384), o, H100), N192);
+        assert_eq!(path(dims(8192, 128, 8192), o, H100), TALL);
+        assert_eq!(path(dims(4096, 8192, 128), o, H100), WIDE);
+        // The shapes of tests/matmul.rs's `half_precision_tma_shapes`, one per tile.
+        assert_eq!(path(dims(12000, 376, 40), o, H100), N192);
+        assert_eq!(path(dims(11200, 760, 40), o, H100), WIDE);
+        assert_eq!(path(dims(8600, 640, 40), o, H100), TALL);
+        assert_eq!(path(dims(136, 264, 200), o, H100), N192);
         // Few tiles: split K (one block per SM fits), in whole k-steps of 64.
         let split = |m, n, k| {
             let p = plan(&dims(m, n, k), &o, &H100);
