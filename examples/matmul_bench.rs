@@ -158,14 +158,19 @@ fn cublas_fill(ctx: &Context, shape: [usize; 2], seed: u64, dtype: DType) -> Res
 }
 
 /// `--gemm`: each `dtype:layout:MxNxK` beside cuBLAS.
-fn gemm_specs(ctx: &Context, blas: &std::result::Result<cublas::Cublas, String>, specs: &[String]) -> Result<()> {
+fn gemm_specs(
+    ctx: &Context,
+    blas: &std::result::Result<cublas::Cublas, String>,
+    specs: &[String],
+) -> Result<()> {
     println!(
         "{:<28} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7}",
         "product", "ms", "TFLOP/s", "randn ms", "cuBLAS", "TFLOP/s", "ratio"
     );
     for spec in specs {
         let parts: Vec<&str> = spec.split(':').collect();
-        let dims: Vec<usize> = parts.get(2).map_or(vec![], |d| d.split('x').filter_map(|x| x.parse().ok()).collect());
+        let dims: Vec<usize> =
+            parts.get(2).map_or(vec![], |d| d.split('x').filter_map(|x| x.parse().ok()).collect());
         let (Some(&dt), Some(&layout), &[m, n, k]) = (parts.first(), parts.get(1), &dims[..]) else {
             println!("{spec}: expected dtype:layout:MxNxK");
             continue;
@@ -176,7 +181,9 @@ fn gemm_specs(ctx: &Context, blas: &std::result::Result<cublas::Cublas, String>,
         let sb = if tb { [n, k] } else { [k, n] };
         let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
         let time = |a: &ferrocuda::Tensor, b: &ferrocuda::Tensor| {
-            median_ms(ctx, 3, reps, || ferrocuda::Gemm::new(a, b).transpose_a(ta).transpose_b(tb).run().map(drop))
+            median_ms(ctx, 3, reps, || {
+                ferrocuda::Gemm::new(a, b).transpose_a(ta).transpose_b(tb).run().map(drop)
+            })
         };
         let ms = time(&cublas_fill(ctx, sa, 1, dtype)?, &cublas_fill(ctx, sb, 2, dtype)?)?;
         let randn_ms = time(&ctx.randn(&sa, 1)?.to_dtype(dtype)?, &ctx.randn(&sb, 2)?.to_dtype(dtype)?)?;

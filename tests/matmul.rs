@@ -143,23 +143,22 @@ fn sm90a_module_choice(gpu: &Context) {
 /// batches with batched and shared operands, every transpose, the whole epilogue.
 fn half_precision_tma_shapes(gpu: &Context) {
     let small = shapes().len() != SHAPES.len();
-    let sizes: &[(usize, usize, usize)] =
-        if small {
-            &[(136, 264, 200), (8, 8, 8)]
-        } else {
-            // 128×192 tiles (136, 264, 200), (8, 8, 8), (1000, 376, 328) and more of them than
-            // SMs (12000, 376, 40); 128×256 split along K (520, 776, 1096) and 264 of them
-            // (11200, 760, 40); 170 of 256×128 (8600, 640, 40). The plan's unit tests pin these.
-            &[
-                (136, 264, 200),
-                (8, 8, 8),
-                (520, 776, 1096),
-                (1000, 376, 328),
-                (12000, 376, 40),
-                (11200, 760, 40),
-                (8600, 640, 40),
-            ]
-        };
+    let sizes: &[(usize, usize, usize)] = if small {
+        &[(136, 264, 200), (8, 8, 8)]
+    } else {
+        // 128×192 tiles (136, 264, 200), (8, 8, 8), (1000, 376, 328) and more of them than
+        // SMs (12000, 376, 40); 128×256 split along K (520, 776, 1096) and 264 of them
+        // (11200, 760, 40); 170 of 256×128 (8600, 640, 40). The plan's unit tests pin these.
+        &[
+            (136, 264, 200),
+            (8, 8, 8),
+            (520, 776, 1096),
+            (1000, 376, 328),
+            (12000, 376, 40),
+            (11200, 760, 40),
+            (8600, 640, 40),
+        ]
+    };
     for dtype in [DType::F16, DType::BF16] {
         let h = |(g, c): (Tensor, Tensor)| (g.to_dtype(dtype).unwrap(), c.to_dtype(dtype).unwrap());
         for (s, &(m, n, k)) in sizes.iter().enumerate() {

@@ -51,8 +51,9 @@
 use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{
-    ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX, WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES,
-    WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_THREADS, WGMMA_TILES,
+    ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX,
+    WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES,
+    WGMMA_THREADS, WGMMA_TILES,
 };
 
 /// One row of a k-step: the 128-byte swizzle width.
@@ -70,7 +71,8 @@ const CONSUMER_REGS: u32 = 232;
 /// warpgroup has two, filled in turn.
 const CHUNK_BYTES: u32 = 64 * ROW_BYTES;
 
-const _: () = assert!(ROW_BYTES == 128 && WGMMA_TILES[0].0 == 2 * 64 && WGMMA_TILES[0].1 == 256 && CONSUMERS == 2);
+const _: () =
+    assert!(ROW_BYTES == 128 && WGMMA_TILES[0].0 == 2 * 64 && WGMMA_TILES[0].1 == 256 && CONSUMERS == 2);
 const _: () = assert!(WGMMA_TILES[1].0 == WGMMA_TILES[0].1 && WGMMA_TILES[1].1 == WGMMA_TILES[0].0);
 const _: () = assert!(WGMMA_TILES[2].0 == 128 && WGMMA_TILES[2].1 == 192);
 const _: () = assert!(STAGE_BYTES == (WGMMA_TILES[0].0 + WGMMA_TILES[0].1) * WGMMA_ROW_BYTES);
@@ -159,7 +161,8 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
     let all_steps = k.div_ceil(bk);
     let base = (shared_addr(dynamic_shared::<u8>()) + ATOM_BYTES - 1) & !(ATOM_BYTES - 1);
     let stage = |s: usize| base + (s * STAGE_BYTES) as u32;
-    let chunk_buf = |wg: u32, b: usize| base + (STAGES * STAGE_BYTES) as u32 + (2 * wg + b as u32) * CHUNK_BYTES;
+    let chunk_buf =
+        |wg: u32, b: usize| base + (STAGES * STAGE_BYTES) as u32 + (2 * wg + b as u32) * CHUNK_BYTES;
     let barriers = base + (STAGES * STAGE_BYTES + OUT_BYTES) as u32;
     let full = |s: usize| barriers + 8 * s as u32;
     let empty = |s: usize| barriers + 8 * (STAGES + s) as u32;
@@ -310,7 +313,14 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
                 let none = core::ptr::null::<E::Elem>();
-                store_direct::<E, TILE, true>(&acc, ws.add(z * m * n), (none, none), (m, n), origin, (1.0, 0.0, 0));
+                store_direct::<E, TILE, true>(
+                    &acc,
+                    ws.add(z * m * n),
+                    (none, none),
+                    (m, n),
+                    origin,
+                    (1.0, 0.0, 0),
+                );
             } else {
                 let has_c = !c.is_null() && beta != 0.0;
                 let c = if has_c { c.add(batch * stride_c) } else { c };
@@ -321,12 +331,23 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
                     let args = ((c, bias), (m, n), origin, out_ctx, staged);
                     match activation {
                         _ if plain => store_staged::<E, TILE, true, ACTIVATION_NONE>(&acc, args, &mut chunks),
-                        ACTIVATION_RELU => store_staged::<E, TILE, false, ACTIVATION_RELU>(&acc, args, &mut chunks),
-                        ACTIVATION_GELU => store_staged::<E, TILE, false, ACTIVATION_GELU>(&acc, args, &mut chunks),
+                        ACTIVATION_RELU => {
+                            store_staged::<E, TILE, false, ACTIVATION_RELU>(&acc, args, &mut chunks)
+                        }
+                        ACTIVATION_GELU => {
+                            store_staged::<E, TILE, false, ACTIVATION_GELU>(&acc, args, &mut chunks)
+                        }
                         _ => store_staged::<E, TILE, false, ACTIVATION_NONE>(&acc, args, &mut chunks),
                     }
                 } else {
-                    store_direct::<E, TILE, false>(&acc, out.add(batch * m * n), (c, bias), (m, n), origin, out_ctx);
+                    store_direct::<E, TILE, false>(
+                        &acc,
+                        out.add(batch * m * n),
+                        (c, bias),
+                        (m, n),
+                        origin,
+                        out_ctx,
+                    );
                 }
             }
             unit += unit_stride;
@@ -382,7 +403,8 @@ unsafe fn finish<E: WgmmaInput>(
     (m, n): (usize, usize),
     (alpha, beta, activation): (f32, f32, u32),
 ) -> f32 {
-    let beta_c = if has_c && row < m && col < n { beta * E::widen(E::load_elem(c.add(row * n + col))) } else { 0.0 };
+    let beta_c =
+        if has_c && row < m && col < n { beta * E::widen(E::load_elem(c.add(row * n + col))) } else { 0.0 };
     let b = if !bias.is_null() && col < n { E::widen(E::load_elem(bias.add(col))) } else { 0.0 };
     epilogue(a, alpha, beta_c, b, activation)
 }

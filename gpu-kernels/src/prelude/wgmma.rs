@@ -109,7 +109,13 @@ pub unsafe fn tma_load_3d(dst: u32, map: *const u8, bar: u32, (c0, c1, c2): (i32
 /// As [`tma_load_3d`] for every block in `mask`: the cluster's blocks are running, and `dst` and
 /// `bar` are free for the copy in each of them.
 #[inline(always)]
-pub unsafe fn tma_load_3d_multicast(dst: u32, map: *const u8, bar: u32, (c0, c1, c2): (i32, i32, i32), mask: u16) {
+pub unsafe fn tma_load_3d_multicast(
+    dst: u32,
+    map: *const u8,
+    bar: u32,
+    (c0, c1, c2): (i32, i32, i32),
+    mask: u16,
+) {
     asm!("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{m}, {{{x}, {y}, {z}}}], [{b}], {k};",
          d = in(reg32) dst, m = in(reg64) map, b = in(reg32) bar, x = in(reg32) c0, y = in(reg32) c1, z = in(reg32) c2,
          k = in(reg16) mask, options(nostack));
@@ -130,7 +136,11 @@ pub fn cluster_rank() -> u32 {
 pub fn cluster_sync() {
     // SAFETY: a barrier; callers reach it with every thread of the cluster.
     unsafe {
-        asm!("barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;", options(nostack))
+        asm!(
+            "barrier.cluster.arrive.release.aligned;",
+            "barrier.cluster.wait.acquire.aligned;",
+            options(nostack)
+        )
     }
 }
 
@@ -787,7 +797,13 @@ macro_rules! wgmma_16bit {
                 }
             }
             #[inline(always)]
-            unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool) {
+            unsafe fn wgmma_n192_k32_bytes(
+                acc: &mut WgmmaAcc,
+                a: u64,
+                b: u64,
+                a_mn_major: bool,
+                b_mn_major: bool,
+            ) {
                 match (a_mn_major, b_mn_major) {
                     (false, false) => $kk3(acc, a, b),
                     (false, true) => $km3(acc, a, b),

@@ -191,7 +191,13 @@ impl<A: KernelArgs> Kernel<A> {
     /// # Safety
     /// As [`Kernel::launch`]; `cfg.grid.0` is a multiple of `cluster`, and the kernel expects
     /// clusters of that size.
-    pub unsafe fn launch_clustered(&self, stream: &Stream, cfg: LaunchConfig, cluster: u32, args: A) -> Result<()> {
+    pub unsafe fn launch_clustered(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        cluster: u32,
+        args: A,
+    ) -> Result<()> {
         args.with_addresses(|addresses| {
             // SAFETY: forwarded from this function's contract; the addresses point into `args`,
             // which outlives the call, and their types are the table's, which the kernel build
@@ -227,7 +233,11 @@ fn cluster_attribute(cluster: u32) -> sys::CUlaunchAttribute {
 }
 
 /// `cuLaunchKernelEx`'s description of the launch `cfg` on `stream` with one attribute.
-fn driver_config(stream: &Stream, cfg: LaunchConfig, attribute: &mut sys::CUlaunchAttribute) -> sys::CUlaunchConfig {
+fn driver_config(
+    stream: &Stream,
+    cfg: LaunchConfig,
+    attribute: &mut sys::CUlaunchAttribute,
+) -> sys::CUlaunchConfig {
     sys::CUlaunchConfig {
         gridDimX: cfg.grid.0,
         gridDimY: cfg.grid.1,
@@ -303,12 +313,12 @@ unsafe fn launch_raw(
             unsafe { result::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args) }
         };
         launched.map_err(|source| Error::Launch {
-                kernel: kernel.name,
-                grid: cfg.grid,
-                block: cfg.block,
-                shared_bytes: cfg.shared_bytes,
-                source,
-            })
+            kernel: kernel.name,
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_bytes: cfg.shared_bytes,
+            source,
+        })
     })
 }
 
