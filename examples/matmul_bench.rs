@@ -11,7 +11,7 @@
 //! Last, the GPT example's products (forward, input and weight gradients) beside cuBLAS.
 //!
 //! `--gemm SPEC...` times only the products named, each `dtype:layout:MxNxK` (`bf16:nt:16384x1152x384`;
-//! dtype bf16 or f16, layout nn/nt/tn/tt), on the values cuBLAS gets (its uniform fill) and on
+//! dtype bf16, f16 or tf32, layout nn/nt/tn/tt), on the values cuBLAS gets (its uniform fill) and on
 //! `randn`'s, beside cuBLAS's `A·B` of the same (M, N, K): a short run for profilers.
 //!
 //!     matmul_bench [--irregular] [torch.json]     (--irregular: those two tables only)
@@ -175,20 +175,26 @@ fn gemm_specs(
             println!("{spec}: expected dtype:layout:MxNxK");
             continue;
         };
-        let dtype = if dt == "f16" { DType::F16 } else { DType::BF16 };
+        // tf32: f32 operands with TF32 tensor cores on both sides.
+        let (dtype, tf32) = match dt {
+            "f16" => (DType::F16, false),
+            "tf32" => (DType::F32, true),
+            _ => (DType::BF16, false),
+        };
         let (ta, tb) = (layout.starts_with('t'), layout.ends_with('t'));
         let sa = if ta { [k, m] } else { [m, k] };
         let sb = if tb { [n, k] } else { [k, n] };
         let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
         let time = |a: &ferrocuda::Tensor, b: &ferrocuda::Tensor| {
             median_ms(ctx, 3, reps, || {
-                ferrocuda::Gemm::new(a, b).transpose_a(ta).transpose_b(tb).run().map(drop)
+                ferrocuda::Gemm::new(a, b).transpose_a(ta).transpose_b(tb).allow_tf32(tf32).run().map(drop)
             })
         };
         let ms = time(&cublas_fill(ctx, sa, 1, dtype)?, &cublas_fill(ctx, sb, 2, dtype)?)?;
         let randn_ms = time(&ctx.randn(&sa, 1)?.to_dtype(dtype)?, &ctx.randn(&sb, 2)?.to_dtype(dtype)?)?;
         let base = blas.as_ref().ok().and_then(|c| match dtype {
             DType::F16 => c.gemm_ms::<ferrocuda::f16>(m, n, k, false, reps).ok(),
+            DType::F32 => c.sgemm_ms(m, n, k, true, reps).ok(),
             _ => c.gemm_ms::<ferrocuda::bf16>(m, n, k, false, reps).ok(),
         });
         println!(

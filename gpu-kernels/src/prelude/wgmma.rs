@@ -236,343 +236,44 @@ pub fn setmaxnreg_inc<const REGS: u32>() {
     unsafe { asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const REGS, options(nostack)) }
 }
 
-/// `{d0}, {d1}, …, {d127}`: the accumulator operands of [`asm_on_accumulators!`], for its
-/// template.
-macro_rules! accumulator_operands {
-    () => {
-        "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}, {d64}, {d65}, {d66}, {d67}, {d68}, {d69}, {d70}, {d71}, {d72}, {d73}, {d74}, {d75}, {d76}, {d77}, {d78}, {d79}, {d80}, {d81}, {d82}, {d83}, {d84}, {d85}, {d86}, {d87}, {d88}, {d89}, {d90}, {d91}, {d92}, {d93}, {d94}, {d95}, {d96}, {d97}, {d98}, {d99}, {d100}, {d101}, {d102}, {d103}, {d104}, {d105}, {d106}, {d107}, {d108}, {d109}, {d110}, {d111}, {d112}, {d113}, {d114}, {d115}, {d116}, {d117}, {d118}, {d119}, {d120}, {d121}, {d122}, {d123}, {d124}, {d125}, {d126}, {d127}"
+/// `$callback!($($args)* [i0 i1 …; last])` with the indices 0 to `$count` − 1 (64, 96 or 128
+/// accumulators): the lists [`asm_on_accumulators!`] takes.
+macro_rules! with_accumulator_indices {
+    (64, $callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+            61 62; 63
+        ])
+    };
+    (96, $callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+            61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89
+            90 91 92 93 94; 95
+        ])
+    };
+    (128, $callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+            61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89
+            90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113
+            114 115 116 117 118 119 120 121 122 123 124 125 126; 127
+        ])
     };
 }
 
-/// `asm!` over a warpgroup's [`WgmmaAcc`]: `$acc[i]` is bound, read and written, as `{di}`; the
-/// template (the `concat!` of `$template`, which names them through
-/// [`accumulator_operands!`]) may use the extra named `$operands` too.
+/// `asm!` on accumulators `$acc[$base + i]` for the listed i (read and written, each in its own
+/// register): the template is `$head`, the accumulators as a brace list, then `$tail`, which may
+/// use the extra named `$operands`.
 macro_rules! asm_on_accumulators {
-    ($acc:ident, [$($operands:tt)*], $($template:expr),+ $(,)?) => {
-        asm!(concat!($($template),+),
+    ($acc:ident, $base:expr, [$($operands:tt)*], $head:expr, $tail:expr, [$($i:literal)*; $last:literal]) => {
+        asm!(concat!($head, "{{", $("{", $i, "}, ",)* "{", $last, "}}}", $tail),
+            $(inout(reg32) $acc[$base + $i],)*
+            inout(reg32) $acc[$base + $last],
             $($operands)*
-            d0 = inout(reg32) $acc[0],
-            d1 = inout(reg32) $acc[1],
-            d2 = inout(reg32) $acc[2],
-            d3 = inout(reg32) $acc[3],
-            d4 = inout(reg32) $acc[4],
-            d5 = inout(reg32) $acc[5],
-            d6 = inout(reg32) $acc[6],
-            d7 = inout(reg32) $acc[7],
-            d8 = inout(reg32) $acc[8],
-            d9 = inout(reg32) $acc[9],
-            d10 = inout(reg32) $acc[10],
-            d11 = inout(reg32) $acc[11],
-            d12 = inout(reg32) $acc[12],
-            d13 = inout(reg32) $acc[13],
-            d14 = inout(reg32) $acc[14],
-            d15 = inout(reg32) $acc[15],
-            d16 = inout(reg32) $acc[16],
-            d17 = inout(reg32) $acc[17],
-            d18 = inout(reg32) $acc[18],
-            d19 = inout(reg32) $acc[19],
-            d20 = inout(reg32) $acc[20],
-            d21 = inout(reg32) $acc[21],
-            d22 = inout(reg32) $acc[22],
-            d23 = inout(reg32) $acc[23],
-            d24 = inout(reg32) $acc[24],
-            d25 = inout(reg32) $acc[25],
-            d26 = inout(reg32) $acc[26],
-            d27 = inout(reg32) $acc[27],
-            d28 = inout(reg32) $acc[28],
-            d29 = inout(reg32) $acc[29],
-            d30 = inout(reg32) $acc[30],
-            d31 = inout(reg32) $acc[31],
-            d32 = inout(reg32) $acc[32],
-            d33 = inout(reg32) $acc[33],
-            d34 = inout(reg32) $acc[34],
-            d35 = inout(reg32) $acc[35],
-            d36 = inout(reg32) $acc[36],
-            d37 = inout(reg32) $acc[37],
-            d38 = inout(reg32) $acc[38],
-            d39 = inout(reg32) $acc[39],
-            d40 = inout(reg32) $acc[40],
-            d41 = inout(reg32) $acc[41],
-            d42 = inout(reg32) $acc[42],
-            d43 = inout(reg32) $acc[43],
-            d44 = inout(reg32) $acc[44],
-            d45 = inout(reg32) $acc[45],
-            d46 = inout(reg32) $acc[46],
-            d47 = inout(reg32) $acc[47],
-            d48 = inout(reg32) $acc[48],
-            d49 = inout(reg32) $acc[49],
-            d50 = inout(reg32) $acc[50],
-            d51 = inout(reg32) $acc[51],
-            d52 = inout(reg32) $acc[52],
-            d53 = inout(reg32) $acc[53],
-            d54 = inout(reg32) $acc[54],
-            d55 = inout(reg32) $acc[55],
-            d56 = inout(reg32) $acc[56],
-            d57 = inout(reg32) $acc[57],
-            d58 = inout(reg32) $acc[58],
-            d59 = inout(reg32) $acc[59],
-            d60 = inout(reg32) $acc[60],
-            d61 = inout(reg32) $acc[61],
-            d62 = inout(reg32) $acc[62],
-            d63 = inout(reg32) $acc[63],
-            d64 = inout(reg32) $acc[64],
-            d65 = inout(reg32) $acc[65],
-            d66 = inout(reg32) $acc[66],
-            d67 = inout(reg32) $acc[67],
-            d68 = inout(reg32) $acc[68],
-            d69 = inout(reg32) $acc[69],
-            d70 = inout(reg32) $acc[70],
-            d71 = inout(reg32) $acc[71],
-            d72 = inout(reg32) $acc[72],
-            d73 = inout(reg32) $acc[73],
-            d74 = inout(reg32) $acc[74],
-            d75 = inout(reg32) $acc[75],
-            d76 = inout(reg32) $acc[76],
-            d77 = inout(reg32) $acc[77],
-            d78 = inout(reg32) $acc[78],
-            d79 = inout(reg32) $acc[79],
-            d80 = inout(reg32) $acc[80],
-            d81 = inout(reg32) $acc[81],
-            d82 = inout(reg32) $acc[82],
-            d83 = inout(reg32) $acc[83],
-            d84 = inout(reg32) $acc[84],
-            d85 = inout(reg32) $acc[85],
-            d86 = inout(reg32) $acc[86],
-            d87 = inout(reg32) $acc[87],
-            d88 = inout(reg32) $acc[88],
-            d89 = inout(reg32) $acc[89],
-            d90 = inout(reg32) $acc[90],
-            d91 = inout(reg32) $acc[91],
-            d92 = inout(reg32) $acc[92],
-            d93 = inout(reg32) $acc[93],
-            d94 = inout(reg32) $acc[94],
-            d95 = inout(reg32) $acc[95],
-            d96 = inout(reg32) $acc[96],
-            d97 = inout(reg32) $acc[97],
-            d98 = inout(reg32) $acc[98],
-            d99 = inout(reg32) $acc[99],
-            d100 = inout(reg32) $acc[100],
-            d101 = inout(reg32) $acc[101],
-            d102 = inout(reg32) $acc[102],
-            d103 = inout(reg32) $acc[103],
-            d104 = inout(reg32) $acc[104],
-            d105 = inout(reg32) $acc[105],
-            d106 = inout(reg32) $acc[106],
-            d107 = inout(reg32) $acc[107],
-            d108 = inout(reg32) $acc[108],
-            d109 = inout(reg32) $acc[109],
-            d110 = inout(reg32) $acc[110],
-            d111 = inout(reg32) $acc[111],
-            d112 = inout(reg32) $acc[112],
-            d113 = inout(reg32) $acc[113],
-            d114 = inout(reg32) $acc[114],
-            d115 = inout(reg32) $acc[115],
-            d116 = inout(reg32) $acc[116],
-            d117 = inout(reg32) $acc[117],
-            d118 = inout(reg32) $acc[118],
-            d119 = inout(reg32) $acc[119],
-            d120 = inout(reg32) $acc[120],
-            d121 = inout(reg32) $acc[121],
-            d122 = inout(reg32) $acc[122],
-            d123 = inout(reg32) $acc[123],
-            d124 = inout(reg32) $acc[124],
-            d125 = inout(reg32) $acc[125],
-            d126 = inout(reg32) $acc[126],
-            d127 = inout(reg32) $acc[127],
-            options(nostack))
-    };
-}
-
-/// `{d0}, …, {d63}`: the operands of [`asm_on_half_accumulators!`], for its template.
-macro_rules! half_accumulator_operands {
-    () => {
-        "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}"
-    };
-}
-
-/// As [`asm_on_accumulators!`] over half of a [`WgmmaAcc`]: `$acc[$half·64 + i]` as `{di}`, the
-/// accumulators of one `m64n128` product.
-macro_rules! asm_on_half_accumulators {
-    ($acc:ident, $half:ident, [$($operands:tt)*], $($template:expr),+ $(,)?) => {
-        asm!(concat!($($template),+),
-            $($operands)*
-            d0 = inout(reg32) $acc[$half * 64 + 0],
-            d1 = inout(reg32) $acc[$half * 64 + 1],
-            d2 = inout(reg32) $acc[$half * 64 + 2],
-            d3 = inout(reg32) $acc[$half * 64 + 3],
-            d4 = inout(reg32) $acc[$half * 64 + 4],
-            d5 = inout(reg32) $acc[$half * 64 + 5],
-            d6 = inout(reg32) $acc[$half * 64 + 6],
-            d7 = inout(reg32) $acc[$half * 64 + 7],
-            d8 = inout(reg32) $acc[$half * 64 + 8],
-            d9 = inout(reg32) $acc[$half * 64 + 9],
-            d10 = inout(reg32) $acc[$half * 64 + 10],
-            d11 = inout(reg32) $acc[$half * 64 + 11],
-            d12 = inout(reg32) $acc[$half * 64 + 12],
-            d13 = inout(reg32) $acc[$half * 64 + 13],
-            d14 = inout(reg32) $acc[$half * 64 + 14],
-            d15 = inout(reg32) $acc[$half * 64 + 15],
-            d16 = inout(reg32) $acc[$half * 64 + 16],
-            d17 = inout(reg32) $acc[$half * 64 + 17],
-            d18 = inout(reg32) $acc[$half * 64 + 18],
-            d19 = inout(reg32) $acc[$half * 64 + 19],
-            d20 = inout(reg32) $acc[$half * 64 + 20],
-            d21 = inout(reg32) $acc[$half * 64 + 21],
-            d22 = inout(reg32) $acc[$half * 64 + 22],
-            d23 = inout(reg32) $acc[$half * 64 + 23],
-            d24 = inout(reg32) $acc[$half * 64 + 24],
-            d25 = inout(reg32) $acc[$half * 64 + 25],
-            d26 = inout(reg32) $acc[$half * 64 + 26],
-            d27 = inout(reg32) $acc[$half * 64 + 27],
-            d28 = inout(reg32) $acc[$half * 64 + 28],
-            d29 = inout(reg32) $acc[$half * 64 + 29],
-            d30 = inout(reg32) $acc[$half * 64 + 30],
-            d31 = inout(reg32) $acc[$half * 64 + 31],
-            d32 = inout(reg32) $acc[$half * 64 + 32],
-            d33 = inout(reg32) $acc[$half * 64 + 33],
-            d34 = inout(reg32) $acc[$half * 64 + 34],
-            d35 = inout(reg32) $acc[$half * 64 + 35],
-            d36 = inout(reg32) $acc[$half * 64 + 36],
-            d37 = inout(reg32) $acc[$half * 64 + 37],
-            d38 = inout(reg32) $acc[$half * 64 + 38],
-            d39 = inout(reg32) $acc[$half * 64 + 39],
-            d40 = inout(reg32) $acc[$half * 64 + 40],
-            d41 = inout(reg32) $acc[$half * 64 + 41],
-            d42 = inout(reg32) $acc[$half * 64 + 42],
-            d43 = inout(reg32) $acc[$half * 64 + 43],
-            d44 = inout(reg32) $acc[$half * 64 + 44],
-            d45 = inout(reg32) $acc[$half * 64 + 45],
-            d46 = inout(reg32) $acc[$half * 64 + 46],
-            d47 = inout(reg32) $acc[$half * 64 + 47],
-            d48 = inout(reg32) $acc[$half * 64 + 48],
-            d49 = inout(reg32) $acc[$half * 64 + 49],
-            d50 = inout(reg32) $acc[$half * 64 + 50],
-            d51 = inout(reg32) $acc[$half * 64 + 51],
-            d52 = inout(reg32) $acc[$half * 64 + 52],
-            d53 = inout(reg32) $acc[$half * 64 + 53],
-            d54 = inout(reg32) $acc[$half * 64 + 54],
-            d55 = inout(reg32) $acc[$half * 64 + 55],
-            d56 = inout(reg32) $acc[$half * 64 + 56],
-            d57 = inout(reg32) $acc[$half * 64 + 57],
-            d58 = inout(reg32) $acc[$half * 64 + 58],
-            d59 = inout(reg32) $acc[$half * 64 + 59],
-            d60 = inout(reg32) $acc[$half * 64 + 60],
-            d61 = inout(reg32) $acc[$half * 64 + 61],
-            d62 = inout(reg32) $acc[$half * 64 + 62],
-            d63 = inout(reg32) $acc[$half * 64 + 63],
-            options(nostack))
-    };
-}
-
-/// `{d0}, …, {d95}`: the operands of [`asm_on_n192_accumulators!`], for its template.
-macro_rules! n192_accumulator_operands {
-    () => {
-        "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}, {d64}, {d65}, {d66}, {d67}, {d68}, {d69}, {d70}, {d71}, {d72}, {d73}, {d74}, {d75}, {d76}, {d77}, {d78}, {d79}, {d80}, {d81}, {d82}, {d83}, {d84}, {d85}, {d86}, {d87}, {d88}, {d89}, {d90}, {d91}, {d92}, {d93}, {d94}, {d95}"
-    };
-}
-
-/// As [`asm_on_accumulators!`] over the first 96 floats of a [`WgmmaAcc`] (`$acc[i]` as
-/// `{di}`): the accumulators of one `m64n192` product.
-macro_rules! asm_on_n192_accumulators {
-    ($acc:ident, [$($operands:tt)*], $($template:expr),+ $(,)?) => {
-        asm!(concat!($($template),+),
-            $($operands)*
-            d0 = inout(reg32) $acc[0],
-            d1 = inout(reg32) $acc[1],
-            d2 = inout(reg32) $acc[2],
-            d3 = inout(reg32) $acc[3],
-            d4 = inout(reg32) $acc[4],
-            d5 = inout(reg32) $acc[5],
-            d6 = inout(reg32) $acc[6],
-            d7 = inout(reg32) $acc[7],
-            d8 = inout(reg32) $acc[8],
-            d9 = inout(reg32) $acc[9],
-            d10 = inout(reg32) $acc[10],
-            d11 = inout(reg32) $acc[11],
-            d12 = inout(reg32) $acc[12],
-            d13 = inout(reg32) $acc[13],
-            d14 = inout(reg32) $acc[14],
-            d15 = inout(reg32) $acc[15],
-            d16 = inout(reg32) $acc[16],
-            d17 = inout(reg32) $acc[17],
-            d18 = inout(reg32) $acc[18],
-            d19 = inout(reg32) $acc[19],
-            d20 = inout(reg32) $acc[20],
-            d21 = inout(reg32) $acc[21],
-            d22 = inout(reg32) $acc[22],
-            d23 = inout(reg32) $acc[23],
-            d24 = inout(reg32) $acc[24],
-            d25 = inout(reg32) $acc[25],
-            d26 = inout(reg32) $acc[26],
-            d27 = inout(reg32) $acc[27],
-            d28 = inout(reg32) $acc[28],
-            d29 = inout(reg32) $acc[29],
-            d30 = inout(reg32) $acc[30],
-            d31 = inout(reg32) $acc[31],
-            d32 = inout(reg32) $acc[32],
-            d33 = inout(reg32) $acc[33],
-            d34 = inout(reg32) $acc[34],
-            d35 = inout(reg32) $acc[35],
-            d36 = inout(reg32) $acc[36],
-            d37 = inout(reg32) $acc[37],
-            d38 = inout(reg32) $acc[38],
-            d39 = inout(reg32) $acc[39],
-            d40 = inout(reg32) $acc[40],
-            d41 = inout(reg32) $acc[41],
-            d42 = inout(reg32) $acc[42],
-            d43 = inout(reg32) $acc[43],
-            d44 = inout(reg32) $acc[44],
-            d45 = inout(reg32) $acc[45],
-            d46 = inout(reg32) $acc[46],
-            d47 = inout(reg32) $acc[47],
-            d48 = inout(reg32) $acc[48],
-            d49 = inout(reg32) $acc[49],
-            d50 = inout(reg32) $acc[50],
-            d51 = inout(reg32) $acc[51],
-            d52 = inout(reg32) $acc[52],
-            d53 = inout(reg32) $acc[53],
-            d54 = inout(reg32) $acc[54],
-            d55 = inout(reg32) $acc[55],
-            d56 = inout(reg32) $acc[56],
-            d57 = inout(reg32) $acc[57],
-            d58 = inout(reg32) $acc[58],
-            d59 = inout(reg32) $acc[59],
-            d60 = inout(reg32) $acc[60],
-            d61 = inout(reg32) $acc[61],
-            d62 = inout(reg32) $acc[62],
-            d63 = inout(reg32) $acc[63],
-            d64 = inout(reg32) $acc[64],
-            d65 = inout(reg32) $acc[65],
-            d66 = inout(reg32) $acc[66],
-            d67 = inout(reg32) $acc[67],
-            d68 = inout(reg32) $acc[68],
-            d69 = inout(reg32) $acc[69],
-            d70 = inout(reg32) $acc[70],
-            d71 = inout(reg32) $acc[71],
-            d72 = inout(reg32) $acc[72],
-            d73 = inout(reg32) $acc[73],
-            d74 = inout(reg32) $acc[74],
-            d75 = inout(reg32) $acc[75],
-            d76 = inout(reg32) $acc[76],
-            d77 = inout(reg32) $acc[77],
-            d78 = inout(reg32) $acc[78],
-            d79 = inout(reg32) $acc[79],
-            d80 = inout(reg32) $acc[80],
-            d81 = inout(reg32) $acc[81],
-            d82 = inout(reg32) $acc[82],
-            d83 = inout(reg32) $acc[83],
-            d84 = inout(reg32) $acc[84],
-            d85 = inout(reg32) $acc[85],
-            d86 = inout(reg32) $acc[86],
-            d87 = inout(reg32) $acc[87],
-            d88 = inout(reg32) $acc[88],
-            d89 = inout(reg32) $acc[89],
-            d90 = inout(reg32) $acc[90],
-            d91 = inout(reg32) $acc[91],
-            d92 = inout(reg32) $acc[92],
-            d93 = inout(reg32) $acc[93],
-            d94 = inout(reg32) $acc[94],
-            d95 = inout(reg32) $acc[95],
             options(nostack))
     };
 }
@@ -582,7 +283,10 @@ macro_rules! asm_on_n192_accumulators {
 pub fn wgmma_fence(acc: &mut WgmmaAcc) {
     // SAFETY: a fence; the accumulators are tied so that no access moves across it.
     unsafe {
-        asm_on_accumulators!(acc, [], "wgmma.fence.sync.aligned; // ", accumulator_operands!());
+        with_accumulator_indices!(
+            128,
+            asm_on_accumulators!(acc, 0, [], "wgmma.fence.sync.aligned; // ", "",)
+        );
     }
 }
 
@@ -599,75 +303,65 @@ pub fn wgmma_commit() {
 pub fn wgmma_wait<const PENDING: u32>(acc: &mut WgmmaAcc) {
     // SAFETY: a wait; the accumulators are only tied.
     unsafe {
-        asm_on_accumulators!(acc, [n = const PENDING,], "wgmma.wait_group.sync.aligned {n}; // ", accumulator_operands!());
+        with_accumulator_indices!(
+            128,
+            asm_on_accumulators!(acc, 0, [n = const PENDING,], "wgmma.wait_group.sync.aligned {n}; // ", "",)
+        );
     }
 }
 
-/// `acc += A · B` for one warpgroup: A 64×k and B k×256 (32 bytes of k) from shared memory
-/// through the descriptors `a` and `b`; `$shape` names the shape and types, `$flags` the
-/// immediate scale (and, for 16-bit types, transpose: 0 K-major, 1 M/N-major) operands.
-macro_rules! wgmma_m64n256 {
-    ($name:ident, $shape:literal, $flags:literal) => {
-        #[inline(always)]
-        unsafe fn $name(acc: &mut WgmmaAcc, a: u64, b: u64) {
-            asm_on_accumulators!(acc, [a = in(reg64) a, b = in(reg64) b,], "wgmma.mma_async.sync.aligned.", $shape, " {{", accumulator_operands!(),
-                         "}}, {a}, {b}, 1, ", $flags, ";");
-        }
-    };
-}
-
-/// As [`wgmma_m64n256!`] for `m64n128` on half `HALF` (0 or 1) of the accumulators: A 64×k and
-/// B k×128.
-macro_rules! wgmma_m64n128 {
-    ($name:ident, $shape:literal, $flags:literal) => {
+/// `acc += A · B` for one warpgroup: A 64×k and B k×N (32 bytes of k) from shared memory through
+/// the descriptors `a` and `b`, on the `$count` accumulators from `$half`·64 (`$half` a const
+/// generic, 0 when the product uses one half or all); `$shape` names the shape and types,
+/// `$flags` the immediate scale (and, for 16-bit types, transpose: 0 K-major, 1 M/N-major)
+/// operands.
+macro_rules! wgmma_product {
+    ($name:ident, $count:tt, $shape:literal, $flags:literal) => {
         #[inline(always)]
         unsafe fn $name<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64) {
-            asm_on_half_accumulators!(acc, HALF, [a = in(reg64) a, b = in(reg64) b,], "wgmma.mma_async.sync.aligned.", $shape,
-                         " {{", half_accumulator_operands!(), "}}, {a}, {b}, 1, ", $flags, ";");
+            with_accumulator_indices!(
+                $count,
+                asm_on_accumulators!(
+                    acc,
+                    HALF * 64,
+                    [a = in(reg64) a, b = in(reg64) b,],
+                    concat!("wgmma.mma_async.sync.aligned.", $shape, " "),
+                    concat!(", {a}, {b}, 1, ", $flags, ";"),
+                )
+            );
         }
     };
 }
 
-/// As [`wgmma_m64n256!`] for `m64n192` on the first 96 accumulators: A 64×k and B k×192.
-macro_rules! wgmma_m64n192 {
-    ($name:ident, $shape:literal, $flags:literal) => {
-        #[inline(always)]
-        unsafe fn $name(acc: &mut WgmmaAcc, a: u64, b: u64) {
-            asm_on_n192_accumulators!(acc, [a = in(reg64) a, b = in(reg64) b,], "wgmma.mma_async.sync.aligned.", $shape,
-                         " {{", n192_accumulator_operands!(), "}}, {a}, {b}, 1, ", $flags, ";");
-        }
-    };
-}
+wgmma_product!(wgmma_f16_kk, 128, "m64n256k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_product!(wgmma_f16_km, 128, "m64n256k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_product!(wgmma_f16_mk, 128, "m64n256k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_product!(wgmma_f16_mm, 128, "m64n256k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_product!(wgmma_bf16_kk, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_product!(wgmma_bf16_km, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_product!(wgmma_bf16_mk, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_product!(wgmma_bf16_mm, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_product!(wgmma_tf32_kk, 128, "m64n256k8.f32.tf32.tf32", "1, 1");
 
-wgmma_m64n256!(wgmma_f16_kk, "m64n256k16.f32.f16.f16", "1, 1, 0, 0");
-wgmma_m64n256!(wgmma_f16_km, "m64n256k16.f32.f16.f16", "1, 1, 0, 1");
-wgmma_m64n256!(wgmma_f16_mk, "m64n256k16.f32.f16.f16", "1, 1, 1, 0");
-wgmma_m64n256!(wgmma_f16_mm, "m64n256k16.f32.f16.f16", "1, 1, 1, 1");
-wgmma_m64n256!(wgmma_bf16_kk, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0");
-wgmma_m64n256!(wgmma_bf16_km, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 1");
-wgmma_m64n256!(wgmma_bf16_mk, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0");
-wgmma_m64n256!(wgmma_bf16_mm, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 1");
-wgmma_m64n256!(wgmma_tf32_kk, "m64n256k8.f32.tf32.tf32", "1, 1");
+wgmma_product!(wgmma_n128_f16_kk, 64, "m64n128k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n128_f16_km, 64, "m64n128k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n128_f16_mk, 64, "m64n128k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n128_f16_mm, 64, "m64n128k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n128_bf16_kk, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n128_bf16_km, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n128_bf16_mk, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n128_bf16_mm, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n128_tf32_kk, 64, "m64n128k8.f32.tf32.tf32", "1, 1");
 
-wgmma_m64n128!(wgmma_n128_f16_kk, "m64n128k16.f32.f16.f16", "1, 1, 0, 0");
-wgmma_m64n128!(wgmma_n128_f16_km, "m64n128k16.f32.f16.f16", "1, 1, 0, 1");
-wgmma_m64n128!(wgmma_n128_f16_mk, "m64n128k16.f32.f16.f16", "1, 1, 1, 0");
-wgmma_m64n128!(wgmma_n128_f16_mm, "m64n128k16.f32.f16.f16", "1, 1, 1, 1");
-wgmma_m64n128!(wgmma_n128_bf16_kk, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
-wgmma_m64n128!(wgmma_n128_bf16_km, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 1");
-wgmma_m64n128!(wgmma_n128_bf16_mk, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 0");
-wgmma_m64n128!(wgmma_n128_bf16_mm, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 1");
-wgmma_m64n128!(wgmma_n128_tf32_kk, "m64n128k8.f32.tf32.tf32", "1, 1");
-
-wgmma_m64n192!(wgmma_n192_f16_kk, "m64n192k16.f32.f16.f16", "1, 1, 0, 0");
-wgmma_m64n192!(wgmma_n192_f16_km, "m64n192k16.f32.f16.f16", "1, 1, 0, 1");
-wgmma_m64n192!(wgmma_n192_f16_mk, "m64n192k16.f32.f16.f16", "1, 1, 1, 0");
-wgmma_m64n192!(wgmma_n192_f16_mm, "m64n192k16.f32.f16.f16", "1, 1, 1, 1");
-wgmma_m64n192!(wgmma_n192_bf16_kk, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 0");
-wgmma_m64n192!(wgmma_n192_bf16_km, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 1");
-wgmma_m64n192!(wgmma_n192_bf16_mk, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 0");
-wgmma_m64n192!(wgmma_n192_bf16_mm, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 1");
-wgmma_m64n192!(wgmma_n192_tf32_kk, "m64n192k8.f32.tf32.tf32", "1, 1");
+wgmma_product!(wgmma_n192_f16_kk, 96, "m64n192k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n192_f16_km, 96, "m64n192k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n192_f16_mk, 96, "m64n192k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n192_f16_mm, 96, "m64n192k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n192_bf16_kk, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n192_bf16_km, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n192_bf16_mk, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n192_bf16_mm, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n192_tf32_kk, 96, "m64n192k8.f32.tf32.tf32", "1, 1");
 
 /// TF32 inputs: f32 in memory, read by `wgmma` with their low 13 mantissa bits ignored.
 pub struct Tf32;
@@ -775,10 +469,10 @@ macro_rules! wgmma_16bit {
                 b_mn_major: bool,
             ) {
                 match (a_mn_major, b_mn_major) {
-                    (false, false) => $kk(acc, a, b),
-                    (false, true) => $km(acc, a, b),
-                    (true, false) => $mk(acc, a, b),
-                    (true, true) => $mm(acc, a, b),
+                    (false, false) => $kk::<0>(acc, a, b),
+                    (false, true) => $km::<0>(acc, a, b),
+                    (true, false) => $mk::<0>(acc, a, b),
+                    (true, true) => $mm::<0>(acc, a, b),
                 }
             }
             #[inline(always)]
@@ -805,10 +499,10 @@ macro_rules! wgmma_16bit {
                 b_mn_major: bool,
             ) {
                 match (a_mn_major, b_mn_major) {
-                    (false, false) => $kk3(acc, a, b),
-                    (false, true) => $km3(acc, a, b),
-                    (true, false) => $mk3(acc, a, b),
-                    (true, true) => $mm3(acc, a, b),
+                    (false, false) => $kk3::<0>(acc, a, b),
+                    (false, true) => $km3::<0>(acc, a, b),
+                    (true, false) => $mk3::<0>(acc, a, b),
+                    (true, true) => $mm3::<0>(acc, a, b),
                 }
             }
         }
@@ -860,7 +554,7 @@ impl WgmmaInput for Tf32 {
     }
     #[inline(always)]
     unsafe fn wgmma_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
-        wgmma_tf32_kk(acc, a, b)
+        wgmma_tf32_kk::<0>(acc, a, b)
     }
     #[inline(always)]
     unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
@@ -868,6 +562,6 @@ impl WgmmaInput for Tf32 {
     }
     #[inline(always)]
     unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
-        wgmma_n192_tf32_kk(acc, a, b)
+        wgmma_n192_tf32_kk::<0>(acc, a, b)
     }
 }
