@@ -204,7 +204,8 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
                         // The consumers are done with what this stage held STAGES steps ago.
                         mbarrier_wait(empty(s), ((it / STAGES - 1) & 1) as u32);
                     }
-                    mbarrier_arrive_expect_tx(full(s), STAGE_BYTES as u32);
+                    // A's and B's pieces (less than the stage holds for the 128×192 tile).
+                    mbarrier_arrive_expect_tx(full(s), ((bm + bn) * WGMMA_ROW_BYTES) as u32);
                     let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
                     let k0 = ((first_step + step) * bk) as i32;
                     if TA {

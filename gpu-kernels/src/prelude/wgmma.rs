@@ -426,6 +426,20 @@ pub trait WgmmaInput {
     unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
 }
 
+/// The product among `[kk, km, mk, mm]` (A K- or M-major, then B K- or N-major) for the
+/// operands' layouts `(a_mn_major, b_mn_major)`, called with `$args` (constants at every call
+/// site, so the match folds to one instruction).
+macro_rules! by_major {
+    ($majors:expr, [$kk:ident, $km:ident, $mk:ident, $mm:ident]::<$half:tt>($($args:tt)*)) => {
+        match $majors {
+            (false, false) => $kk::<$half>($($args)*),
+            (false, true) => $km::<$half>($($args)*),
+            (true, false) => $mk::<$half>($($args)*),
+            (true, true) => $mm::<$half>($($args)*),
+        }
+    };
+}
+
 macro_rules! wgmma_16bit {
     ($ty:ty, [$kk:ident, $km:ident, $mk:ident, $mm:ident], [$kk2:ident, $km2:ident, $mk2:ident, $mm2:ident],
      [$kk3:ident, $km3:ident, $mk3:ident, $mm3:ident]) => {
@@ -468,12 +482,7 @@ macro_rules! wgmma_16bit {
                 a_mn_major: bool,
                 b_mn_major: bool,
             ) {
-                match (a_mn_major, b_mn_major) {
-                    (false, false) => $kk::<0>(acc, a, b),
-                    (false, true) => $km::<0>(acc, a, b),
-                    (true, false) => $mk::<0>(acc, a, b),
-                    (true, true) => $mm::<0>(acc, a, b),
-                }
+                by_major!((a_mn_major, b_mn_major), [$kk, $km, $mk, $mm]::<0>(acc, a, b))
             }
             #[inline(always)]
             unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(
@@ -483,12 +492,7 @@ macro_rules! wgmma_16bit {
                 a_mn_major: bool,
                 b_mn_major: bool,
             ) {
-                match (a_mn_major, b_mn_major) {
-                    (false, false) => $kk2::<HALF>(acc, a, b),
-                    (false, true) => $km2::<HALF>(acc, a, b),
-                    (true, false) => $mk2::<HALF>(acc, a, b),
-                    (true, true) => $mm2::<HALF>(acc, a, b),
-                }
+                by_major!((a_mn_major, b_mn_major), [$kk2, $km2, $mk2, $mm2]::<HALF>(acc, a, b))
             }
             #[inline(always)]
             unsafe fn wgmma_n192_k32_bytes(
@@ -498,12 +502,7 @@ macro_rules! wgmma_16bit {
                 a_mn_major: bool,
                 b_mn_major: bool,
             ) {
-                match (a_mn_major, b_mn_major) {
-                    (false, false) => $kk3::<0>(acc, a, b),
-                    (false, true) => $km3::<0>(acc, a, b),
-                    (true, false) => $mk3::<0>(acc, a, b),
-                    (true, true) => $mm3::<0>(acc, a, b),
-                }
+                by_major!((a_mn_major, b_mn_major), [$kk3, $km3, $mk3, $mm3]::<0>(acc, a, b))
             }
         }
     };

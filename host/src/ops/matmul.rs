@@ -535,9 +535,23 @@ impl<'a> Gemm<'a> {
         } else {
             map(a, tile.0, true, (d.m, d.k), d.stride_a)?
         };
+        let kernel = if dtype == DType::F32 {
+            WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
+        } else {
+            WgmmaKernel::Half(WGMMA_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
+        };
+        // The grid is set below; the occupancy query wants one of whole clusters.
+        let mut cfg = LaunchConfig {
+            grid: (2, 1, 1),
+            block: (WGMMA_THREADS as u32, 1, 1),
+            shared_bytes: WGMMA_SHARED_BYTES as u32,
+        };
         // Clusters of two blocks on vertically adjacent tiles, each loading half of B's piece
-        // for both (TMA multicast), when there are two rows of tiles to pair.
-        let cluster = if wgmma_cluster() && d.m > tile.0 { 2 } else { 1 };
+        // for both (TMA multicast), when there are two rows of tiles to pair and the device runs
+        // such clusters.
+        let clusters =
+            if wgmma_cluster() && d.m > tile.0 { resident_clusters(stream, kernel, cfg) } else { 0 };
+        let cluster = if clusters > 0 { 2 } else { 1 };
         let map_b = if tb {
             map(b, tile.1 / cluster, true, (d.n, d.k), d.stride_b)?
         } else {
@@ -567,34 +581,10 @@ impl<'a> Gemm<'a> {
                 reason: "too many output tiles for one launch".into(),
             });
         }
-        let kernel = if dtype == DType::F32 {
-            WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
-        } else {
-            WgmmaKernel::Half(WGMMA_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
-        };
-        let mut cfg = LaunchConfig {
-            grid: (1, 1, 1),
-            block: (WGMMA_THREADS as u32, 1, 1),
-            shared_bytes: WGMMA_SHARED_BYTES as u32,
-        };
         // Persistent blocks, as many as run at once (one per SM: the shared memory allows no
         // second; clusters need both blocks' SMs in one GPC, so fewer may fit), each walking the
         // units `blockIdx.x / cluster + i·gridDim.x / cluster`.
-        let resident = if cluster > 1 {
-            let device = &stream.device;
-            match device.wgmma_clusters.get() {
-                Some(&clusters) => clusters,
-                None => {
-                    let clusters = match kernel {
-                        WgmmaKernel::Tf32(k) => k.max_active_clusters(stream, cfg, 2)?,
-                        WgmmaKernel::Half(k) => k.max_active_clusters(stream, cfg, 2)?,
-                    };
-                    *device.wgmma_clusters.get_or_init(|| clusters)
-                }
-            }
-        } else {
-            stream.device.info.sm_count as usize
-        };
+        let resident = if cluster > 1 { clusters } else { stream.device.info.sm_count as usize };
         cfg.grid.0 = (units.min(resident).max(1) * cluster) as u32;
         let maps = maps_dev.dev_ptr();
         let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
@@ -1062,6 +1052,19 @@ type WgmmaArgs<E> = (
 enum WgmmaKernel {
     Tf32(Kernel<WgmmaArgs<f32>>),
     Half(Kernel<WgmmaArgs<u16>>),
+}
+
+/// Clusters of two `wgmma` blocks (launch shape `cfg`, the same for every `wgmma` kernel) the
+/// device runs at once, asked of the driver once per device; 0 where it runs none or the query
+/// fails (the kernels then run without clusters).
+fn resident_clusters(stream: &Stream, kernel: WgmmaKernel, cfg: LaunchConfig) -> usize {
+    *stream.device.wgmma_clusters.get_or_init(|| {
+        let clusters = match kernel {
+            WgmmaKernel::Tf32(k) => k.max_active_clusters(stream, cfg, 2),
+            WgmmaKernel::Half(k) => k.max_active_clusters(stream, cfg, 2),
+        };
+        clusters.unwrap_or(0)
+    })
 }
 
 /// Whether the `wgmma` GEMM runs in clusters of two (`FERROCUDA_WGMMA_CLUSTER=1` turns it off,
