@@ -1,4 +1,4 @@
-//! Hopper tensor-core GEMM on f16, bf16 (`wgmma.m64n256k16`) and TF32 (`wgmma.m64n256k8`), f32
+//! Hopper tensor-core GEMM on f16, bf16 (`wgmma.m64nNk16`) and TF32 (`wgmma.m64n256k8`), f32
 //! accumulate, one rounding to the output dtype, fed by TMA: the mma.sync kernels' contract (`c`
 //! and `bias` in the input dtype, alpha/beta/bias/activation fused), in the sm_90a module only.
 //! TF32 takes K-major operands only (`_nt`); the host transposes others first.
@@ -8,15 +8,21 @@
 //!
 //! Persistent blocks, one per SM, each walking the output tiles `blockIdx.x + i·gridDim.x` (tiles
 //! numbered layer by layer, each down groups of `WGMMA_GROUP_M` rows of tiles, then across, so
-//! that the blocks working at once share A and B panels in L2). A tile is 128×256 or, in the
-//! `_tall` kernels, 256×128 (the host takes the one that pads M × N less: N = 384 or 1152 fill
-//! whole tall tiles). Three warpgroups. Warpgroup 0 gives most of its registers away
+//! that the blocks working at once share A and B panels in L2). A tile is 128×256, 256×128
+//! (`_256x128`) or 128×192 (`_128x192`): the host takes the one that leaves the busiest SM the
+//! least work (N = 384 and 1152 fill whole 192-wide tiles in full waves). With clusters of two
+//! (`cluster` = 2), the blocks of a cluster walk pairs of vertically adjacent tiles of the same
+//! columns and each loads half of B's piece of every k-step for both (TMA multicast), so that B
+//! crosses L2 once per pair; a stage is then free once the consumers of both blocks have released
+//! it (remote arrivals on both blocks' `empty` barriers). Three warpgroups. Warpgroup 0 gives
+//! most of its registers away
 //! (`setmaxnreg`) and one of its threads issues the TMA copies for every tile of the block in
 //! turn: per k-step of 128 bytes (64 16-bit or 32 f32 elements), A's and B's pieces into one of
 //! `WGMMA_STAGES` shared stages, 128-byte swizzled, zero-filled outside the matrices (so any M, N,
 //! K works), completion counted on the stage's `full` mbarrier. It runs ahead into the next tile
 //! while the consumers finish the last one. Warpgroups 1 and 2 each own half the tile's rows
-//! (64 × 256: one `m64n256` per 32 bytes of k; 128 × 128: two `m64n128`), wait on `full`, keep
+//! (64 × 256: one `m64n256` per 32 bytes of k; 128 × 128: two `m64n128`; 64 × 192: one
+//! `m64n192`), wait on `full`, keep
 //! one k-step of `wgmma` in flight and release the stage before it on its `empty` mbarrier.
 //! K-major operands arrive as one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes
 //! apart); M/N-major ones (16-bit only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes
@@ -33,8 +39,9 @@
 //! Split-K (thin or few output tiles): layer z = batch·slices + slice runs its slice's k-steps
 //! and stores raw f32 sums into a workspace, which `gemm_reduce_*` adds in order.
 //!
-//! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(min(tiles, SMs), 1, 1)`,
-//! dynamic shared memory `WGMMA_SHARED_BYTES`; `maps` points to three `CUtensorMap`s in global
+//! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(cluster · min(units,
+//! resident clusters or SMs), 1, 1)` in clusters of `cluster` along x, dynamic shared memory
+//! `WGMMA_SHARED_BYTES`; `maps` points to three `CUtensorMap`s in global
 //! memory (A's, B's, the output's; 3-D: contiguous dimension, rows, batch; boxes as above, the
 //! output's 128 bytes × 64 rows; 128-byte swizzle), copied in by the host on the launch's stream
 //! and left untouched until the kernel ends.
@@ -45,9 +52,9 @@
 //! kernel would have to take the parameter's own address, which LLVM gives only after copying it
 //! to local memory (a `.local` copy is no tensor map). So the producer thread issues the
 //! tensor-map acquire fence on A's and B's maps before its first TMA copy, and each consumer's
-//! storing thread on the output's: the pool gives a freed map
-//! block to the next launch on the stream, whose maps then sit at the same address with new
-//! contents, and without the fence the tensor-map proxy may still hold the earlier descriptor.
+//! storing thread on the output's: the pool gives a freed map block to the next launch on the
+//! stream, whose maps then sit at the same address with new contents, and without the fence the
+//! tensor-map proxy may still hold the earlier descriptor.
 use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{

@@ -547,10 +547,11 @@ impl<'a> Gemm<'a> {
             shared_bytes: WGMMA_SHARED_BYTES as u32,
         };
         // Clusters of two blocks on vertically adjacent tiles, each loading half of B's piece
-        // for both (TMA multicast), when there are two rows of tiles to pair and the device runs
-        // such clusters.
-        let clusters =
-            if wgmma_cluster() && d.m > tile.0 { resident_clusters(stream, kernel, cfg) } else { 0 };
+        // for both (TMA multicast), when there are two rows of tiles to pair, no split of K
+        // (split-K sizes its slices to the SMs, and fewer blocks run in clusters) and the device
+        // runs such clusters.
+        let pair = wgmma_cluster() && d.m > tile.0 && plan.slices == 1;
+        let clusters = if pair { resident_clusters(stream, kernel, cfg) } else { 0 };
         let cluster = if clusters > 0 { 2 } else { 1 };
         let map_b = if tb {
             map(b, tile.1 / cluster, true, (d.n, d.k), d.stride_b)?
@@ -1067,8 +1068,8 @@ fn resident_clusters(stream: &Stream, kernel: WgmmaKernel, cfg: LaunchConfig) ->
     })
 }
 
-/// Whether the `wgmma` GEMM runs in clusters of two (`FERROCUDA_WGMMA_CLUSTER=1` turns it off,
-/// for measuring the difference).
+/// Whether the `wgmma` GEMM may run in clusters of two (`FERROCUDA_WGMMA_CLUSTER=1` turns them
+/// off, for measuring the difference).
 fn wgmma_cluster() -> bool {
     static CLUSTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CLUSTER.get_or_init(|| std::env::var("FERROCUDA_WGMMA_CLUSTER").map_or(true, |v| v != "1"))
