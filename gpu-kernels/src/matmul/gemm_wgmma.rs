@@ -60,7 +60,7 @@ use crate::prelude::*;
 use crate::shapes::{
     ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX,
     WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES,
-    WGMMA_THREADS, WGMMA_TILES,
+    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILES,
 };
 
 /// One row of a k-step: the 128-byte swizzle width.
@@ -84,6 +84,7 @@ const _: () = assert!(WGMMA_TILES[1].0 == WGMMA_TILES[0].1 && WGMMA_TILES[1].1 =
 const _: () = assert!(WGMMA_TILES[2].0 == 128 && WGMMA_TILES[2].1 == 192);
 const _: () = assert!(STAGE_BYTES == (WGMMA_TILES[0].0 + WGMMA_TILES[0].1) * WGMMA_ROW_BYTES);
 const _: () = assert!(OUT_BYTES == 2 * CONSUMERS * CHUNK_BYTES as usize);
+const _: () = assert!(CHUNK_BYTES as usize == WGMMA_STORE_ROWS * WGMMA_ROW_BYTES);
 
 /// Tile `TILE` of `WGMMA_TILES`: 0 is 128×256 (each consumer one `m64n256` per 32 bytes of k),
 /// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`).
