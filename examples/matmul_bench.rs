@@ -10,7 +10,12 @@
 //!
 //! Last, the GPT example's products (forward, input and weight gradients) beside cuBLAS.
 //!
+//! `--gemm SPEC...` times only the products named, each `dtype:layout:MxNxK` (`bf16:nt:16384x1152x384`;
+//! dtype bf16, f16 or tf32, layout nn/nt/tn/tt), on the values cuBLAS gets (its uniform fill) and on
+//! `randn`'s, beside cuBLAS's `A·B` of the same (M, N, K): a short run for profilers.
+//!
 //!     matmul_bench [--irregular] [torch.json]     (--irregular: those two tables only)
+//!     matmul_bench --gemm SPEC...
 use ferrocuda::timing::median_ms;
 use ferrocuda::{linear, Activation, Context, DType, Result};
 
@@ -144,8 +149,73 @@ fn gpt_shapes(ctx: &Context, blas: &std::result::Result<cublas::Cublas, String>)
     Ok(())
 }
 
+/// The values `cublas::Cublas` fills its operands with, so that both sides multiply the same data.
+fn cublas_fill(ctx: &Context, shape: [usize; 2], seed: u64, dtype: DType) -> Result<ferrocuda::Tensor> {
+    let host: Vec<f32> = (0..(shape[0] * shape[1]) as u64)
+        .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    ctx.from_slice(&host, &shape)?.to_dtype(dtype)
+}
+
+/// `--gemm`: each `dtype:layout:MxNxK` beside cuBLAS.
+fn gemm_specs(
+    ctx: &Context,
+    blas: &std::result::Result<cublas::Cublas, String>,
+    specs: &[String],
+) -> Result<()> {
+    println!(
+        "{:<28} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7}",
+        "product", "ms", "TFLOP/s", "randn ms", "cuBLAS", "TFLOP/s", "ratio"
+    );
+    for spec in specs {
+        let parts: Vec<&str> = spec.split(':').collect();
+        let dims: Vec<usize> =
+            parts.get(2).map_or(vec![], |d| d.split('x').filter_map(|x| x.parse().ok()).collect());
+        let (Some(&dt), Some(&layout), &[m, n, k]) = (parts.first(), parts.get(1), &dims[..]) else {
+            println!("{spec}: expected dtype:layout:MxNxK");
+            continue;
+        };
+        // tf32: f32 operands with TF32 tensor cores on both sides.
+        let (dtype, tf32) = match dt {
+            "f16" => (DType::F16, false),
+            "tf32" => (DType::F32, true),
+            _ => (DType::BF16, false),
+        };
+        let (ta, tb) = (layout.starts_with('t'), layout.ends_with('t'));
+        let sa = if ta { [k, m] } else { [m, k] };
+        let sb = if tb { [n, k] } else { [k, n] };
+        let reps = if m * n * k >= 1 << 36 { 10 } else { 30 };
+        let time = |a: &ferrocuda::Tensor, b: &ferrocuda::Tensor| {
+            median_ms(ctx, 3, reps, || {
+                ferrocuda::Gemm::new(a, b).transpose_a(ta).transpose_b(tb).allow_tf32(tf32).run().map(drop)
+            })
+        };
+        let ms = time(&cublas_fill(ctx, sa, 1, dtype)?, &cublas_fill(ctx, sb, 2, dtype)?)?;
+        let randn_ms = time(&ctx.randn(&sa, 1)?.to_dtype(dtype)?, &ctx.randn(&sb, 2)?.to_dtype(dtype)?)?;
+        let base = blas.as_ref().ok().and_then(|c| match dtype {
+            DType::F16 => c.gemm_ms::<ferrocuda::f16>(m, n, k, false, reps).ok(),
+            DType::F32 => c.sgemm_ms(m, n, k, true, reps).ok(),
+            _ => c.gemm_ms::<ferrocuda::bf16>(m, n, k, false, reps).ok(),
+        });
+        println!(
+            "{spec:<28} {ms:>9.4} {:>9.2} {randn_ms:>11.4} {:>9} {:>9} {:>7}",
+            tflops(m, n, k, ms),
+            base.map_or("-".into(), |b| format!("{b:.4}")),
+            base.map_or("-".into(), |b| format!("{:.2}", tflops(m, n, k, b))),
+            base.map_or("-".into(), |b| format!("{:.2}x", b / ms)),
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--gemm") {
+        let ctx = Context::new()?;
+        println!("# matmul_bench --gemm on {}", ctx.device());
+        let blas = if ctx.is_cuda() { cublas::Cublas::new() } else { Err("CPU backend".into()) };
+        return gemm_specs(&ctx, &blas, &args[at + 1..]);
+    }
     let only_irregular = args.iter().any(|a| a == "--irregular");
     args.retain(|a| a != "--irregular");
     let torch_json = args.first();

@@ -138,13 +138,27 @@ fn sm90a_module_choice(gpu: &Context) {
 }
 
 /// Shapes the TMA-fed `wgmma` kernel takes (rows of A and B 16-byte multiples) on an H100 with the
-/// sm_90a module, and the mma.sync kernel elsewhere: partial tiles in M, N and K (K a multiple of
-/// 8 but not of 64), several pipeline rounds, batches with batched and shared operands, every
-/// transpose, the whole epilogue.
+/// sm_90a module, and the mma.sync kernel elsewhere: both tiles, partial tiles in M, N and K (K a
+/// multiple of 8 but not of 64), several pipeline rounds, several tiles per persistent block,
+/// batches with batched and shared operands, every transpose, the whole epilogue.
 fn half_precision_tma_shapes(gpu: &Context) {
     let small = shapes().len() != SHAPES.len();
-    let sizes: &[(usize, usize, usize)] =
-        if small { &[(136, 264, 200), (8, 8, 8)] } else { &[(136, 264, 200), (8, 8, 8), (520, 776, 1096)] };
+    let sizes: &[(usize, usize, usize)] = if small {
+        &[(136, 264, 200), (8, 8, 8)]
+    } else {
+        // 128×192 tiles (136, 264, 200), (8, 8, 8), (1000, 376, 328) and more of them than
+        // SMs (12000, 376, 40); 128×256 split along K (520, 776, 1096) and 264 of them
+        // (11200, 760, 40); 170 of 256×128 (8600, 640, 40). The plan's unit tests pin these.
+        &[
+            (136, 264, 200),
+            (8, 8, 8),
+            (520, 776, 1096),
+            (1000, 376, 328),
+            (12000, 376, 40),
+            (11200, 760, 40),
+            (8600, 640, 40),
+        ]
+    };
     for dtype in [DType::F16, DType::BF16] {
         let h = |(g, c): (Tensor, Tensor)| (g.to_dtype(dtype).unwrap(), c.to_dtype(dtype).unwrap());
         for (s, &(m, n, k)) in sizes.iter().enumerate() {

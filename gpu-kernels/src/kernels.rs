@@ -21,16 +21,24 @@ kernel_table! {
         matmul::gemm_wgmma {
             [
                 gemm_wgmma_f16_nn, gemm_wgmma_f16_nt, gemm_wgmma_f16_tn, gemm_wgmma_f16_tt,
-                gemm_wgmma_bf16_nn, gemm_wgmma_bf16_nt, gemm_wgmma_bf16_tn, gemm_wgmma_bf16_tt
+                gemm_wgmma_bf16_nn, gemm_wgmma_bf16_nt, gemm_wgmma_bf16_tn, gemm_wgmma_bf16_tt,
+                gemm_wgmma_f16_nn_256x128, gemm_wgmma_f16_nt_256x128, gemm_wgmma_f16_tn_256x128,
+                gemm_wgmma_f16_tt_256x128, gemm_wgmma_bf16_nn_256x128, gemm_wgmma_bf16_nt_256x128,
+                gemm_wgmma_bf16_tn_256x128, gemm_wgmma_bf16_tt_256x128,
+                gemm_wgmma_f16_nn_128x192, gemm_wgmma_f16_nt_128x192, gemm_wgmma_f16_tn_128x192,
+                gemm_wgmma_f16_tt_128x192, gemm_wgmma_bf16_nn_128x192, gemm_wgmma_bf16_nt_128x192,
+                gemm_wgmma_bf16_tn_128x192, gemm_wgmma_bf16_tt_128x192
             ](
                 maps: *const u8, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
+                cluster: u32
             );
             [gemm_wgmma_tf32_nt](
                 maps: *const u8, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
+                cluster: u32
             );
         }
     }

@@ -194,21 +194,34 @@ pub const CONV_BIAS_BLOCK: usize = 256;
 /// SIMT and tensor-core k-steps).
 pub const CONV_SPLIT_ALIGN: usize = 32;
 
-/// The Hopper GEMM (`wgmma`, sm_90a module only): a 128×256 tile of C per block of three
-/// warpgroups (one issues the TMA copies, two compute 64×256 each), k-steps of one 128-byte
-/// swizzle row (64 16-bit or 32 f32 elements), `WGMMA_STAGES` shared-memory stages.
+/// The Hopper GEMM (`wgmma`, sm_90a module only): persistent blocks of three warpgroups (one
+/// issues the TMA copies, two compute half the tile each, here 64×256), tiles of C of 128×256
+/// (this one) or as in `WGMMA_TILES`, k-steps of one 128-byte swizzle row (64 16-bit or 32 f32
+/// elements), `WGMMA_STAGES` shared-memory stages.
 pub const WGMMA_TILE: (usize, usize) = (128, 256);
+/// Every tile of the Hopper GEMM (kernel suffixes none, `_256x128`, `_128x192`): the 128×256
+/// above; 256×128 (each consumer warpgroup computes 128×128 as two `m64n128` products); 128×192
+/// (one `m64n192` each), for widths that 128 and 256 pad or that leave the last wave short.
+pub const WGMMA_TILES: [(usize, usize); 3] = [WGMMA_TILE, (256, 128), (128, 192)];
 pub const WGMMA_ROW_BYTES: usize = 128;
 pub const WGMMA_STAGES: usize = 4;
 pub const WGMMA_THREADS: usize = 384;
 /// Rows (or columns) of one TMA box along M or N when a 16-bit operand is M/N-major: 64
 /// elements, one 128-byte swizzle row.
 pub const WGMMA_MN_BOX: usize = 64;
-/// Bytes of one pipeline stage: the A tile (128 rows) and the B tile (256 rows) of one k-step.
+/// Bytes of one pipeline stage: A's and B's pieces of one k-step, 384 rows for 128×256 and
+/// 256×128 (the 128×192 tile uses 320 of them).
 pub const WGMMA_STAGE_BYTES: usize = (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_BYTES;
+/// The output staging buffers of a `wgmma` GEMM block: two of 64 rows × 128 bytes (one TMA
+/// store box) per consumer warpgroup.
+pub const WGMMA_OUT_BYTES: usize = 2 * 2 * 64 * WGMMA_ROW_BYTES;
+/// Output rows of one TMA store box (its width is one 128-byte row): the kernel's staging chunk.
+pub const WGMMA_STORE_ROWS: usize = 64;
 /// Dynamic shared memory of a `wgmma` GEMM block: 1 KiB to align the stages to the 128-byte
-/// swizzle's 1024-byte atoms, the stages, then a full and an empty `mbarrier` per stage.
-pub const WGMMA_SHARED_BYTES: usize = 1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + 2 * WGMMA_STAGES * 8;
+/// swizzle's 1024-byte atoms, the stages, the output buffers, then a full and an empty
+/// `mbarrier` per stage (230,464 bytes of the 232,448 an H100 block may have).
+pub const WGMMA_SHARED_BYTES: usize =
+    1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + WGMMA_OUT_BYTES + 2 * WGMMA_STAGES * 8;
 /// Output tiles along M that consecutive blocks walk before moving along N, so that the blocks
 /// resident at once share A and B panels in L2.
 pub const WGMMA_GROUP_M: usize = 8;

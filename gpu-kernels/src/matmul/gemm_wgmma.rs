@@ -1,4 +1,4 @@
-//! Hopper tensor-core GEMM on f16, bf16 (`wgmma.m64n256k16`) and TF32 (`wgmma.m64n256k8`), f32
+//! Hopper tensor-core GEMM on f16, bf16 (`wgmma.m64nNk16`) and TF32 (`wgmma.m64n256k8`), f32
 //! accumulate, one rounding to the output dtype, fed by TMA: the mma.sync kernels' contract (`c`
 //! and `bias` in the input dtype, alpha/beta/bias/activation fused), in the sm_90a module only.
 //! TF32 takes K-major operands only (`_nt`); the host transposes others first.
@@ -6,49 +6,65 @@
 //! Floor: 2·M·N·K flops at the H100's ~990 TFLOP/s dense 16-bit rate (8192³: ≥ 1.11 ms; cuBLAS
 //! reaches ~780 TFLOP/s) or ~495 TF32 (≥ 2.2 ms; cuBLAS ~390).
 //!
-//! A block computes a 128×256 tile of C with three warpgroups. Warpgroup 0 gives most of its
-//! registers away (`setmaxnreg`) and one of its threads issues the TMA copies: per k-step of 128
-//! bytes (64 16-bit or 32 f32 elements), A's 128-row and B's 256-row pieces into one of
-//! `WGMMA_STAGES` shared stages, 128-byte swizzled, zero-filled outside the matrices (so any M,
-//! N, K works), completion counted on the stage's `full` mbarrier. Warpgroups 1 and 2 wait on
-//! it, run four `wgmma` (32 bytes of k each) on their 64 rows, keep one k-step of `wgmma` in
-//! flight and release the stage before it on its `empty` mbarrier. K-major operands arrive as
-//! one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes apart); M/N-major ones (16-bit
-//! only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes apart, 64-row boxes 8 KiB
-//! apart), which `wgmma` reads transposed. The epilogue works from registers. Blocks walk the
-//! tiles in groups of `WGMMA_GROUP_M` rows of tiles, so that the blocks resident together share
-//! A and B panels in L2.
+//! Persistent blocks, one per SM, each walking the output tiles `blockIdx.x + i·gridDim.x` (tiles
+//! numbered layer by layer, each down groups of `WGMMA_GROUP_M` rows of tiles, then across, so
+//! that the blocks working at once share A and B panels in L2). A tile is 128×256, 256×128
+//! (`_256x128`) or 128×192 (`_128x192`): the host takes the one that leaves the busiest SM the
+//! least work (N = 384 and 1152 fill whole 192-wide tiles in full waves). With clusters of two
+//! (`cluster` = 2), the blocks of a cluster walk pairs of vertically adjacent tiles of the same
+//! columns and each loads half of B's piece of every k-step for both (TMA multicast), so that B
+//! crosses L2 once per pair; a stage is then free once the consumers of both blocks have released
+//! it (remote arrivals on both blocks' `empty` barriers). Three warpgroups. Warpgroup 0 gives
+//! most of its registers away
+//! (`setmaxnreg`) and one of its threads issues the TMA copies for every tile of the block in
+//! turn: per k-step of 128 bytes (64 16-bit or 32 f32 elements), A's and B's pieces into one of
+//! `WGMMA_STAGES` shared stages, 128-byte swizzled, zero-filled outside the matrices (so any M, N,
+//! K works), completion counted on the stage's `full` mbarrier. It runs ahead into the next tile
+//! while the consumers finish the last one. Warpgroups 1 and 2 each own half the tile's rows
+//! (64 × 256: one `m64n256` per 32 bytes of k; 128 × 128: two `m64n128`; 64 × 192: one
+//! `m64n192`), wait on `full`, keep
+//! one k-step of `wgmma` in flight and release the stage before it on its `empty` mbarrier.
+//! K-major operands arrive as one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes
+//! apart); M/N-major ones (16-bit only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes
+//! apart, 64-row boxes 8 KiB apart), which `wgmma` reads transposed.
 //!
-//! Split-K (thin or few output tiles): block z = batch·slices + slice runs its slice's k-steps
+//! Epilogue: each consumer finishes its sums (alpha, beta·C, bias, activation; a compile-time
+//! variant per activation, and a plain `alpha·acc` one) into 64-row × 128-byte chunks of shared
+//! memory (two buffers per warpgroup, 128-byte swizzle: conflict-free), and one of its threads
+//! stores each chunk with TMA (clipped at the output's edges), so the stores drain while the
+//! next tile's mainloop runs; a buffer is refilled once the store issued two chunks earlier has
+//! read it. Outputs whose rows are not 16-byte multiples, and split-K slices, are written straight
+//! from registers instead.
+//!
+//! Split-K (thin or few output tiles): layer z = batch·slices + slice runs its slice's k-steps
 //! and stores raw f32 sums into a workspace, which `gemm_reduce_*` adds in order.
 //!
-//! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid
-//! `(⌈M/128⌉·⌈N/256⌉, 1, batch · slices)`, dynamic shared memory `WGMMA_SHARED_BYTES`; `maps` points to
-//! two `CUtensorMap`s in global memory (A's, then B's; 3-D: contiguous dimension, rows, batch;
-//! boxes as above, 128-byte swizzle), copied in by the host on the launch's stream and left
-//! untouched until the kernel ends.
+//! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(cluster · min(units,
+//! resident clusters or SMs), 1, 1)` in clusters of `cluster` along x, dynamic shared memory
+//! `WGMMA_SHARED_BYTES`; `maps` points to three `CUtensorMap`s in global
+//! memory (A's, B's, the output's; 3-D: contiguous dimension, rows, batch; boxes as above, the
+//! output's 128 bytes × 64 rows; 128-byte swizzle), copied in by the host on the launch's stream
+//! and left untouched until the kernel ends.
 //!
 //! The maps live in global memory, not in kernel parameters (`__grid_constant__`, which would save
 //! the upload): a by-value 128-byte parameter needs `.align 64`, which rustc's `ptx-kernel` ABI
 //! cannot express (it stops at 16-byte alignment, an internal compiler error above), and the
 //! kernel would have to take the parameter's own address, which LLVM gives only after copying it
 //! to local memory (a `.local` copy is no tensor map). So the producer thread issues the
-//! tensor-map acquire fence on both maps before its first TMA copy: the pool gives a freed map
-//! block to the next launch on the stream, whose maps then sit at the same address with new
-//! contents, and without the fence the tensor-map proxy may still hold the earlier descriptor.
+//! tensor-map acquire fence on A's and B's maps before its first TMA copy, and each consumer's
+//! storing thread on the output's: the pool gives a freed map block to the next launch on the
+//! stream, whose maps then sit at the same address with new contents, and without the fence the
+//! tensor-map proxy may still hold the earlier descriptor.
 use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{
-    WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES,
-    WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_THREADS, WGMMA_TILE,
+    ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_GROUP_M as GROUP_M, WGMMA_MN_BOX as MN_BOX,
+    WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES,
+    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILES,
 };
 
-const BM: usize = WGMMA_TILE.0;
-const BN: usize = WGMMA_TILE.1;
 /// One row of a k-step: the 128-byte swizzle width.
 const ROW_BYTES: u32 = WGMMA_ROW_BYTES as u32;
-/// Bytes of the A tile at the start of a stage (the B tile follows).
-const A_BYTES: u32 = BM as u32 * ROW_BYTES;
 /// Bytes of one M/N-major TMA box (64 rows × 128 bytes of k).
 const MN_BOX_BYTES: u32 = MN_BOX as u32 * ROW_BYTES;
 /// A 128-byte swizzle atom: 8 rows of 128 bytes.
@@ -58,25 +74,83 @@ const ATOM_BYTES: u32 = 8 * ROW_BYTES;
 const CONSUMERS: usize = (WGMMA_THREADS - 128) / 128;
 const PRODUCER_REGS: u32 = 40;
 const CONSUMER_REGS: u32 = 232;
+/// One staged piece of output: 64 rows × 128 bytes, the TMA store's box; each consumer
+/// warpgroup has two, filled in turn.
+const CHUNK_BYTES: u32 = 64 * ROW_BYTES;
 
-const _: () = assert!(ROW_BYTES == 128 && BM == 2 * 64 && BN == 256 && BM % MN_BOX == 0 && BN % MN_BOX == 0);
-const _: () = assert!(STAGE_BYTES == (BM + BN) * WGMMA_ROW_BYTES && CONSUMERS == 2);
+const _: () =
+    assert!(ROW_BYTES == 128 && WGMMA_TILES[0].0 == 2 * 64 && WGMMA_TILES[0].1 == 256 && CONSUMERS == 2);
+const _: () = assert!(WGMMA_TILES[1].0 == WGMMA_TILES[0].1 && WGMMA_TILES[1].1 == WGMMA_TILES[0].0);
+const _: () = assert!(WGMMA_TILES[2].0 == 128 && WGMMA_TILES[2].1 == 192);
+const _: () = assert!(STAGE_BYTES == (WGMMA_TILES[0].0 + WGMMA_TILES[0].1) * WGMMA_ROW_BYTES);
+const _: () = assert!(OUT_BYTES == 2 * CONSUMERS * CHUNK_BYTES as usize);
+const _: () = assert!(CHUNK_BYTES as usize == WGMMA_STORE_ROWS * WGMMA_ROW_BYTES);
 
-/// The block's output tile `(m0, n0)`: tiles numbered down groups of `GROUP_M` tile rows, then
-/// across, so that the blocks resident together share A and B panels.
+/// Tile `TILE` of `WGMMA_TILES`: 0 is 128×256 (each consumer one `m64n256` per 32 bytes of k),
+/// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`).
+const fn tile(kind: usize) -> (usize, usize) {
+    WGMMA_TILES[kind]
+}
+
+/// The tiles of a launch and how the blocks walk them. With clusters of two, the blocks of a
+/// cluster take vertically adjacent tiles (tile rows 2p and 2p + 1) of the same columns, so that
+/// they share B's piece of every k-step (each loads half and multicasts it to both).
+#[derive(Clone, Copy)]
+struct Schedule {
+    tile: (usize, usize),
+    /// Rows of tiles, counted in cluster-high units; columns of tiles.
+    units_m: usize,
+    tiles_n: usize,
+    /// Work units: a unit is `cluster` vertically adjacent tiles.
+    units: usize,
+    cluster: usize,
+    rank: usize,
+}
+
+impl Schedule {
+    #[inline(always)]
+    fn new(tile: (usize, usize), (m, n): (usize, usize), layers: usize, cluster: usize, rank: usize) -> Self {
+        let (units_m, tiles_n) = (m.div_ceil(tile.0).div_ceil(cluster), n.div_ceil(tile.1));
+        Schedule { tile, units_m, tiles_n, units: units_m * tiles_n * layers, cluster, rank }
+    }
+
+    /// This block's first unit and the stride between its units (the cluster's index and count).
+    #[inline(always)]
+    fn walk(&self) -> (usize, usize) {
+        (block_x() / self.cluster, grid_dim_x() / self.cluster)
+    }
+
+    /// Unit `unit`'s layer z (batch · slices + slice) and this block's tile origin `(m0, n0)`
+    /// in it (rows past M for the second block of a cluster at an odd last row: all zero
+    /// loads, nothing stored). Units are numbered layer by layer, each down groups of
+    /// `GROUP_M` tile rows, then across, so that the blocks working at once share A and B
+    /// panels in L2.
+    #[inline(always)]
+    fn origin(&self, unit: usize) -> (usize, usize, usize) {
+        let per_layer = self.units_m * self.tiles_n;
+        let (z, id) = (unit / per_layer, unit % per_layer);
+        let group = GROUP_M / self.cluster;
+        let per_group = group * self.tiles_n;
+        let first_m = id / per_group * group;
+        let rows = (self.units_m - first_m).min(group);
+        let in_group = id % per_group;
+        let tile_m = (first_m + in_group % rows) * self.cluster + self.rank;
+        (z, tile_m * self.tile.0, in_group / rows * self.tile.1)
+    }
+}
+
+/// Layer z's k-steps: `(batch, first step, steps)` (split-K: layer z is (batch, slice); slice s
+/// runs k-steps [s·k_steps, (s+1)·k_steps)).
 #[inline(always)]
-fn tile_origin(m: usize, n: usize) -> (usize, usize) {
-    let (tiles_m, tiles_n) = (m.div_ceil(BM), n.div_ceil(BN));
-    let id = block_x();
-    let per_group = GROUP_M * tiles_n;
-    let first_m = id / per_group * GROUP_M;
-    let rows = (tiles_m - first_m).min(GROUP_M);
-    let in_group = id % per_group;
-    ((first_m + in_group % rows) * BM, in_group / rows * BN)
+fn layer_steps(z: usize, all_steps: usize, k_steps: usize) -> (usize, usize, usize) {
+    let slices = all_steps.div_ceil(k_steps.max(1)).max(1);
+    let first = z % slices * k_steps;
+    (z / slices, first, k_steps.min(all_steps.saturating_sub(first)))
 }
 
 #[inline(always)]
-unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>(
     maps: *const u8,
     (c, bias, out): (*const E::Elem, *const E::Elem, *mut E::Elem),
     (m, n, k): (usize, usize, usize),
@@ -84,186 +158,441 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool>(
     (alpha, beta, activation): (f32, f32, u32),
     (batched_a, batched_b): (u32, u32),
     (k_steps, ws): (usize, *mut f32),
+    (layers, tma_store, cluster): (usize, bool, usize),
 ) {
+    let (bm, bn) = tile(TILE);
     let t = thread_x();
-    let (m0, n0) = tile_origin(m, n);
+    let rank = if cluster > 1 { cluster_rank() } else { 0 };
+    let sched = Schedule::new((bm, bn), (m, n), layers, cluster, rank as usize);
     // Elements of k per stage (one 128-byte row).
     let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
-    // Split-K: block z is (batch, slice); slice s runs k-steps [s·k_steps, (s+1)·k_steps).
     let all_steps = k.div_ceil(bk);
-    let slices = all_steps.div_ceil(k_steps.max(1)).max(1);
-    let (z, batch) = (block_z(), block_z() / slices);
-    let first_step = z % slices * k_steps;
-    let steps = k_steps.min(all_steps.saturating_sub(first_step));
     let base = (shared_addr(dynamic_shared::<u8>()) + ATOM_BYTES - 1) & !(ATOM_BYTES - 1);
     let stage = |s: usize| base + (s * STAGE_BYTES) as u32;
-    let barriers = base + (STAGES * STAGE_BYTES) as u32;
+    let chunk_buf =
+        |wg: u32, b: usize| base + (STAGES * STAGE_BYTES) as u32 + (2 * wg + b as u32) * CHUNK_BYTES;
+    let barriers = base + (STAGES * STAGE_BYTES + OUT_BYTES) as u32;
     let full = |s: usize| barriers + 8 * s as u32;
     let empty = |s: usize| barriers + 8 * (STAGES + s) as u32;
+    let a_bytes = (bm * WGMMA_ROW_BYTES) as u32;
     if t == 0 {
         for s in 0..STAGES {
             mbarrier_init(full(s), 1);
-            mbarrier_init(empty(s), CONSUMERS as u32);
+            // With a cluster, each block's copies land in both blocks' stages: a stage is free
+            // when the consumers of both have released it.
+            mbarrier_init(empty(s), (CONSUMERS * cluster) as u32);
         }
         fence_mbarrier_init();
     }
-    sync_threads();
+    if cluster > 1 {
+        cluster_sync();
+    } else {
+        sync_threads();
+    }
+    let (first_unit, unit_stride) = sched.walk();
 
     if t < 128 {
         setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 {
-            let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
             let (map_a, map_b) = (maps, maps.add(128));
             // The host copied the maps in before the launch, often to the address an earlier
             // launch's maps had (the pool hands the block out again): see the module docs.
             tensormap_acquire(map_a);
             tensormap_acquire(map_b);
-            for step in 0..steps {
-                let s = step % STAGES;
-                if step >= STAGES {
-                    // The consumers are done with what this stage held STAGES steps ago.
-                    mbarrier_wait(empty(s), ((step / STAGES - 1) & 1) as u32);
-                }
-                mbarrier_arrive_expect_tx(full(s), STAGE_BYTES as u32);
-                let (a_dst, b_dst, k0) = (stage(s), stage(s) + A_BYTES, ((first_step + step) * bk) as i32);
-                if TA {
-                    for j in 0..BM / MN_BOX {
-                        let at = ((m0 + j * MN_BOX) as i32, k0, za);
-                        tma_load_3d(a_dst + j as u32 * MN_BOX_BYTES, map_a, full(s), at);
+            // k-steps issued so far, over every tile of this block: stage and phase.
+            let mut it = 0usize;
+            let mut unit = first_unit;
+            while unit < sched.units {
+                let (z, m0, n0) = sched.origin(unit);
+                let (batch, first_step, steps) = layer_steps(z, all_steps, k_steps);
+                let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
+                for step in 0..steps {
+                    let s = it % STAGES;
+                    if it >= STAGES {
+                        // The consumers are done with what this stage held STAGES steps ago.
+                        mbarrier_wait(empty(s), ((it / STAGES - 1) & 1) as u32);
                     }
-                } else {
-                    tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
-                }
-                if TB {
-                    tma_load_3d(b_dst, map_b, full(s), (k0, n0 as i32, zb));
-                } else {
-                    for j in 0..BN / MN_BOX {
-                        let at = ((n0 + j * MN_BOX) as i32, k0, zb);
-                        tma_load_3d(b_dst + j as u32 * MN_BOX_BYTES, map_b, full(s), at);
+                    // A's and B's pieces (less than the stage holds for the 128×192 tile).
+                    mbarrier_arrive_expect_tx(full(s), ((bm + bn) * WGMMA_ROW_BYTES) as u32);
+                    let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
+                    let k0 = ((first_step + step) * bk) as i32;
+                    if TA {
+                        for j in 0..bm / MN_BOX {
+                            let at = ((m0 + j * MN_BOX) as i32, k0, za);
+                            tma_load_3d(a_dst + j as u32 * MN_BOX_BYTES, map_a, full(s), at);
+                        }
+                    } else {
+                        tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
                     }
+                    // B: this block's share (all of it, or half for both blocks of the cluster).
+                    let share = bn / cluster;
+                    let first_row = rank as usize * share;
+                    let load_b = |dst: u32, at: (i32, i32, i32)| {
+                        if cluster > 1 {
+                            tma_load_3d_multicast(dst, map_b, full(s), at, 0b11);
+                        } else {
+                            tma_load_3d(dst, map_b, full(s), at);
+                        }
+                    };
+                    if TB {
+                        let at = (k0, (n0 + first_row) as i32, zb);
+                        load_b(b_dst + (first_row * WGMMA_ROW_BYTES) as u32, at);
+                    } else {
+                        for j in first_row / MN_BOX..(first_row + share) / MN_BOX {
+                            load_b(b_dst + j as u32 * MN_BOX_BYTES, ((n0 + j * MN_BOX) as i32, k0, zb));
+                        }
+                    }
+                    it += 1;
                 }
+                unit += unit_stride;
             }
         }
-        return;
-    }
-
-    setmaxnreg_inc::<CONSUMER_REGS>();
-    let wg = (t / 128 - 1) as u32;
-    let mut acc: WgmmaAcc = [0.0; 128];
-    for step in 0..steps {
-        let s = step % STAGES;
-        mbarrier_wait(full(s), ((step / STAGES) & 1) as u32);
-        let (a_s, b_s) = (stage(s), stage(s) + A_BYTES);
-        wgmma_fence(&mut acc);
-        unroll!(kk in [0, 1, 2, 3] => {
-            let kk = kk as u32;
-            // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle
-            // follows the absolute address), 16 rows = 2 atoms down an M/N-major box.
-            let a = if TA {
-                sw128_descriptor(a_s + wg * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+    } else {
+        setmaxnreg_inc::<CONSUMER_REGS>();
+        let release = |s: usize| {
+            if cluster > 1 {
+                mbarrier_arrive_cluster(empty(s), 0);
+                mbarrier_arrive_cluster(empty(s), 1);
             } else {
-                sw128_descriptor(a_s + wg * 64 * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
-            };
-            let b = if TB {
-                sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
-            } else {
-                sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
-            };
-            E::wgmma_k32_bytes(&mut acc, a, b, TA, !TB);
-        });
-        wgmma_commit();
-        // The previous k-step's wgmma have finished: its stage may be refilled.
-        wgmma_wait::<1>(&mut acc);
-        if step > 0 && t % 128 == 0 {
-            mbarrier_arrive(empty((step - 1) % STAGES));
+                mbarrier_arrive(empty(s));
+            }
+        };
+        let wg = (t / 128 - 1) as u32;
+        let leader = t % 128 == 0;
+        let map_out = maps.add(256);
+        if tma_store && leader {
+            tensormap_acquire(map_out);
         }
-    }
-    wgmma_wait::<0>(&mut acc);
-
-    let tw = t % 128;
-    let (g, q) = (tw % 32 / 4, tw % 4);
-    let row0 = m0 + wg as usize * 64 + tw / 32 * 16 + g;
-    if !ws.is_null() {
-        // One slice of a split-K product: the raw sums, reduced and finished by `gemm_reduce_*`.
-        let part = ws.add(z * m * n);
-        unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
-            let col = n0 + 8 * i + 2 * q;
-            unroll!(h in [0, 1] => {
-                let row = row0 + 8 * h;
-                unroll!(e in [0, 1] => {
-                    if row < m && col + e < n {
-                        store_f32(part.add(row * n + col + e), acc[4 * i + 2 * h + e]);
+        // Rows of the tile per consumer, and the first of this one's.
+        let rows_wg = bm / CONSUMERS;
+        let mut it = 0usize;
+        // Chunks this warpgroup has stored: which of its two buffers comes next.
+        let mut chunks = 0usize;
+        let mut unit = first_unit;
+        while unit < sched.units {
+            let (z, m0, n0) = sched.origin(unit);
+            let (batch, _, steps) = layer_steps(z, all_steps, k_steps);
+            let mut acc: WgmmaAcc = [0.0; 128];
+            for step in 0..steps {
+                let s = it % STAGES;
+                mbarrier_wait(full(s), ((it / STAGES) & 1) as u32);
+                let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
+                wgmma_fence(&mut acc);
+                unroll!(kk in [0, 1, 2, 3] => {
+                    let kk = kk as u32;
+                    // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows
+                    // the absolute address), 16 rows = 2 atoms down an M/N-major box. Rows `row`
+                    // to `row + 63` of the tile: one `m64` product.
+                    let a = |row: u32| if TA {
+                        sw128_descriptor(a_s + row / 64 * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                    } else {
+                        sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
+                    };
+                    let b = if TB {
+                        sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
+                    } else {
+                        sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                    };
+                    let row = wg * rows_wg as u32;
+                    match TILE {
+                        0 => E::wgmma_k32_bytes(&mut acc, a(row), b, TA, !TB),
+                        1 => {
+                            E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
+                            E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
+                        }
+                        _ => E::wgmma_n192_k32_bytes(&mut acc, a(row), b, TA, !TB),
                     }
                 });
-            });
-        });
-        return;
-    }
-    let has_c = !c.is_null() && beta != 0.0;
-    let (out, c) = (out.add(batch * m * n), if has_c { c.add(batch * stride_c) } else { c });
-    let pairs = n % 2 == 0;
-    let value = |row: usize, col: usize, a: f32| {
-        let idx = row * n + col;
-        // SAFETY: row < m and col < n, checked by the callers; `c` and `bias` hold m·n and n.
-        let beta_c = if has_c { beta * E::widen(unsafe { E::load_elem(c.add(idx)) }) } else { 0.0 };
-        let b = if bias.is_null() { 0.0 } else { E::widen(unsafe { E::load_elem(bias.add(col)) }) };
-        epilogue(a, alpha, beta_c, b, activation)
-    };
-    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
-        let col = n0 + 8 * i + 2 * q;
-        unroll!(h in [0, 1] => {
-            let row = row0 + 8 * h;
-            let (a0, a1) = (acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);
-            if row < m && col < n {
-                let idx = row * n + col;
-                let v0 = E::narrow(value(row, col, a0));
-                if pairs && col + 1 < n {
-                    let v1 = E::narrow(value(row, col + 1, a1));
-                    E::store_elem_pair(out.add(idx), v0, v1);
-                } else {
-                    E::store_elem(out.add(idx), v0);
-                    if col + 1 < n {
-                        E::store_elem(out.add(idx + 1), E::narrow(value(row, col + 1, a1)));
+                wgmma_commit();
+                // The previous k-step's wgmma have finished: its stage may be refilled.
+                wgmma_wait::<1>(&mut acc);
+                if step > 0 && leader {
+                    release((it - 1) % STAGES);
+                }
+                it += 1;
+            }
+            wgmma_wait::<0>(&mut acc);
+            if leader {
+                // This tile's last stage (the loop released the ones before it).
+                release((it - 1) % STAGES);
+            }
+            let origin = (m0 + wg as usize * rows_wg, n0);
+            let out_ctx = (alpha, beta, activation);
+            if !ws.is_null() {
+                // One slice of a split-K product: the raw sums, reduced and finished by
+                // `gemm_reduce_*`.
+                let none = core::ptr::null::<E::Elem>();
+                store_direct::<E, TILE, true>(
+                    &acc,
+                    ws.add(z * m * n),
+                    (none, none),
+                    (m, n),
+                    origin,
+                    (1.0, 0.0, 0),
+                );
+            } else {
+                let has_c = !c.is_null() && beta != 0.0;
+                let c = if has_c { c.add(batch * stride_c) } else { c };
+                if tma_store {
+                    let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1)), wg);
+                    // The epilogue's variant is known per launch: each its own straight-line code.
+                    let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
+                    let args = ((c, bias), (m, n), origin, out_ctx, staged);
+                    match activation {
+                        _ if plain => store_staged::<E, TILE, true, ACTIVATION_NONE>(&acc, args, &mut chunks),
+                        ACTIVATION_RELU => {
+                            store_staged::<E, TILE, false, ACTIVATION_RELU>(&acc, args, &mut chunks)
+                        }
+                        ACTIVATION_GELU => {
+                            store_staged::<E, TILE, false, ACTIVATION_GELU>(&acc, args, &mut chunks)
+                        }
+                        _ => store_staged::<E, TILE, false, ACTIVATION_NONE>(&acc, args, &mut chunks),
                     }
+                } else {
+                    store_direct::<E, TILE, false>(
+                        &acc,
+                        out.add(batch * m * n),
+                        (c, bias),
+                        (m, n),
+                        origin,
+                        out_ctx,
+                    );
                 }
             }
-        });
+            unit += unit_stride;
+        }
+        if tma_store && leader {
+            bulk_wait_all();
+        }
+    }
+    if cluster > 1 {
+        // Neither block leaves while the other may still arrive on its barriers.
+        cluster_sync();
+    }
+}
+
+/// 8-column blocks of a consumer's accumulators per `m64` product, and in all (32 but for the
+/// 128×192 tile's 24: the rest of [`WgmmaAcc`] stays unused).
+const fn column_blocks(kind: usize) -> (usize, usize) {
+    let blocks = tile(kind).1 / 8;
+    (blocks, blocks * tile(kind).0 / CONSUMERS / 64)
+}
+
+/// Call `f(row, col, a0, a1)` for each pair of this thread's accumulators: elements (row, col)
+/// and (row, col + 1) of C, for the warpgroup's rows from `origin` (`m64` products below each
+/// other in the 256×128 tile).
+#[inline(always)]
+fn for_each_pair<const TILE: usize>(
+    acc: &WgmmaAcc,
+    origin: (usize, usize),
+    mut f: impl FnMut(usize, usize, f32, f32),
+) {
+    let tw = thread_x() % 128;
+    let (g, q) = (tw % 32 / 4, tw % 4);
+    let row0 = origin.0 + tw / 32 * 16 + g;
+    let (blocks, total) = column_blocks(TILE);
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+        if j < total {
+            let col = origin.1 + 8 * (j % blocks) + 2 * q;
+            unroll!(h in [0, 1] => {
+                f(row0 + 64 * (j / blocks) + 8 * h, col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            });
+        }
     });
 }
 
+/// The fused epilogue of element (row, col) of a `[m, n]` output from its sum `a`: `c` (offset
+/// to the batch) is read only when `has_c`, and only inside the output.
+#[inline(always)]
+unsafe fn finish<E: WgmmaInput>(
+    a: f32,
+    (row, col): (usize, usize),
+    (c, has_c, bias): (*const E::Elem, bool, *const E::Elem),
+    (m, n): (usize, usize),
+    (alpha, beta, activation): (f32, f32, u32),
+) -> f32 {
+    let beta_c =
+        if has_c && row < m && col < n { beta * E::widen(E::load_elem(c.add(row * n + col))) } else { 0.0 };
+    let b = if !bias.is_null() && col < n { E::widen(E::load_elem(bias.add(col))) } else { 0.0 };
+    epilogue(a, alpha, beta_c, b, activation)
+}
+
+/// Write the warpgroup's piece at `origin` straight from registers, element by element inside
+/// the `[m, n]` output `out`: through the fused epilogue (`RAW` false; `c` has the output's
+/// batch offset) or as the raw f32 sums of a split-K slice (`RAW`; `E::Elem` ignored, `out`
+/// is the slice's f32 workspace).
+#[inline(always)]
+unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool>(
+    acc: &WgmmaAcc,
+    out: *mut impl Copy,
+    (c, bias): (*const E::Elem, *const E::Elem),
+    (m, n): (usize, usize),
+    origin: (usize, usize),
+    (alpha, beta, activation): (f32, f32, u32),
+) {
+    let has_c = !c.is_null() && beta != 0.0;
+    let pairs = n % 2 == 0;
+    for_each_pair::<TILE>(acc, origin, |row, col, a0, a1| {
+        if row >= m || col >= n {
+            return;
+        }
+        let idx = row * n + col;
+        let second = col + 1 < n;
+        if RAW {
+            let out = out.cast::<f32>();
+            store_f32(out.add(idx), a0);
+            if second {
+                store_f32(out.add(idx + 1), a1);
+            }
+            return;
+        }
+        let out = out.cast::<E::Elem>();
+        let ctx = ((c, has_c, bias), (m, n), (alpha, beta, activation));
+        let v0 = E::narrow(finish::<E>(a0, (row, col), ctx.0, ctx.1, ctx.2));
+        if !second {
+            E::store_elem(out.add(idx), v0);
+            return;
+        }
+        let v1 = E::narrow(finish::<E>(a1, (row, col + 1), ctx.0, ctx.1, ctx.2));
+        if pairs {
+            E::store_elem_pair(out.add(idx), v0, v1);
+        } else {
+            E::store_elem(out.add(idx), v0);
+            E::store_elem(out.add(idx + 1), v1);
+        }
+    });
+}
+
+/// Write the warpgroup's piece at `origin` through shared memory: the finished elements go,
+/// 64 rows × 128 bytes at a time, into the warpgroup's two `buffers` in turn (128-byte
+/// swizzle: 16-byte unit u of row r at u ^ (r mod 8), so that a warp's 8 rows hit distinct
+/// banks), and one thread stores each with TMA through the map at `map_out` (the part outside
+/// the output is not written). A buffer is refilled once the store issued two chunks before has
+/// read it, so the stores of a tile run on while the next tile's mainloop starts; `chunks` counts
+/// the warpgroup's chunks so far (which buffer is next). `PLAIN`: the epilogue is `alpha·acc`
+/// alone (no C, bias or activation); else `ACT` is the activation.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+unsafe fn store_staged<E: WgmmaInput, const TILE: usize, const PLAIN: bool, const ACT: u32>(
+    acc: &WgmmaAcc,
+    ((c, bias), (m, n), origin, (alpha, beta, _), (map_out, batch, buffers, wg)): (
+        (*const E::Elem, *const E::Elem),
+        (usize, usize),
+        (usize, usize),
+        (f32, f32, u32),
+        (*const u8, usize, (u32, u32), u32),
+    ),
+    chunks: &mut usize,
+) {
+    let tw = thread_x() % 128;
+    let (warp, g, q) = (tw / 32, tw % 32 / 4, tw % 4);
+    let size = core::mem::size_of::<E::Elem>();
+    // 8-column blocks per chunk (8 of 16-bit, 4 of f32); per `m64` product and in all.
+    let per_chunk = WGMMA_ROW_BYTES / (8 * size);
+    let (blocks, total) = column_blocks(TILE);
+    let has_c = !c.is_null() && beta != 0.0;
+    // Dimensions below 2^31 (the host's condition for TMA): 32-bit bounds checks.
+    let (m32, n32) = (m as u32, n as u32);
+    let first = *chunks;
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+        if j < total {
+            let (mh, i) = (j / blocks, j % blocks);
+            let buf = if (first + j / per_chunk) % 2 == 0 { buffers.0 } else { buffers.1 };
+            if j % per_chunk == 0 {
+                // The store issued two chunks ago (from this buffer) has read it.
+                if tw == 0 {
+                    bulk_wait_read::<1>();
+                }
+                named_barrier::<128>(1 + wg);
+            }
+            // N is a multiple of 4 (TMA rows are 16-byte multiples) and col even: a pair never
+            // straddles the last column.
+            let col = origin.1 + 8 * i + 2 * q;
+            let col_inside = (col as u32) < n32;
+            let b = if !PLAIN && !bias.is_null() && col_inside { E::load_pair(bias.add(col)) } else { [0.0; 2] };
+            unroll!(h in [0, 1] => {
+                let r = warp * 16 + g + 8 * h;
+                let row = origin.0 + 64 * mh + r;
+                let (mut v0, mut v1) = (alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+                if !PLAIN {
+                    let c = if has_c && (row as u32) < m32 && col_inside {
+                        E::load_pair(c.add(row * n + col))
+                    } else {
+                        [0.0; 2]
+                    };
+                    v0 = epilogue(v0, 1.0, beta * c[0], b[0], ACT);
+                    v1 = epilogue(v1, 1.0, beta * c[1], b[1], ACT);
+                }
+                let byte = (i % per_chunk) * 8 * size + 2 * q * size;
+                let addr = buf + (r * WGMMA_ROW_BYTES + ((byte / 16) ^ g) * 16 + byte % 16) as u32;
+                E::store_shared_pair(addr, E::narrow(v0), E::narrow(v1));
+            });
+            if j % per_chunk == per_chunk - 1 {
+                fence_proxy_async_shared();
+                named_barrier::<128>(1 + wg);
+                if tw == 0 {
+                    let at = ((origin.1 + 8 * (i + 1 - per_chunk)) as i32, (origin.0 + 64 * mh) as i32, batch as i32);
+                    tma_store_3d(map_out, buf, at);
+                    bulk_commit();
+                }
+            }
+        }
+    });
+    *chunks += total / per_chunk;
+}
+
 macro_rules! wgmma_kernels {
-    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal;)*) => {$(
-        /// Hopper GEMM; `maps` holds A's and B's tensor maps, the other arguments are the
-        /// mma.sync kernels' (no A/B pointers or strides: the maps carry them);
-        /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension. Split-K: with
-        /// `k_steps` below ⌈K / bk⌉ (bk = 128 bytes of k), `gridDim.z` = batch × slices and each
-        /// block writes its slice's raw f32 sums to `ws[z]` (`[M, N]`) instead of `out`; `ws` is
-        /// null without a split.
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal;)*) => {$(
+        /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps, the other arguments
+        /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
+        /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension; `layers` is
+        /// batch × slices. Split-K: with `k_steps` below ⌈K / bk⌉ (bk = 128 bytes of k), each
+        /// slice writes its raw f32 sums to `ws[z]` (`[M, N]`) instead of `out`; `ws` is null
+        /// without a split. `tma_store` 1: the output goes through shared memory and the third
+        /// map (no split; rows of 16-byte multiples), else straight from registers. `cluster`: 1,
+        /// or 2 when launched in clusters of two (B's map then has boxes of half the tile's
+        /// columns when B is K-major).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             maps: *const u8, c: *const $elem, bias: *const $elem, out: *mut $elem,
             m: usize, n: usize, k: usize, stride_c: usize,
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
-            ws: *mut f32,
+            ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
-            gemm::<$e, $ta, $tb>(
+            gemm::<$e, $ta, $tb, $tile>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
-                (k_steps, ws),
+                (k_steps, ws), (layers, tma_store != 0, cluster as usize),
             )
         }
     )*};
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, u16, false, false;
-    gemm_wgmma_f16_nt: F16, u16, false, true;
-    gemm_wgmma_f16_tn: F16, u16, true, false;
-    gemm_wgmma_f16_tt: F16, u16, true, true;
-    gemm_wgmma_bf16_nn: BF16, u16, false, false;
-    gemm_wgmma_bf16_nt: BF16, u16, false, true;
-    gemm_wgmma_bf16_tn: BF16, u16, true, false;
-    gemm_wgmma_bf16_tt: BF16, u16, true, true;
-    gemm_wgmma_tf32_nt: Tf32, f32, false, true;
+    gemm_wgmma_f16_nn: F16, u16, false, false, 0;
+    gemm_wgmma_f16_nt: F16, u16, false, true, 0;
+    gemm_wgmma_f16_tn: F16, u16, true, false, 0;
+    gemm_wgmma_f16_tt: F16, u16, true, true, 0;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0;
+    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1;
+    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1;
+    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1;
+    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1;
+    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1;
+    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1;
+    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1;
+    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1;
+    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2;
+    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2;
+    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2;
+    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2;
+    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2;
+    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2;
+    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2;
+    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0;
 }

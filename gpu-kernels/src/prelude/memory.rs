@@ -199,6 +199,17 @@ pub unsafe fn load_nc_u16(p: *const u16) -> u16 {
     v
 }
 
+/// `ld.global.nc.u32`.
+///
+/// # Safety
+/// `p` is 4-byte aligned global memory that nothing writes during the kernel.
+#[inline(always)]
+pub unsafe fn load_nc_u32(p: *const u32) -> u32 {
+    let v: u32;
+    asm!("ld.global.nc.u32 {v}, [{p}];", p = in(reg64) p, v = out(reg32) v, options(pure, readonly, nostack));
+    v
+}
+
 /// `st.global.u16`.
 ///
 /// # Safety

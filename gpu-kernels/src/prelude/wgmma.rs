@@ -101,6 +101,126 @@ pub unsafe fn tma_load_3d(dst: u32, map: *const u8, bar: u32, (c0, c1, c2): (i32
          options(nostack));
 }
 
+/// As [`tma_load_3d`], and the same bytes land at the same shared offsets `dst` of every block
+/// of the cluster named in `mask` (bit r: the block of rank r), each completing on its own
+/// `mbarrier` at offset `bar`.
+///
+/// # Safety
+/// As [`tma_load_3d`] for every block in `mask`: the cluster's blocks are running, and `dst` and
+/// `bar` are free for the copy in each of them.
+#[inline(always)]
+pub unsafe fn tma_load_3d_multicast(
+    dst: u32,
+    map: *const u8,
+    bar: u32,
+    (c0, c1, c2): (i32, i32, i32),
+    mask: u16,
+) {
+    asm!("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{m}, {{{x}, {y}, {z}}}], [{b}], {k};",
+         d = in(reg32) dst, m = in(reg64) map, b = in(reg32) bar, x = in(reg32) c0, y = in(reg32) c1, z = in(reg32) c2,
+         k = in(reg16) mask, options(nostack));
+}
+
+/// This block's rank in its cluster.
+#[inline(always)]
+pub fn cluster_rank() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    r
+}
+
+/// Every thread of every block of the cluster arrives before any continues; shared-memory
+/// writes (and `mbarrier` initialisations) before it are visible to the cluster after it.
+#[inline(always)]
+pub fn cluster_sync() {
+    // SAFETY: a barrier; callers reach it with every thread of the cluster.
+    unsafe {
+        asm!(
+            "barrier.cluster.arrive.release.aligned;",
+            "barrier.cluster.wait.acquire.aligned;",
+            options(nostack)
+        )
+    }
+}
+
+/// Arrive on the `mbarrier` at this block's shared offset `bar` in the cluster's block `rank`.
+/// The default (CTA-scope) release: it orders this thread's own accesses only, which is what a
+/// consumer releasing a stage it read through `wgmma` (complete, waited for) needs; a
+/// cluster-scope release would cost a GPU-wide memory barrier per arrival.
+///
+/// # Safety
+/// That block is running and `bar` is an initialised `mbarrier` there.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_cluster(bar: u32, rank: u32) {
+    asm!("{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {b}, {r}; mbarrier.arrive.shared::cluster.b64 _, [remote]; }}",
+         b = in(reg32) bar, r = in(reg32) rank, options(nostack));
+}
+
+/// TMA: copy the box at `src` in shared memory to element coordinates `(c0, c1, c2)` of the 3-D
+/// tensor described by the tensor map at global address `map` (the box's layout and swizzle as
+/// the map says); the part of the box outside the tensor is not written. The copy joins this
+/// thread's current bulk-async group ([`bulk_commit`], [`bulk_wait_read`]).
+///
+/// # Safety
+/// `map` as for [`tma_load_3d`]; `src` is aligned as the map's swizzle needs and holds the box,
+/// written by this block and made visible to the async proxy ([`fence_proxy_async_shared`] by each
+/// writer, then a barrier) before the call, and left unchanged until [`bulk_wait_read`] says the
+/// copy has read it.
+#[inline(always)]
+pub unsafe fn tma_store_3d(map: *const u8, src: u32, (c0, c1, c2): (i32, i32, i32)) {
+    asm!("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [{m}, {{{x}, {y}, {z}}}], [{s}];",
+         m = in(reg64) map, s = in(reg32) src, x = in(reg32) c0, y = in(reg32) c1, z = in(reg32) c2,
+         options(nostack));
+}
+
+/// Close this thread's group of bulk-async copies issued since the last commit.
+#[inline(always)]
+pub fn bulk_commit() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) }
+}
+
+/// Wait until at most `PENDING` of this thread's committed bulk-async groups still read their
+/// shared-memory sources (their writes to global memory may still be under way).
+#[inline(always)]
+pub fn bulk_wait_read<const PENDING: u32>() {
+    // SAFETY: a wait.
+    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const PENDING, options(nostack)) }
+}
+
+/// Wait until every committed bulk-async group of this thread has completed, writes included.
+#[inline(always)]
+pub fn bulk_wait_all() {
+    // SAFETY: a wait.
+    unsafe { asm!("cp.async.bulk.wait_group 0;", options(nostack)) }
+}
+
+/// Make this thread's shared-memory writes visible to the async proxy (TMA stores, `wgmma`).
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    // SAFETY: a fence.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) }
+}
+
+/// Named barrier `id` (1–15; 0 is `sync_threads`'s) for `THREADS` threads, a multiple of 32:
+/// the warps that take part wait for each other; shared-memory writes before it are visible
+/// after it to those threads.
+#[inline(always)]
+pub fn named_barrier<const THREADS: u32>(id: u32) {
+    // SAFETY: a barrier; callers keep every warp of the group on the same path to it.
+    unsafe { asm!("bar.sync {id}, {n};", id = in(reg32) id, n = const THREADS, options(nostack)) }
+}
+
+/// Store `v` at shared address `addr`.
+///
+/// # Safety
+/// `addr` is a 4-byte-aligned shared address in this block's allocation.
+#[inline(always)]
+pub unsafe fn store_shared_u32(addr: u32, v: u32) {
+    asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}
+
 /// Release registers to the other warpgroups (`setmaxnreg.dec`) down to `REGS` per thread;
 /// every thread of the warpgroup executes it.
 #[inline(always)]
@@ -116,149 +236,44 @@ pub fn setmaxnreg_inc<const REGS: u32>() {
     unsafe { asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const REGS, options(nostack)) }
 }
 
-/// `{d0}, {d1}, …, {d127}`: the accumulator operands of [`asm_on_accumulators!`], for its
-/// template.
-macro_rules! accumulator_operands {
-    () => {
-        "{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}, {d64}, {d65}, {d66}, {d67}, {d68}, {d69}, {d70}, {d71}, {d72}, {d73}, {d74}, {d75}, {d76}, {d77}, {d78}, {d79}, {d80}, {d81}, {d82}, {d83}, {d84}, {d85}, {d86}, {d87}, {d88}, {d89}, {d90}, {d91}, {d92}, {d93}, {d94}, {d95}, {d96}, {d97}, {d98}, {d99}, {d100}, {d101}, {d102}, {d103}, {d104}, {d105}, {d106}, {d107}, {d108}, {d109}, {d110}, {d111}, {d112}, {d113}, {d114}, {d115}, {d116}, {d117}, {d118}, {d119}, {d120}, {d121}, {d122}, {d123}, {d124}, {d125}, {d126}, {d127}"
+/// `$callback!($($args)* [i0 i1 …; last])` with the indices 0 to `$count` − 1 (64, 96 or 128
+/// accumulators): the lists [`asm_on_accumulators!`] takes.
+macro_rules! with_accumulator_indices {
+    (64, $callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+            61 62; 63
+        ])
+    };
+    (96, $callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+            61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89
+            90 91 92 93 94; 95
+        ])
+    };
+    (128, $callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+            61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89
+            90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113
+            114 115 116 117 118 119 120 121 122 123 124 125 126; 127
+        ])
     };
 }
 
-/// `asm!` over a warpgroup's [`WgmmaAcc`]: `$acc[i]` is bound, read and written, as `{di}`; the
-/// template (the `concat!` of `$template`, which names them through
-/// [`accumulator_operands!`]) may use the extra named `$operands` too.
+/// `asm!` on accumulators `$acc[$base + i]` for the listed i (read and written, each in its own
+/// register): the template is `$head`, the accumulators as a brace list, then `$tail`, which may
+/// use the extra named `$operands`.
 macro_rules! asm_on_accumulators {
-    ($acc:ident, [$($operands:tt)*], $($template:expr),+ $(,)?) => {
-        asm!(concat!($($template),+),
+    ($acc:ident, $base:expr, [$($operands:tt)*], $head:expr, $tail:expr, [$($i:literal)*; $last:literal]) => {
+        asm!(concat!($head, "{{", $("{", $i, "}, ",)* "{", $last, "}}}", $tail),
+            $(inout(reg32) $acc[$base + $i],)*
+            inout(reg32) $acc[$base + $last],
             $($operands)*
-            d0 = inout(reg32) $acc[0],
-            d1 = inout(reg32) $acc[1],
-            d2 = inout(reg32) $acc[2],
-            d3 = inout(reg32) $acc[3],
-            d4 = inout(reg32) $acc[4],
-            d5 = inout(reg32) $acc[5],
-            d6 = inout(reg32) $acc[6],
-            d7 = inout(reg32) $acc[7],
-            d8 = inout(reg32) $acc[8],
-            d9 = inout(reg32) $acc[9],
-            d10 = inout(reg32) $acc[10],
-            d11 = inout(reg32) $acc[11],
-            d12 = inout(reg32) $acc[12],
-            d13 = inout(reg32) $acc[13],
-            d14 = inout(reg32) $acc[14],
-            d15 = inout(reg32) $acc[15],
-            d16 = inout(reg32) $acc[16],
-            d17 = inout(reg32) $acc[17],
-            d18 = inout(reg32) $acc[18],
-            d19 = inout(reg32) $acc[19],
-            d20 = inout(reg32) $acc[20],
-            d21 = inout(reg32) $acc[21],
-            d22 = inout(reg32) $acc[22],
-            d23 = inout(reg32) $acc[23],
-            d24 = inout(reg32) $acc[24],
-            d25 = inout(reg32) $acc[25],
-            d26 = inout(reg32) $acc[26],
-            d27 = inout(reg32) $acc[27],
-            d28 = inout(reg32) $acc[28],
-            d29 = inout(reg32) $acc[29],
-            d30 = inout(reg32) $acc[30],
-            d31 = inout(reg32) $acc[31],
-            d32 = inout(reg32) $acc[32],
-            d33 = inout(reg32) $acc[33],
-            d34 = inout(reg32) $acc[34],
-            d35 = inout(reg32) $acc[35],
-            d36 = inout(reg32) $acc[36],
-            d37 = inout(reg32) $acc[37],
-            d38 = inout(reg32) $acc[38],
-            d39 = inout(reg32) $acc[39],
-            d40 = inout(reg32) $acc[40],
-            d41 = inout(reg32) $acc[41],
-            d42 = inout(reg32) $acc[42],
-            d43 = inout(reg32) $acc[43],
-            d44 = inout(reg32) $acc[44],
-            d45 = inout(reg32) $acc[45],
-            d46 = inout(reg32) $acc[46],
-            d47 = inout(reg32) $acc[47],
-            d48 = inout(reg32) $acc[48],
-            d49 = inout(reg32) $acc[49],
-            d50 = inout(reg32) $acc[50],
-            d51 = inout(reg32) $acc[51],
-            d52 = inout(reg32) $acc[52],
-            d53 = inout(reg32) $acc[53],
-            d54 = inout(reg32) $acc[54],
-            d55 = inout(reg32) $acc[55],
-            d56 = inout(reg32) $acc[56],
-            d57 = inout(reg32) $acc[57],
-            d58 = inout(reg32) $acc[58],
-            d59 = inout(reg32) $acc[59],
-            d60 = inout(reg32) $acc[60],
-            d61 = inout(reg32) $acc[61],
-            d62 = inout(reg32) $acc[62],
-            d63 = inout(reg32) $acc[63],
-            d64 = inout(reg32) $acc[64],
-            d65 = inout(reg32) $acc[65],
-            d66 = inout(reg32) $acc[66],
-            d67 = inout(reg32) $acc[67],
-            d68 = inout(reg32) $acc[68],
-            d69 = inout(reg32) $acc[69],
-            d70 = inout(reg32) $acc[70],
-            d71 = inout(reg32) $acc[71],
-            d72 = inout(reg32) $acc[72],
-            d73 = inout(reg32) $acc[73],
-            d74 = inout(reg32) $acc[74],
-            d75 = inout(reg32) $acc[75],
-            d76 = inout(reg32) $acc[76],
-            d77 = inout(reg32) $acc[77],
-            d78 = inout(reg32) $acc[78],
-            d79 = inout(reg32) $acc[79],
-            d80 = inout(reg32) $acc[80],
-            d81 = inout(reg32) $acc[81],
-            d82 = inout(reg32) $acc[82],
-            d83 = inout(reg32) $acc[83],
-            d84 = inout(reg32) $acc[84],
-            d85 = inout(reg32) $acc[85],
-            d86 = inout(reg32) $acc[86],
-            d87 = inout(reg32) $acc[87],
-            d88 = inout(reg32) $acc[88],
-            d89 = inout(reg32) $acc[89],
-            d90 = inout(reg32) $acc[90],
-            d91 = inout(reg32) $acc[91],
-            d92 = inout(reg32) $acc[92],
-            d93 = inout(reg32) $acc[93],
-            d94 = inout(reg32) $acc[94],
-            d95 = inout(reg32) $acc[95],
-            d96 = inout(reg32) $acc[96],
-            d97 = inout(reg32) $acc[97],
-            d98 = inout(reg32) $acc[98],
-            d99 = inout(reg32) $acc[99],
-            d100 = inout(reg32) $acc[100],
-            d101 = inout(reg32) $acc[101],
-            d102 = inout(reg32) $acc[102],
-            d103 = inout(reg32) $acc[103],
-            d104 = inout(reg32) $acc[104],
-            d105 = inout(reg32) $acc[105],
-            d106 = inout(reg32) $acc[106],
-            d107 = inout(reg32) $acc[107],
-            d108 = inout(reg32) $acc[108],
-            d109 = inout(reg32) $acc[109],
-            d110 = inout(reg32) $acc[110],
-            d111 = inout(reg32) $acc[111],
-            d112 = inout(reg32) $acc[112],
-            d113 = inout(reg32) $acc[113],
-            d114 = inout(reg32) $acc[114],
-            d115 = inout(reg32) $acc[115],
-            d116 = inout(reg32) $acc[116],
-            d117 = inout(reg32) $acc[117],
-            d118 = inout(reg32) $acc[118],
-            d119 = inout(reg32) $acc[119],
-            d120 = inout(reg32) $acc[120],
-            d121 = inout(reg32) $acc[121],
-            d122 = inout(reg32) $acc[122],
-            d123 = inout(reg32) $acc[123],
-            d124 = inout(reg32) $acc[124],
-            d125 = inout(reg32) $acc[125],
-            d126 = inout(reg32) $acc[126],
-            d127 = inout(reg32) $acc[127],
             options(nostack))
     };
 }
@@ -268,7 +283,10 @@ macro_rules! asm_on_accumulators {
 pub fn wgmma_fence(acc: &mut WgmmaAcc) {
     // SAFETY: a fence; the accumulators are tied so that no access moves across it.
     unsafe {
-        asm_on_accumulators!(acc, [], "wgmma.fence.sync.aligned; // ", accumulator_operands!());
+        with_accumulator_indices!(
+            128,
+            asm_on_accumulators!(acc, 0, [], "wgmma.fence.sync.aligned; // ", "",)
+        );
     }
 }
 
@@ -285,32 +303,65 @@ pub fn wgmma_commit() {
 pub fn wgmma_wait<const PENDING: u32>(acc: &mut WgmmaAcc) {
     // SAFETY: a wait; the accumulators are only tied.
     unsafe {
-        asm_on_accumulators!(acc, [n = const PENDING,], "wgmma.wait_group.sync.aligned {n}; // ", accumulator_operands!());
+        with_accumulator_indices!(
+            128,
+            asm_on_accumulators!(acc, 0, [n = const PENDING,], "wgmma.wait_group.sync.aligned {n}; // ", "",)
+        );
     }
 }
 
-/// `acc += A · B` for one warpgroup: A 64×k and B k×256 (32 bytes of k) from shared memory
-/// through the descriptors `a` and `b`; `$shape` names the shape and types, `$flags` the
-/// immediate scale (and, for 16-bit types, transpose: 0 K-major, 1 M/N-major) operands.
-macro_rules! wgmma_m64n256 {
-    ($name:ident, $shape:literal, $flags:literal) => {
+/// `acc += A · B` for one warpgroup: A 64×k and B k×N (32 bytes of k) from shared memory through
+/// the descriptors `a` and `b`, on the `$count` accumulators from `$half`·64 (`$half` a const
+/// generic, 0 when the product uses one half or all); `$shape` names the shape and types,
+/// `$flags` the immediate scale (and, for 16-bit types, transpose: 0 K-major, 1 M/N-major)
+/// operands.
+macro_rules! wgmma_product {
+    ($name:ident, $count:tt, $shape:literal, $flags:literal) => {
         #[inline(always)]
-        unsafe fn $name(acc: &mut WgmmaAcc, a: u64, b: u64) {
-            asm_on_accumulators!(acc, [a = in(reg64) a, b = in(reg64) b,], "wgmma.mma_async.sync.aligned.", $shape, " {{", accumulator_operands!(),
-                         "}}, {a}, {b}, 1, ", $flags, ";");
+        unsafe fn $name<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64) {
+            with_accumulator_indices!(
+                $count,
+                asm_on_accumulators!(
+                    acc,
+                    HALF * 64,
+                    [a = in(reg64) a, b = in(reg64) b,],
+                    concat!("wgmma.mma_async.sync.aligned.", $shape, " "),
+                    concat!(", {a}, {b}, 1, ", $flags, ";"),
+                )
+            );
         }
     };
 }
 
-wgmma_m64n256!(wgmma_f16_kk, "m64n256k16.f32.f16.f16", "1, 1, 0, 0");
-wgmma_m64n256!(wgmma_f16_km, "m64n256k16.f32.f16.f16", "1, 1, 0, 1");
-wgmma_m64n256!(wgmma_f16_mk, "m64n256k16.f32.f16.f16", "1, 1, 1, 0");
-wgmma_m64n256!(wgmma_f16_mm, "m64n256k16.f32.f16.f16", "1, 1, 1, 1");
-wgmma_m64n256!(wgmma_bf16_kk, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0");
-wgmma_m64n256!(wgmma_bf16_km, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 1");
-wgmma_m64n256!(wgmma_bf16_mk, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0");
-wgmma_m64n256!(wgmma_bf16_mm, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 1");
-wgmma_m64n256!(wgmma_tf32_kk, "m64n256k8.f32.tf32.tf32", "1, 1");
+wgmma_product!(wgmma_f16_kk, 128, "m64n256k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_product!(wgmma_f16_km, 128, "m64n256k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_product!(wgmma_f16_mk, 128, "m64n256k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_product!(wgmma_f16_mm, 128, "m64n256k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_product!(wgmma_bf16_kk, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_product!(wgmma_bf16_km, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_product!(wgmma_bf16_mk, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_product!(wgmma_bf16_mm, 128, "m64n256k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_product!(wgmma_tf32_kk, 128, "m64n256k8.f32.tf32.tf32", "1, 1");
+
+wgmma_product!(wgmma_n128_f16_kk, 64, "m64n128k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n128_f16_km, 64, "m64n128k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n128_f16_mk, 64, "m64n128k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n128_f16_mm, 64, "m64n128k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n128_bf16_kk, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n128_bf16_km, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n128_bf16_mk, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n128_bf16_mm, 64, "m64n128k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n128_tf32_kk, 64, "m64n128k8.f32.tf32.tf32", "1, 1");
+
+wgmma_product!(wgmma_n192_f16_kk, 96, "m64n192k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n192_f16_km, 96, "m64n192k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n192_f16_mk, 96, "m64n192k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n192_f16_mm, 96, "m64n192k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n192_bf16_kk, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n192_bf16_km, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n192_bf16_mk, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n192_bf16_mm, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n192_tf32_kk, 96, "m64n192k8.f32.tf32.tf32", "1, 1");
 
 /// TF32 inputs: f32 in memory, read by `wgmma` with their low 13 mantissa bits ignored.
 pub struct Tf32;
@@ -327,6 +378,11 @@ pub trait WgmmaInput {
     /// # Safety
     /// `p` is aligned global memory that nothing writes during the kernel.
     unsafe fn load_elem(p: *const Self::Elem) -> Self::Elem;
+    /// Two consecutive elements, widened, in one load.
+    ///
+    /// # Safety
+    /// `p` is global memory aligned to two elements that nothing writes during the kernel.
+    unsafe fn load_pair(p: *const Self::Elem) -> [f32; 2];
     /// # Safety
     /// `p` is aligned writable global memory.
     unsafe fn store_elem(p: *mut Self::Elem, v: Self::Elem);
@@ -335,6 +391,11 @@ pub trait WgmmaInput {
     /// # Safety
     /// `p` is writable global memory aligned to two elements.
     unsafe fn store_elem_pair(p: *mut Self::Elem, v0: Self::Elem, v1: Self::Elem);
+    /// Two consecutive elements into shared memory at `addr`, in one store.
+    ///
+    /// # Safety
+    /// `addr` is a shared address in this block's allocation aligned to two elements.
+    unsafe fn store_shared_pair(addr: u32, v0: Self::Elem, v1: Self::Elem);
     /// `acc += A · B` for one warpgroup (see [`WgmmaAcc`] for the accumulator layout) over 32
     /// bytes of k; `a_mn_major` / `b_mn_major` say which operand is stored M- / N-major
     /// (constants at every call site, so the match folds to one instruction; TF32 supports only
@@ -345,10 +406,43 @@ pub trait WgmmaInput {
     /// to the async proxy before the call); every thread of the warpgroup calls it, after
     /// [`wgmma_fence`].
     unsafe fn wgmma_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
+    /// As [`WgmmaInput::wgmma_k32_bytes`] with B k×128 (`m64n128`), on half `HALF` of `acc`
+    /// (its 64 floats laid out as [`WgmmaAcc`]'s first 16 column blocks).
+    ///
+    /// # Safety
+    /// As [`WgmmaInput::wgmma_k32_bytes`].
+    unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(
+        acc: &mut WgmmaAcc,
+        a: u64,
+        b: u64,
+        a_mn_major: bool,
+        b_mn_major: bool,
+    );
+    /// As [`WgmmaInput::wgmma_k32_bytes`] with B k×192 (`m64n192`), on the first 96 floats of
+    /// `acc` (laid out as [`WgmmaAcc`]'s first 24 column blocks).
+    ///
+    /// # Safety
+    /// As [`WgmmaInput::wgmma_k32_bytes`].
+    unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
+}
+
+/// The product among `[kk, km, mk, mm]` (A K- or M-major, then B K- or N-major) for the
+/// operands' layouts `(a_mn_major, b_mn_major)`, called with `$args` (constants at every call
+/// site, so the match folds to one instruction).
+macro_rules! by_major {
+    ($majors:expr, [$kk:ident, $km:ident, $mk:ident, $mm:ident]::<$half:tt>($($args:tt)*)) => {
+        match $majors {
+            (false, false) => $kk::<$half>($($args)*),
+            (false, true) => $km::<$half>($($args)*),
+            (true, false) => $mk::<$half>($($args)*),
+            (true, true) => $mm::<$half>($($args)*),
+        }
+    };
 }
 
 macro_rules! wgmma_16bit {
-    ($ty:ty, $kk:ident, $km:ident, $mk:ident, $mm:ident) => {
+    ($ty:ty, [$kk:ident, $km:ident, $mk:ident, $mm:ident], [$kk2:ident, $km2:ident, $mk2:ident, $mm2:ident],
+     [$kk3:ident, $km3:ident, $mk3:ident, $mm3:ident]) => {
         impl WgmmaInput for $ty {
             type Elem = u16;
             #[inline(always)]
@@ -364,12 +458,21 @@ macro_rules! wgmma_16bit {
                 super::load_nc_u16(p)
             }
             #[inline(always)]
+            unsafe fn load_pair(p: *const u16) -> [f32; 2] {
+                let bits = super::load_nc_u32(p.cast());
+                [Self::widen(bits as u16), Self::widen((bits >> 16) as u16)]
+            }
+            #[inline(always)]
             unsafe fn store_elem(p: *mut u16, v: u16) {
                 super::store_u16(p, v)
             }
             #[inline(always)]
             unsafe fn store_elem_pair(p: *mut u16, v0: u16, v1: u16) {
                 super::store_u16x2(p, v0, v1)
+            }
+            #[inline(always)]
+            unsafe fn store_shared_pair(addr: u32, v0: u16, v1: u16) {
+                store_shared_u32(addr, u32::from(v0) | u32::from(v1) << 16)
             }
             #[inline(always)]
             unsafe fn wgmma_k32_bytes(
@@ -379,19 +482,44 @@ macro_rules! wgmma_16bit {
                 a_mn_major: bool,
                 b_mn_major: bool,
             ) {
-                match (a_mn_major, b_mn_major) {
-                    (false, false) => $kk(acc, a, b),
-                    (false, true) => $km(acc, a, b),
-                    (true, false) => $mk(acc, a, b),
-                    (true, true) => $mm(acc, a, b),
-                }
+                by_major!((a_mn_major, b_mn_major), [$kk, $km, $mk, $mm]::<0>(acc, a, b))
+            }
+            #[inline(always)]
+            unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(
+                acc: &mut WgmmaAcc,
+                a: u64,
+                b: u64,
+                a_mn_major: bool,
+                b_mn_major: bool,
+            ) {
+                by_major!((a_mn_major, b_mn_major), [$kk2, $km2, $mk2, $mm2]::<HALF>(acc, a, b))
+            }
+            #[inline(always)]
+            unsafe fn wgmma_n192_k32_bytes(
+                acc: &mut WgmmaAcc,
+                a: u64,
+                b: u64,
+                a_mn_major: bool,
+                b_mn_major: bool,
+            ) {
+                by_major!((a_mn_major, b_mn_major), [$kk3, $km3, $mk3, $mm3]::<0>(acc, a, b))
             }
         }
     };
 }
 
-wgmma_16bit!(super::F16, wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm);
-wgmma_16bit!(super::BF16, wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm);
+wgmma_16bit!(
+    super::F16,
+    [wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm],
+    [wgmma_n128_f16_kk, wgmma_n128_f16_km, wgmma_n128_f16_mk, wgmma_n128_f16_mm],
+    [wgmma_n192_f16_kk, wgmma_n192_f16_km, wgmma_n192_f16_mk, wgmma_n192_f16_mm]
+);
+wgmma_16bit!(
+    super::BF16,
+    [wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm],
+    [wgmma_n128_bf16_kk, wgmma_n128_bf16_km, wgmma_n128_bf16_mk, wgmma_n128_bf16_mm],
+    [wgmma_n192_bf16_kk, wgmma_n192_bf16_km, wgmma_n192_bf16_mk, wgmma_n192_bf16_mm]
+);
 
 impl WgmmaInput for Tf32 {
     type Elem = f32;
@@ -408,6 +536,10 @@ impl WgmmaInput for Tf32 {
         super::load_nc_f32(p)
     }
     #[inline(always)]
+    unsafe fn load_pair(p: *const f32) -> [f32; 2] {
+        super::load_nc_f32x2(p)
+    }
+    #[inline(always)]
     unsafe fn store_elem(p: *mut f32, v: f32) {
         super::store_f32(p, v)
     }
@@ -416,7 +548,19 @@ impl WgmmaInput for Tf32 {
         super::store_f32x2(p, [v0, v1])
     }
     #[inline(always)]
+    unsafe fn store_shared_pair(addr: u32, v0: f32, v1: f32) {
+        asm!("st.shared.v2.b32 [{a}], {{{x}, {y}}};", a = in(reg32) addr, x = in(reg32) v0, y = in(reg32) v1, options(nostack));
+    }
+    #[inline(always)]
     unsafe fn wgmma_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
-        wgmma_tf32_kk(acc, a, b)
+        wgmma_tf32_kk::<0>(acc, a, b)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_n128_k32_bytes<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
+        wgmma_n128_tf32_kk::<HALF>(acc, a, b)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
+        wgmma_n192_tf32_kk::<0>(acc, a, b)
     }
 }

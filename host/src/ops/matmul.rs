@@ -10,7 +10,7 @@
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
 //! | 1 | M ≤ 16, A not transposed, any dtype (TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (128×256 tiles, TMA) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 4 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
 //! | 5 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
@@ -31,7 +31,8 @@ use crate::shapes::{
     gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
     GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMV_COLS_NT, GEMV_ROWS,
     GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
-    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILE,
+    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE,
+    WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -263,8 +264,8 @@ impl<'a> Gemm<'a> {
         };
         match plan.path {
             GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
-            GemmPath::Wgmma => {
-                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb), (&plan, workspace.as_ref()))?
+            GemmPath::Wgmma { tile } => {
+                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb), tile, (&plan, workspace.as_ref()))?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
             GemmPath::Simt { .. } | GemmPath::Tf32Mma | GemmPath::HalfMma => {
@@ -301,7 +302,7 @@ impl<'a> Gemm<'a> {
                 let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(2)][ta][tb]);
                 (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
             }
-            GemmPath::Gemv { .. } | GemmPath::Wgmma | GemmPath::Tf32Wgmma => {
+            GemmPath::Gemv { .. } | GemmPath::Wgmma { .. } | GemmPath::Tf32Wgmma => {
                 unreachable!("launch_tiled takes the tiled paths only")
             }
         };
@@ -501,11 +502,12 @@ impl<'a> Gemm<'a> {
         let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
-        self.launch_wgmma(d, out, stream, (a, false), (b, true), split)
+        self.launch_wgmma(d, out, stream, (a, false), (b, true), 0, split)
     }
 
-    /// The `wgmma` kernel on `a` and `b` (transposed as flagged): A's and B's tensor maps go to
-    /// the device, then the launch.
+    /// The `wgmma` kernel on `a` and `b` (transposed as flagged) with tile `kind` of
+    /// `WGMMA_TILES`: A's, B's and the output's tensor maps go to the device, then the launch.
+    #[allow(clippy::too_many_arguments)]
     fn launch_wgmma(
         &self,
         d: Dims,
@@ -513,10 +515,12 @@ impl<'a> Gemm<'a> {
         stream: &Arc<Stream>,
         (a, ta): (&Tensor, bool),
         (b, tb): (&Tensor, bool),
+        kind: usize,
         (plan, workspace): (&GemmPlan, Option<&DeviceBuffer>),
     ) -> Result<()> {
         let op = self.op;
         let dtype = a.dtype();
+        let tile = WGMMA_TILES[kind];
         // A is [M, K] (K-major) or, transposed, [K, M]; B is [K, N] or, transposed, [N, K]. A
         // K-major operand moves as one box of 128 bytes of k × its tile rows; an M/N-major one
         // as boxes of 64 rows × 128 bytes of k.
@@ -527,41 +531,72 @@ impl<'a> Gemm<'a> {
                 tensor_map(dtype, t.device_ptr(), (inner, outer, d.batch), stride, boxed)
             };
         let map_a = if ta {
-            map(a, WGMMA_TILE.0, false, (d.k, d.m), d.stride_a)?
+            map(a, tile.0, false, (d.k, d.m), d.stride_a)?
         } else {
-            map(a, WGMMA_TILE.0, true, (d.m, d.k), d.stride_a)?
+            map(a, tile.0, true, (d.m, d.k), d.stride_a)?
         };
+        let kernel = if dtype == DType::F32 {
+            WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
+        } else {
+            WgmmaKernel::Half(WGMMA_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
+        };
+        // The grid is set below; the occupancy query wants one of whole clusters.
+        let mut cfg = LaunchConfig {
+            grid: (2, 1, 1),
+            block: (WGMMA_THREADS as u32, 1, 1),
+            shared_bytes: WGMMA_SHARED_BYTES as u32,
+        };
+        // Clusters of two blocks on vertically adjacent tiles, each loading half of B's piece
+        // for both (TMA multicast), when there are two rows of tiles to pair, no split of K
+        // (split-K sizes its slices to the SMs, and fewer blocks run in clusters) and the device
+        // runs such clusters.
+        let pair = wgmma_cluster() && d.m > tile.0 && plan.slices == 1;
+        let clusters = if pair { resident_clusters(stream, kernel, cfg) } else { 0 };
+        let cluster = if clusters > 0 { 2 } else { 1 };
         let map_b = if tb {
-            map(b, WGMMA_TILE.1, true, (d.n, d.k), d.stride_b)?
+            map(b, tile.1 / cluster, true, (d.n, d.k), d.stride_b)?
         } else {
-            map(b, WGMMA_TILE.1, false, (d.k, d.n), d.stride_b)?
+            map(b, tile.1, false, (d.k, d.n), d.stride_b)?
         };
-        let maps: Vec<u64> = map_a.opaque.iter().chain(map_b.opaque.iter()).copied().collect();
+        // The output through shared memory and TMA stores: whole slices only (no split) and rows
+        // that start on 16-byte boundaries.
+        let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0;
+        let map_out = if tma_store {
+            let stride = if d.batch > 1 { d.m * d.n } else { 0 };
+            tensor_map(dtype, out.device_ptr(), (d.n, d.m, d.batch), stride, (row, WGMMA_STORE_ROWS))?
+        } else {
+            sys::CUtensorMap { opaque: [0; 16] }
+        };
+        let maps: Vec<u64> = [map_a, map_b, map_out].iter().flat_map(|map| map.opaque).collect();
         let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
         // SAFETY: the fresh buffer of this stream holds exactly the copied words (see `copy_htod`
         // on the pageable source; u64 has no padding); the launch below is ordered after the copy on this stream.
         unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
 
-        let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1);
-        if tiles > i32::MAX as usize {
+        let layers = d.batch * plan.slices;
+        let units = d.m.div_ceil(tile.0).div_ceil(cluster) * d.n.div_ceil(tile.1) * layers;
+        if units > i32::MAX as usize {
             return Err(Error::InvalidArgument {
                 op,
                 shape: vec![d.m, d.n],
                 reason: "too many output tiles for one launch".into(),
             });
         }
-        let cfg = LaunchConfig {
-            grid: (tiles as u32, 1, (d.batch * plan.slices) as u32),
-            block: (WGMMA_THREADS as u32, 1, 1),
-            shared_bytes: WGMMA_SHARED_BYTES as u32,
-        };
+        // Persistent blocks, as many as run at once (one per SM: the shared memory allows no
+        // second; clusters need both blocks' SMs in one GPC, so fewer may fit), each walking the
+        // units `blockIdx.x / cluster + i·gridDim.x / cluster`.
+        let resident = if cluster > 1 { clusters } else { stream.device.info.sm_count as usize };
+        cfg.grid.0 = (units.min(resident).max(1) * cluster) as u32;
         let maps = maps_dev.dev_ptr();
         let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
         let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
-        // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>(maps, c, bias, out, m, n, k, stride_c, alpha, beta,
-        // activation, batched_a, batched_b, k_steps, ws)`: `ws` is null or the workspace of
-        // batch·slices·M·N floats with grid z = batch·slices, slices = ⌈k-steps / k_steps⌉; `maps` holds A's and B's tensor maps, made above
-        // for the live buffers of A and B with the shapes and strides `dims()` checked; c and bias
+        let launch = (k_steps, ws, layers, u32::from(tma_store), cluster as u32);
+        // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_<tile>](maps, c, bias, out, m, n, k, stride_c, alpha,
+        // beta, activation, batched_a, batched_b, k_steps, ws, layers, tma_store)`: `ws` is null or
+        // the workspace of batch·slices·M·N floats with layers = batch·slices, slices = ⌈k-steps /
+        // k_steps⌉; `maps` holds A's, B's and (with `tma_store`) the output's tensor maps, made
+        // above for the live buffers of A, B and `out` with the shapes and strides `dims()`
+        // checked and the boxes of the kernel's tile; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
         // stream-ordered pool after this call, so no later work reuses it before the kernel ends;
@@ -569,11 +604,13 @@ impl<'a> Gemm<'a> {
         // tensor-map proxy on both maps before its first TMA copy, since the block may have held
         // an earlier launch's maps at the same address.
         unsafe {
-            if dtype == DType::F32 {
-                kernels::gemm_wgmma_tf32_nt.launch(stream, cfg, self.wgmma_args(maps, &d, out, (k_steps, ws)))
-            } else {
-                let kernel = WGMMA_KERNELS[dtype.index() - 1][usize::from(ta)][usize::from(tb)];
-                kernel.launch(stream, cfg, self.wgmma_args(maps, &d, out, (k_steps, ws)))
+            match kernel {
+                WgmmaKernel::Tf32(k) => {
+                    k.launch_clustered(stream, cfg, cluster as u32, self.wgmma_args(maps, &d, out, launch))
+                }
+                WgmmaKernel::Half(k) => {
+                    k.launch_clustered(stream, cfg, cluster as u32, self.wgmma_args(maps, &d, out, launch))
+                }
             }
         }
     }
@@ -584,7 +621,7 @@ impl<'a> Gemm<'a> {
         maps: DevPtr<u8>,
         d: &Dims,
         out: &Tensor,
-        (k_steps, ws): (usize, DevPtrMut<f32>),
+        (k_steps, ws, layers, tma_store, cluster): (usize, DevPtrMut<f32>, usize, u32, u32),
     ) -> WgmmaArgs<E> {
         (
             maps,
@@ -602,6 +639,9 @@ impl<'a> Gemm<'a> {
             u32::from(d.stride_b != 0),
             k_steps,
             ws,
+            layers,
+            tma_store,
+            cluster,
         )
     }
 
@@ -676,8 +716,9 @@ enum GemmPath {
     Tf32Mma,
     /// f16/bf16 `mma.sync`.
     HalfMma,
-    /// f16/bf16 `wgmma` + TMA (sm_90a).
-    Wgmma,
+    /// f16/bf16 `wgmma` + TMA (sm_90a) with tile `tile` of `WGMMA_TILES` (128×256, 256×128,
+    /// 128×192).
+    Wgmma { tile: usize },
     /// TF32 `wgmma` + TMA (sm_90a), after transposing the operands to K-major.
     Tf32Wgmma,
 }
@@ -728,9 +769,35 @@ fn split_k(k: usize, blocks: usize, target: usize, (align, min_chunk): (usize, u
     (k.div_ceil(k_chunk), k_chunk)
 }
 
-/// A `wgmma` plan: split K when the 128×256 tiles leave SMs idle (one block per SM fits).
+/// The `wgmma` tile (index into `WGMMA_TILES`) that gives the SMs the least work: with at least a
+/// wave of tiles (or K too short to split), the most any SM computes, ⌈tiles / SMs⌉ tiles; with
+/// fewer (split-K spreads them), the padded output's area per SM. The 128×192 tile counts 8%
+/// more per element (it reads more operand bytes per flop); ties go to the smaller padded output,
+/// then to the earlier tile. N = 384 fills two 192-wide tiles, where 256-wide ones pad a third and
+/// 128-wide ones leave the second wave half empty.
+fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
+    let cost = |kind: usize| {
+        let (bm, bn) = WGMMA_TILES[kind];
+        let tiles = d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+        let padded = tiles * bm * bn;
+        let work = if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
+            tiles.div_ceil(dev.sms) * bm * bn * dev.sms
+        } else {
+            padded
+        };
+        let weight = if bn == 192 { 108 } else { 100 };
+        (work as u128 * weight, padded)
+    };
+    (0..WGMMA_TILES.len()).min_by_key(|&kind| cost(kind)).unwrap_or(0)
+}
+
+/// A `wgmma` plan: split K when the tiles leave SMs idle (one block per SM fits).
 fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> GemmPlan {
-    let tiles = d.m.div_ceil(WGMMA_TILE.0) * d.n.div_ceil(WGMMA_TILE.1) * d.batch;
+    let tile = match path {
+        GemmPath::Wgmma { tile } => WGMMA_TILES[tile],
+        _ => WGMMA_TILE,
+    };
+    let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
     let bk = WGMMA_ROW_BYTES / dtype.size_bytes();
     let (slices, k_chunk) = if tiles < dev.sms && d.k >= 2 * SPLIT_MIN_K {
         split_k(d.k, tiles, dev.sms, (bk, SPLIT_MIN_K))
@@ -761,7 +828,7 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let tma =
             d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
         if dev.sm90a && tma {
-            return wgmma_plan(d, GemmPath::Wgmma, o.dtype, dev);
+            return wgmma_plan(d, GemmPath::Wgmma { tile: wgmma_tile(d, dev) }, o.dtype, dev);
         }
         let tiles = tiles(MMA_TILE);
         if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
@@ -958,7 +1025,8 @@ const TF32_KERNELS: ByTranspose<GemmArgs<f32>> =
 
 /// The `wgmma` kernels' arguments over elements `E`: the tensor maps, c, bias, out, m, n, k,
 /// stride_c, alpha, beta, the activation, whether A and B are batched, k-steps per slice, the
-/// split-K workspace (null: none).
+/// split-K workspace (null: none), batch × slices, whether the output goes by TMA store, the
+/// cluster size.
 type WgmmaArgs<E> = (
     DevPtr<u8>,
     DevPtr<E>,
@@ -975,17 +1043,69 @@ type WgmmaArgs<E> = (
     u32,
     usize,
     DevPtrMut<f32>,
+    usize,
+    u32,
+    u32,
 );
 
-/// `[f16, bf16][A transposed][B transposed]`.
-const WGMMA_KERNELS: [ByTranspose<WgmmaArgs<u16>>; 2] = [
+/// A `wgmma` kernel of either element width.
+#[derive(Clone, Copy)]
+enum WgmmaKernel {
+    Tf32(Kernel<WgmmaArgs<f32>>),
+    Half(Kernel<WgmmaArgs<u16>>),
+}
+
+/// Clusters of two `wgmma` blocks (launch shape `cfg`, the same for every `wgmma` kernel) the
+/// device runs at once, asked of the driver once per device; 0 where it runs none or the query
+/// fails (the kernels then run without clusters).
+fn resident_clusters(stream: &Stream, kernel: WgmmaKernel, cfg: LaunchConfig) -> usize {
+    *stream.device.wgmma_clusters.get_or_init(|| {
+        let clusters = match kernel {
+            WgmmaKernel::Tf32(k) => k.max_active_clusters(stream, cfg, 2),
+            WgmmaKernel::Half(k) => k.max_active_clusters(stream, cfg, 2),
+        };
+        clusters.unwrap_or(0)
+    })
+}
+
+/// Whether the `wgmma` GEMM may run in clusters of two (`FERROCUDA_WGMMA_CLUSTER=1` turns them
+/// off, for measuring the difference).
+fn wgmma_cluster() -> bool {
+    static CLUSTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CLUSTER.get_or_init(|| std::env::var("FERROCUDA_WGMMA_CLUSTER").map_or(true, |v| v != "1"))
+}
+
+/// `[tile of WGMMA_TILES][f16, bf16][A transposed][B transposed]`.
+const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 3] = [
     [
-        [kernels::gemm_wgmma_f16_nn, kernels::gemm_wgmma_f16_nt],
-        [kernels::gemm_wgmma_f16_tn, kernels::gemm_wgmma_f16_tt],
+        [
+            [kernels::gemm_wgmma_f16_nn, kernels::gemm_wgmma_f16_nt],
+            [kernels::gemm_wgmma_f16_tn, kernels::gemm_wgmma_f16_tt],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn, kernels::gemm_wgmma_bf16_nt],
+            [kernels::gemm_wgmma_bf16_tn, kernels::gemm_wgmma_bf16_tt],
+        ],
     ],
     [
-        [kernels::gemm_wgmma_bf16_nn, kernels::gemm_wgmma_bf16_nt],
-        [kernels::gemm_wgmma_bf16_tn, kernels::gemm_wgmma_bf16_tt],
+        [
+            [kernels::gemm_wgmma_f16_nn_256x128, kernels::gemm_wgmma_f16_nt_256x128],
+            [kernels::gemm_wgmma_f16_tn_256x128, kernels::gemm_wgmma_f16_tt_256x128],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn_256x128, kernels::gemm_wgmma_bf16_nt_256x128],
+            [kernels::gemm_wgmma_bf16_tn_256x128, kernels::gemm_wgmma_bf16_tt_256x128],
+        ],
+    ],
+    [
+        [
+            [kernels::gemm_wgmma_f16_nn_128x192, kernels::gemm_wgmma_f16_nt_128x192],
+            [kernels::gemm_wgmma_f16_tn_128x192, kernels::gemm_wgmma_f16_tt_128x192],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn_128x192, kernels::gemm_wgmma_bf16_nt_128x192],
+            [kernels::gemm_wgmma_bf16_tn_128x192, kernels::gemm_wgmma_bf16_tt_128x192],
+        ],
     ],
 ];
 
@@ -1153,23 +1273,42 @@ mod tests {
     #[test]
     fn sixteen_bit_takes_wgmma_where_tma_can_read_it() {
         let o = operands(DType::BF16, false, false);
-        assert_eq!(path(dims(6144, 6144, 6144), o, H100), GemmPath::Wgmma);
+        const WIDE: GemmPath = GemmPath::Wgmma { tile: 0 };
+        const TALL: GemmPath = GemmPath::Wgmma { tile: 1 };
+        const N192: GemmPath = GemmPath::Wgmma { tile: 2 };
+        assert_eq!(path(dims(6144, 6144, 6144), o, H100), WIDE);
         assert_eq!(path(dims(6144, 6144, 6144), o, OLDER), GemmPath::HalfMma);
         // Rows not 16-byte multiples (K = 2999): TMA cannot; mma.sync.
         assert_eq!(path(dims(3001, 3003, 2999), o, H100), GemmPath::HalfMma);
         assert_eq!(path(dims(3000, 3003, 3000), o, H100), GemmPath::HalfMma);
-        assert_eq!(path(dims(3001, 3000, 3000), o, H100), GemmPath::Wgmma);
+        assert_eq!(path(dims(3001, 3000, 3000), o, H100), N192);
         assert_eq!(path(dims(300, 300, 300), Operands { aligned_b: false, ..o }, H100), GemmPath::HalfMma);
         assert_eq!(path(dims(300, 300, 0), o, H100), GemmPath::HalfMma);
-        // Few tiles of 128×256: split K (one block per SM fits), in whole k-steps of 64.
+        // The tile that leaves the SMs the least work: 128×256 for the squares; 128×192 where
+        // N = 384 or 1152 (2 or 6 tiles of 192, full waves); 256×128 for N = 128 with split K.
+        assert_eq!(path(dims(4096, 4096, 4096), o, H100), WIDE);
+        assert_eq!(path(dims(8192, 8192, 8192), o, H100), WIDE);
+        assert_eq!(path(dims(16384, 384, 1152), o, H100), N192);
+        assert_eq!(path(dims(16384, 1152, 384), o, H100), N192);
+        assert_eq!(path(dims(16384, 1536, 384), o, H100), WIDE);
+        assert_eq!(path(dims(100, 384, 384), o, H100), N192);
+        assert_eq!(path(dims(8192, 128, 8192), o, H100), TALL);
+        assert_eq!(path(dims(4096, 8192, 128), o, H100), WIDE);
+        // The shapes of tests/matmul.rs's `half_precision_tma_shapes`, one per tile.
+        assert_eq!(path(dims(12000, 376, 40), o, H100), N192);
+        assert_eq!(path(dims(11200, 760, 40), o, H100), WIDE);
+        assert_eq!(path(dims(8600, 640, 40), o, H100), TALL);
+        assert_eq!(path(dims(136, 264, 200), o, H100), N192);
+        // Few tiles: split K (one block per SM fits), in whole k-steps of 64.
         let split = |m, n, k| {
             let p = plan(&dims(m, n, k), &o, &H100);
-            assert_eq!(p.path, GemmPath::Wgmma);
+            assert!(matches!(p.path, GemmPath::Wgmma { .. }));
             assert!(p.slices == 1 || p.k_chunk % 64 == 0);
             (p.slices, p.k_chunk)
         };
         assert_eq!(split(128, 8192, 8192), (4, 2048));
-        assert_eq!(split(8192, 128, 8192), (2, 4096));
+        // 32 tall tiles of 256×128.
+        assert_eq!(split(8192, 128, 8192), (4, 2048));
         assert_eq!(split(16384, 16384, 256), (1, 256));
         assert_eq!(split(128, 8192, 1000), (1, 1000));
         // mma.sync splits K as well when its 128×128 tiles are few: a 73-row weight gradient.

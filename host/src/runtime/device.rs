@@ -132,6 +132,9 @@ pub(crate) struct CudaDevice {
     /// Streams of this device being captured into graphs right now.
     pub(crate) captures: AtomicUsize,
     pub(crate) profiler: Profiler,
+    /// Clusters of two `wgmma` GEMM blocks the device runs at once (asked of the driver on the
+    /// first clustered launch).
+    pub(crate) wgmma_clusters: OnceLock<usize>,
 }
 
 impl CudaDevice {
@@ -174,6 +177,7 @@ impl CudaDevice {
             pool: MemoryPool::new(),
             captures: AtomicUsize::new(0),
             profiler: Profiler::new(),
+            wgmma_clusters: OnceLock::new(),
         });
         open[ordinal] = Some(dev.clone());
         Ok(dev)

@@ -182,23 +182,78 @@ impl<A: KernelArgs> Kernel<A> {
     /// returns suffices); the config satisfies what the kernel's documentation asks of its launch
     /// shape.
     pub unsafe fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.launch_clustered(stream, cfg, 1, args) }
+    }
+
+    /// Launch on `stream` in clusters of `cluster` blocks along x (1: a plain launch).
+    ///
+    /// # Safety
+    /// As [`Kernel::launch`]; `cfg.grid.0` is a multiple of `cluster`, and the kernel expects
+    /// clusters of that size.
+    pub unsafe fn launch_clustered(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        cluster: u32,
+        args: A,
+    ) -> Result<()> {
         args.with_addresses(|addresses| {
             // SAFETY: forwarded from this function's contract; the addresses point into `args`,
             // which outlives the call, and their types are the table's, which the kernel build
             // checked against the kernel.
-            unsafe { launch_raw(stream, self.info, cfg, addresses) }
+            unsafe { launch_raw(stream, self.info, cfg, cluster, addresses) }
         })
+    }
+
+    /// How many clusters of `cluster` blocks of the launch shape `cfg` (its grid ignored) the
+    /// device runs at once (`cuOccupancyMaxActiveClusters`): clusters beyond it wait for a
+    /// free set of SMs.
+    pub fn max_active_clusters(&self, stream: &Stream, cfg: LaunchConfig, cluster: u32) -> Result<usize> {
+        let f = opt_in(stream, self.info, cfg)?;
+        let mut attribute = cluster_attribute(cluster);
+        let config = driver_config(stream, cfg, &mut attribute);
+        let mut clusters = 0;
+        // SAFETY: `f` is a live kernel handle; `config` and the attribute it points to live
+        // across the call, which only writes `clusters`.
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f, &config) }
+            .result()
+            .call("cuOccupancyMaxActiveClusters")?;
+        Ok(clusters.max(0) as usize)
     }
 }
 
-/// # Safety
-/// As [`Kernel::launch`], with `args` the addresses of arguments of the kernel's types.
-unsafe fn launch_raw(
+/// The launch attribute asking for clusters of `cluster` blocks along x.
+fn cluster_attribute(cluster: u32) -> sys::CUlaunchAttribute {
+    // SAFETY: plain data; all zeros is a valid value of every field.
+    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster, y: 1, z: 1 };
+    attribute
+}
+
+/// `cuLaunchKernelEx`'s description of the launch `cfg` on `stream` with one attribute.
+fn driver_config(
     stream: &Stream,
-    kernel: KernelInfo,
     cfg: LaunchConfig,
-    args: &mut [*mut c_void],
-) -> Result<()> {
+    attribute: &mut sys::CUlaunchAttribute,
+) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: cfg.grid.0,
+        gridDimY: cfg.grid.1,
+        gridDimZ: cfg.grid.2,
+        blockDimX: cfg.block.0,
+        blockDimY: cfg.block.1,
+        blockDimZ: cfg.block.2,
+        sharedMemBytes: cfg.shared_bytes,
+        hStream: stream.raw(),
+        attrs: attribute,
+        numAttrs: 1,
+    }
+}
+
+/// The kernel's handle in the stream's context, opted in to `cfg`'s shared memory.
+fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig) -> Result<sys::CUfunction> {
     let device = &stream.device;
     device.bind()?;
     let f = device.modules.function(kernel)?;
@@ -226,6 +281,19 @@ unsafe fn launch_raw(
         }
         .call("cuFuncSetAttribute")?;
     }
+    Ok(f.0)
+}
+
+/// # Safety
+/// As [`Kernel::launch_clustered`], with `args` the addresses of arguments of the kernel's types.
+unsafe fn launch_raw(
+    stream: &Stream,
+    kernel: KernelInfo,
+    cfg: LaunchConfig,
+    cluster: u32,
+    args: &mut [*mut c_void],
+) -> Result<()> {
+    let f = opt_in(stream, kernel, cfg)?;
     let kind = || ProfiledKind::Kernel {
         name: kernel.name,
         grid: cfg.grid,
@@ -233,16 +301,24 @@ unsafe fn launch_raw(
         shared_bytes: cfg.shared_bytes,
     };
     stream.profiled(kind, || {
-        // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle in the
-        // stream's context.
-        unsafe { result::launch_kernel(f.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args) }
-            .map_err(|source| Error::Launch {
-                kernel: kernel.name,
-                grid: cfg.grid,
-                block: cfg.block,
-                shared_bytes: cfg.shared_bytes,
-                source,
-            })
+        let launched = if cluster > 1 {
+            let mut attribute = cluster_attribute(cluster);
+            let config = driver_config(stream, cfg, &mut attribute);
+            // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle
+            // in the stream's context; `config` and its attribute live across the call.
+            unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }.result()
+        } else {
+            // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle
+            // in the stream's context.
+            unsafe { result::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args) }
+        };
+        launched.map_err(|source| Error::Launch {
+            kernel: kernel.name,
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_bytes: cfg.shared_bytes,
+            source,
+        })
     })
 }
 
