@@ -18,7 +18,9 @@
 //! (a row's 128 values sit in the four threads of a quad: two shuffles per reduction; the scale
 //! folded into `ex2`'s argument, so the softmax scale must be positive); P rounded to 16 bits
 //! in the registers that hold S, which are already the A fragments of `wgmma`'s register-A form;
-//! O (64 × D, f32) += P V with V the N-major B operand.
+//! O (64 × D, f32) += P V with V the N-major B operand. Each warpgroup issues S of tile j before
+//! P V of tile j − 1 (FlashAttention-3's intra-warpgroup overlap), so the softmax of tile j runs
+//! while the tensor cores multiply P V; O is rescaled once that product has landed.
 //!
 //! Masks: keys ≥ Sk (TMA zero-filled) and, under `causal`, keys after the bottom-right aligned
 //! diagonal become −∞ on the tiles that hold any (the others skip the test); tiles wholly after
@@ -50,15 +52,6 @@ const PRODUCER_REGS: u32 = 24;
 const CONSUMER_REGS: u32 = 240;
 
 const _: () = assert!(BM == 128 && BN == 128 && PANEL * 2 == ROW_BYTES as usize && ATTN_WGMMA_THREADS == 384);
-
-#[inline(always)]
-fn max(a: f32, b: f32) -> f32 {
-    if b > a {
-        b
-    } else {
-        a
-    }
-}
 
 /// The shared-memory layout of one block: Q's panels, then per stage K's and V's panels, then
 /// the mbarriers (Q's full; per stage K full, K empty, V full, V empty).
@@ -175,88 +168,53 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
     // The warpgroup's first row, and this thread's two rows (accumulator halves 0 and 1).
     let wg_row = q0 + 64 * w;
     let row = |i: usize| wg_row + tw / 32 * 16 + g + 8 * i;
+    let rows = Rows { first: wg_row, mine: [row(0), row(1)], key_lane: 2 * tq, sk, causal, offset };
     let mut o = [0.0f32; NO];
     // Running max (raw scores) and this thread's part of the row sums.
-    let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
+    let mut state = Softmax { m: [f32::NEG_INFINITY; 2], l: [0.0f32; 2], scale_log2 };
+    let mut sc = [0.0f32; 64];
+    let stage = |j: usize| (j % stages, ((j / stages) & 1) as u32);
+    let release = |bar: u32| {
+        if tw == 0 {
+            // SAFETY: an initialised barrier of this block; one arrival per consumer warpgroup.
+            unsafe { mbarrier_arrive(bar) };
+        }
+    };
     if tiles > 0 {
         mbarrier_wait(at.q_full(), 0);
-    }
-    for j in 0..tiles {
-        let (s, phase) = (j % stages, ((j / stages) & 1) as u32);
-        let k0 = j * BN;
-        mbarrier_wait(at.k_full(s), phase);
-        let mut sc = [0.0f32; 64];
-        sc.fence();
-        unroll!(kk in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            if kk < D / 16 {
-                // k-steps of 32 bytes along a K-major panel row (the swizzle follows the address).
-                let (p, col) = ((kk / 4) as u32, (kk % 4) as u32 * 32);
-                let a = sw128_descriptor(at.q() + p * Q_PANEL + w as u32 * 64 * ROW_BYTES + col, 16, ATOM_BYTES);
-                let bk = sw128_descriptor(at.k(s) + p * KV_PANEL + col, 16, ATOM_BYTES);
-                sc.mma_ss::<E, 0, 0>(a, bk, kk > 0);
-            }
-        });
-        wgmma_commit();
+        mbarrier_wait(at.k_full(0), 0);
+        scores::<E, D>(&mut sc, at, 0, w);
         sc.wait::<0>();
-        if tw == 0 {
-            mbarrier_arrive(at.k_empty(s));
+        release(at.k_empty(0));
+        state.update(&mut sc, 0, rows);
+        mbarrier_wait(at.v_full(0), 0);
+        let mut pa = probabilities::<E>(&sc);
+        // FlashAttention-3's intra-warpgroup overlap: S of tile j is issued before P V of tile
+        // j − 1, and the softmax of S runs while the tensor cores work on P V. The wait for V
+        // of tile j (a spin loop) sits between the softmax and the wait for P V: in one basic
+        // block, ptxas hoists that wait above the exponentials. The probabilities are pinned
+        // above the spin loop, or LLVM sinks their exponentials to their use below it.
+        for j in 1..tiles {
+            let ((s, phase), sp) = (stage(j), stage(j - 1).0);
+            mbarrier_wait(at.k_full(s), phase);
+            scores::<E, D>(&mut sc, at, s, w);
+            values::<E, NO>(&mut o, &pa, at.v(sp));
+            sc.wait::<1>();
+            release(at.k_empty(s));
+            let alpha = state.update(&mut sc, j * BN, rows);
+            pin_values(&mut sc);
+            mbarrier_wait(at.v_full(s), phase);
+            o.wait::<0>();
+            release(at.v_empty(sp));
+            rescale(&mut o, alpha);
+            pa = probabilities::<E>(&sc);
         }
-
-        // Whether any (row, key) pair of this warpgroup's rows is hidden.
-        let edge = k0 + BN > sk || (causal && (k0 + BN - 1) as isize > wg_row as isize + offset);
-        let mut row_max = [f32::NEG_INFINITY; 2];
-        unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-            unroll!(e in [0, 1, 2, 3] => {
-                let key = k0 + 8 * n + 2 * tq + e % 2;
-                if edge && masked(key, row(e / 2), sk, causal, offset) {
-                    sc[4 * n + e] = f32::NEG_INFINITY;
-                }
-                row_max[e / 2] = max(row_max[e / 2], sc[4 * n + e]);
-            });
-        });
-        let mut base = [0.0f32; 2];
-        unroll!(i in [0, 1] => {
-            let mx = max(row_max[i], shfl_xor(row_max[i], 1));
-            let m_new = max(m[i], max(mx, shfl_xor(mx, 2)));
-            // A row that has seen only masked keys keeps the max −∞; 0 avoids −∞ − −∞.
-            base[i] = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new * scale_log2 };
-            let alpha = exp2_approx(m[i] * scale_log2 - base[i]);
-            m[i] = m_new;
-            l[i] *= alpha;
-            unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-                if n < NO / 4 {
-                    o[4 * n + 2 * i] *= alpha;
-                    o[4 * n + 2 * i + 1] *= alpha;
-                }
-            });
-        });
-        unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-            unroll!(e in [0, 1, 2, 3] => {
-                let p = exp2_approx(fma(sc[4 * n + e], scale_log2, -base[e / 2]));
-                sc[4 * n + e] = p;
-                l[e / 2] += p;
-            });
-        });
-        // The accumulators of 8-column blocks 2jj and 2jj + 1 are the A fragment of k16 block jj.
-        let mut pa = [[0u32; 4]; 8];
-        unroll!(jj in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            let x = |i: usize| pack_half2::<E>(sc[8 * jj + 2 * i], sc[8 * jj + 2 * i + 1]);
-            pa[jj] = [x(0), x(1), x(2), x(3)];
-        });
-
-        mbarrier_wait(at.v_full(s), phase);
-        o.fence();
-        unroll!(jj in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            // 16 keys = two atoms down the N-major V panels, which lie KV_PANEL apart along D.
-            let bv = sw128_descriptor(at.v(s) + jj as u32 * 2 * ATOM_BYTES, KV_PANEL, ATOM_BYTES);
-            o.mma_rs::<E, 1>(pa[jj], bv, true);
-        });
-        wgmma_commit();
+        let sp = stage(tiles - 1).0;
+        values::<E, NO>(&mut o, &pa, at.v(sp));
         o.wait::<0>();
-        if tw == 0 {
-            mbarrier_arrive(at.v_empty(s));
-        }
+        release(at.v_empty(sp));
     }
+    let (m, l) = (state.m, state.l);
 
     let mut inv = [0.0f32; 2];
     unroll!(i in [0, 1] => {
@@ -280,6 +238,127 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
             });
         }
     });
+}
+
+/// Issue (and commit) S = Q Kᵀ for warpgroup `w`'s 64 rows and the K tile of stage `s`.
+///
+/// # Safety
+/// Q and stage `s`'s K tile have landed; every thread of the warpgroup calls it.
+#[inline(always)]
+unsafe fn scores<E: WgmmaHalf, const D: usize>(sc: &mut [f32; 64], at: Layout, s: usize, w: usize) {
+    sc.fence();
+    unroll!(kk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        if kk < D / 16 {
+            // k-steps of 32 bytes along a K-major panel row (the swizzle follows the address).
+            let (p, col) = ((kk / 4) as u32, (kk % 4) as u32 * 32);
+            let a = sw128_descriptor(at.q() + p * Q_PANEL + w as u32 * 64 * ROW_BYTES + col, 16, ATOM_BYTES);
+            let b = sw128_descriptor(at.k(s) + p * KV_PANEL + col, 16, ATOM_BYTES);
+            sc.mma_ss::<E, 0, 0>(a, b, kk > 0);
+        }
+    });
+    wgmma_commit();
+}
+
+/// Issue (and commit) O += P V for the V tile at shared address `v`.
+///
+/// # Safety
+/// The V tile has landed; `pa` stays unchanged until the group completes; every thread of the
+/// warpgroup calls it.
+#[inline(always)]
+unsafe fn values<E: WgmmaHalf, const NO: usize>(o: &mut [f32; NO], pa: &[[u32; 4]; 8], v: u32)
+where
+    [f32; NO]: WgmmaTile,
+{
+    o.fence();
+    unroll!(jj in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        // 16 keys = two atoms down the N-major V panels, which lie KV_PANEL apart along D.
+        let b = sw128_descriptor(v + jj as u32 * 2 * ATOM_BYTES, KV_PANEL, ATOM_BYTES);
+        o.mma_rs::<E, 1>(pa[jj], b, true);
+    });
+    wgmma_commit();
+}
+
+/// P rounded to 16 bits as `wgmma`'s register A operand: the accumulators of 8-column blocks
+/// 2jj and 2jj + 1 are the A fragment of k16 block jj.
+#[inline(always)]
+fn probabilities<E: WgmmaHalf>(sc: &[f32; 64]) -> [[u32; 4]; 8] {
+    let mut pa = [[0u32; 4]; 8];
+    unroll!(jj in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        let x = |i: usize| pack_rn_half2::<E>(sc[8 * jj + 2 * i], sc[8 * jj + 2 * i + 1]);
+        pa[jj] = [x(0), x(1), x(2), x(3)];
+    });
+    pa
+}
+
+/// O *= alpha, row half by row half.
+#[inline(always)]
+fn rescale<const NO: usize>(o: &mut [f32; NO], alpha: [f32; 2]) {
+    unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+        if n < NO / 4 {
+            unroll!(e in [0, 1, 2, 3] => { o[4 * n + e] *= alpha[e / 2]; });
+        }
+    });
+}
+
+/// Where a warpgroup's rows sit, for the masks.
+#[derive(Clone, Copy)]
+struct Rows {
+    /// The warpgroup's first query row.
+    first: usize,
+    /// This thread's two rows.
+    mine: [usize; 2],
+    /// This thread's first key column in each 8-column block.
+    key_lane: usize,
+    sk: usize,
+    causal: bool,
+    /// Sk − Sq.
+    offset: isize,
+}
+
+/// A thread's online-softmax state for its two rows.
+struct Softmax {
+    m: [f32; 2],
+    l: [f32; 2],
+    scale_log2: f32,
+}
+
+impl Softmax {
+    /// Turn the scores of keys `k0..k0 + 128` into probabilities relative to the new running
+    /// max (masked keys: 0), fold them into the row sums, and return the factor that rescales
+    /// what was accumulated before.
+    #[inline(always)]
+    fn update(&mut self, sc: &mut [f32; 64], k0: usize, r: Rows) -> [f32; 2] {
+        // Whether any (row, key) pair of the warpgroup's rows is hidden.
+        let edge = k0 + BN > r.sk || (r.causal && (k0 + BN - 1) as isize > r.first as isize + r.offset);
+        let mut row_max = [f32::NEG_INFINITY; 2];
+        unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let key = k0 + 8 * n + r.key_lane + e % 2;
+                if edge && masked(key, r.mine[e / 2], r.sk, r.causal, r.offset) {
+                    sc[4 * n + e] = f32::NEG_INFINITY;
+                }
+                row_max[e / 2] = row_max[e / 2].max(sc[4 * n + e]);
+            });
+        });
+        let (mut base, mut alpha) = ([0.0f32; 2], [0.0f32; 2]);
+        unroll!(i in [0, 1] => {
+            let mx = row_max[i].max(shfl_xor(row_max[i], 1));
+            let m_new = self.m[i].max(mx.max(shfl_xor(mx, 2)));
+            // A row that has seen only masked keys keeps the max −∞; 0 avoids −∞ − −∞.
+            base[i] = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new * self.scale_log2 };
+            alpha[i] = exp2_approx(self.m[i] * self.scale_log2 - base[i]);
+            self.m[i] = m_new;
+            self.l[i] *= alpha[i];
+        });
+        unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let p = exp2_approx(fma(sc[4 * n + e], self.scale_log2, -base[e / 2]));
+                sc[4 * n + e] = p;
+                self.l[e / 2] += p;
+            });
+        });
+        alpha
+    }
 }
 
 macro_rules! forward_wgmma_kernels {
