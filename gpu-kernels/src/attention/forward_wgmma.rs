@@ -330,16 +330,18 @@ impl Softmax {
     fn update(&mut self, sc: &mut [f32; 64], k0: usize, r: Rows) -> [f32; 2] {
         // Whether any (row, key) pair of the warpgroup's rows is hidden.
         let edge = k0 + BN > r.sk || (r.causal && (k0 + BN - 1) as isize > r.first as isize + r.offset);
-        let mut row_max = [f32::NEG_INFINITY; 2];
+        // Four partial maxima (and sums) per row: independent chains, not one of 32 steps.
+        let mut part = [[f32::NEG_INFINITY; 4]; 2];
         unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
             unroll!(e in [0, 1, 2, 3] => {
                 let key = k0 + 8 * n + r.key_lane + e % 2;
                 if edge && masked(key, r.mine[e / 2], r.sk, r.causal, r.offset) {
                     sc[4 * n + e] = f32::NEG_INFINITY;
                 }
-                row_max[e / 2] = row_max[e / 2].max(sc[4 * n + e]);
+                part[e / 2][n % 4] = part[e / 2][n % 4].max(sc[4 * n + e]);
             });
         });
+        let row_max = [0, 1].map(|i| part[i][0].max(part[i][1]).max(part[i][2].max(part[i][3])));
         let (mut base, mut alpha) = ([0.0f32; 2], [0.0f32; 2]);
         unroll!(i in [0, 1] => {
             let mx = row_max[i].max(shfl_xor(row_max[i], 1));
@@ -348,14 +350,17 @@ impl Softmax {
             base[i] = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new * self.scale_log2 };
             alpha[i] = exp2_approx(self.m[i] * self.scale_log2 - base[i]);
             self.m[i] = m_new;
-            self.l[i] *= alpha[i];
         });
+        let mut sum = [[0.0f32; 4]; 2];
         unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
             unroll!(e in [0, 1, 2, 3] => {
                 let p = exp2_approx(fma(sc[4 * n + e], self.scale_log2, -base[e / 2]));
                 sc[4 * n + e] = p;
-                self.l[e / 2] += p;
+                sum[e / 2][n % 4] += p;
             });
+        });
+        unroll!(i in [0, 1] => {
+            self.l[i] = fma(self.l[i], alpha[i], (sum[i][0] + sum[i][1]) + (sum[i][2] + sum[i][3]));
         });
         alpha
     }
