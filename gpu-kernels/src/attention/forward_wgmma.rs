@@ -180,10 +180,41 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
             unsafe { mbarrier_arrive(bar) };
         }
     };
+    // Ping-pong (FlashAttention-3): the two warpgroups take turns to issue their products, so
+    // that one's softmax runs while the other's products occupy the tensor cores. Warpgroup w
+    // waits for its turn on named barrier 1 + w and hands the turn over on the other's; the
+    // second warpgroup opens the first one's turn and skips the final hand-over, so every
+    // barrier phase gets its 256 threads.
+    let my_turn = || {
+        // SAFETY: barriers 1 and 2 count the 128 threads of each consumer warpgroup: one syncs,
+        // the other arrives, once per product phase (balanced as described above).
+        unsafe {
+            if w == 0 {
+                named_barrier_sync::<1, 256>()
+            } else {
+                named_barrier_sync::<2, 256>()
+            }
+        }
+    };
+    let hand_over = || {
+        // SAFETY: as in `my_turn`.
+        unsafe {
+            if w == 0 {
+                named_barrier_arrive::<2, 256>()
+            } else {
+                named_barrier_arrive::<1, 256>()
+            }
+        }
+    };
     if tiles > 0 {
+        if w == 1 {
+            hand_over();
+        }
         mbarrier_wait(at.q_full(), 0);
         mbarrier_wait(at.k_full(0), 0);
+        my_turn();
         scores::<E, D>(&mut sc, at, 0, w);
+        hand_over();
         sc.wait::<0>();
         release(at.k_empty(0));
         state.update(&mut sc, 0, rows);
@@ -197,8 +228,10 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
         for j in 1..tiles {
             let ((s, phase), sp) = (stage(j), stage(j - 1).0);
             mbarrier_wait(at.k_full(s), phase);
+            my_turn();
             scores::<E, D>(&mut sc, at, s, w);
             values::<E, NO>(&mut o, &pa, at.v(sp));
+            hand_over();
             sc.wait::<1>();
             release(at.k_empty(s));
             let alpha = state.update(&mut sc, j * BN, rows);
@@ -210,7 +243,11 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
             pa = probabilities::<E>(&sc);
         }
         let sp = stage(tiles - 1).0;
+        my_turn();
         values::<E, NO>(&mut o, &pa, at.v(sp));
+        if w == 0 {
+            hand_over();
+        }
         o.wait::<0>();
         release(at.v_empty(sp));
     }

@@ -456,3 +456,23 @@ pub fn pin_values<const N: usize>(v: &mut [f32; N]) {
         }
     });
 }
+
+/// `bar.sync ID, THREADS`: wait at named barrier `ID` (1..16; 0 is `sync_threads`'s) until
+/// `THREADS` threads (a multiple of 32) have arrived or synced on it, this warp included.
+///
+/// # Safety
+/// Every warp that uses barrier `ID` agrees on `THREADS`, and the arrivals of each phase add up
+/// to it (a phase that never completes hangs the block).
+#[inline(always)]
+pub unsafe fn named_barrier_sync<const ID: u32, const THREADS: u32>() {
+    asm!("bar.sync {i}, {n};", i = const ID, n = const THREADS, options(nostack));
+}
+
+/// `bar.arrive ID, THREADS`: count this warp's arrival at named barrier `ID` without waiting.
+///
+/// # Safety
+/// As [`named_barrier_sync`].
+#[inline(always)]
+pub unsafe fn named_barrier_arrive<const ID: u32, const THREADS: u32>() {
+    asm!("bar.arrive {i}, {n};", i = const ID, n = const THREADS, options(nostack));
+}
