@@ -365,14 +365,25 @@ impl Softmax {
     /// what was accumulated before.
     #[inline(always)]
     fn update(&mut self, sc: &mut [f32; 64], k0: usize, r: Rows) -> [f32; 2] {
-        // Whether any (row, key) pair of the warpgroup's rows is hidden.
-        let edge = k0 + BN > r.sk || (r.causal && (k0 + BN - 1) as isize > r.first as isize + r.offset);
+        // Whether any (row, key) pair of the warpgroup's rows is hidden. Two copies of the
+        // softmax, so that the common one has no branch: a branch per column block splits it
+        // into basic blocks that ptxas schedules one at a time.
+        if k0 + BN > r.sk || (r.causal && (k0 + BN - 1) as isize > r.first as isize + r.offset) {
+            self.update_masked::<true>(sc, k0, r)
+        } else {
+            self.update_masked::<false>(sc, k0, r)
+        }
+    }
+
+    /// [`Softmax::update`], hiding masked keys when `EDGE`.
+    #[inline(always)]
+    fn update_masked<const EDGE: bool>(&mut self, sc: &mut [f32; 64], k0: usize, r: Rows) -> [f32; 2] {
         // Four partial maxima (and sums) per row: independent chains, not one of 32 steps.
         let mut part = [[f32::NEG_INFINITY; 4]; 2];
         unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
             unroll!(e in [0, 1, 2, 3] => {
                 let key = k0 + 8 * n + r.key_lane + e % 2;
-                if edge && masked(key, r.mine[e / 2], r.sk, r.causal, r.offset) {
+                if EDGE && masked(key, r.mine[e / 2], r.sk, r.causal, r.offset) {
                     sc[4 * n + e] = f32::NEG_INFINITY;
                 }
                 part[e / 2][n % 4] = part[e / 2][n % 4].max(sc[4 * n + e]);
