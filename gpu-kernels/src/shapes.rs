@@ -215,12 +215,13 @@ pub const ATTN_WGMMA_BLOCK_M: usize = 128;
 pub const ATTN_WGMMA_BLOCK_N: usize = 128;
 pub const ATTN_WGMMA_PANEL: usize = 64;
 
-/// K/V stages of the Hopper forward: as many as fit beside Q in the 227 KiB of shared memory.
+/// K/V stages of the Hopper forward: 4 at D = 64, 3 at D = 128 (all that fits beside Q in the
+/// 227 KiB of shared memory).
 pub const fn attn_wgmma_stages(d: usize) -> usize {
     if d <= 64 {
-        3
+        4
     } else {
-        2
+        3
     }
 }
 
@@ -230,6 +231,8 @@ pub const fn attn_wgmma_shared_bytes(d: usize) -> usize {
     let stages = attn_wgmma_stages(d);
     1024 + (ATTN_WGMMA_BLOCK_M + 2 * stages * ATTN_WGMMA_BLOCK_N) * d * 2 + (1 + 4 * stages) * 8
 }
+const _: () =
+    assert!(attn_wgmma_shared_bytes(128) <= 227 * 1024 && attn_wgmma_shared_bytes(64) <= 227 * 1024);
 
 /// Flash attention (`mma.sync` path): 4 warps per block, 16 query (or key) rows each; tiles of
 /// 64 query rows and 64 keys; the dK/dV kernel walks query tiles of 32. Shared tiles are
