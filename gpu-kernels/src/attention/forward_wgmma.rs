@@ -20,7 +20,15 @@
 //! in the registers that hold S, which are already the A fragments of `wgmma`'s register-A form;
 //! O (64 × D, f32) += P V with V the N-major B operand. Each warpgroup issues S of tile j before
 //! P V of tile j − 1 (FlashAttention-3's intra-warpgroup overlap), so the softmax of tile j runs
-//! while the tensor cores multiply P V; O is rescaled once that product has landed.
+//! while the tensor cores multiply P V; O is rescaled once that product has landed. The two
+//! warpgroups also take turns to issue their products (ping-pong on named barriers 1 and 2), so
+//! that one's softmax overlaps the other's products.
+//!
+//! The softmax exists twice, with and without the mask tests, so that unmasked tiles (all but
+//! the last and the diagonal ones) run it as one basic block: ptxas schedules basic blocks one at
+//! a time, and a mask branch per column block serialised its latencies (1.2× on the whole
+//! kernel). Between the softmax and the wait for P V sits the spin-wait for V of tile j: in one
+//! basic block ptxas hoists that wait above the exponentials.
 //!
 //! Masks: keys ≥ Sk (TMA zero-filled) and, under `causal`, keys after the bottom-right aligned
 //! diagonal become −∞ on the tiles that hold any (the others skip the test); tiles wholly after
