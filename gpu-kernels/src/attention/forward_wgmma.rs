@@ -41,7 +41,7 @@
 //! 128-byte swizzle), copied in by the host on the launch's stream. The producer thread fences
 //! the tensor-map proxy on them first: see `matmul::gemm_wgmma` for why the maps are not kernel
 //! parameters.
-use super::{block_coords, masked};
+use super::block_coords;
 use crate::prelude::*;
 use crate::shapes::{
     attn_wgmma_stages, ATTN_WGMMA_BLOCK_M as BM, ATTN_WGMMA_BLOCK_N as BN, ATTN_WGMMA_PANEL as PANEL,
@@ -176,7 +176,14 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
     // The warpgroup's first row, and this thread's two rows (accumulator halves 0 and 1).
     let wg_row = q0 + 64 * w;
     let row = |i: usize| wg_row + tw / 32 * 16 + g + 8 * i;
-    let rows = Rows { first: wg_row, mine: [row(0), row(1)], key_lane: 2 * tq, sk, causal, offset };
+    let rows = Rows {
+        first: wg_row as i32,
+        mine: [row(0) as i32, row(1) as i32],
+        key_lane: 2 * tq as i32,
+        sk: sk as i32,
+        causal,
+        offset: offset as i32,
+    };
     let mut o = [0.0f32; NO];
     // Running max (raw scores) and this thread's part of the row sums.
     let mut state = Softmax { m: [f32::NEG_INFINITY; 2], l: [0.0f32; 2], scale_log2 };
@@ -242,7 +249,7 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
             hand_over();
             sc.wait::<1>();
             release(at.k_empty(s));
-            let alpha = state.update(&mut sc, j * BN, rows);
+            let alpha = state.update(&mut sc, (j * BN) as i32, rows);
             pin_values(&mut sc);
             mbarrier_wait(at.v_full(s), phase);
             o.wait::<0>();
@@ -345,19 +352,20 @@ fn rescale<const NO: usize>(o: &mut [f32; NO], alpha: [f32; 2]) {
     });
 }
 
-/// Where a warpgroup's rows sit, for the masks.
+/// Where a warpgroup's rows sit, for the masks; 32-bit (lengths below 2^31, checked by the
+/// host), which halves the compares and the registers of 64-bit indices.
 #[derive(Clone, Copy)]
 struct Rows {
     /// The warpgroup's first query row.
-    first: usize,
+    first: i32,
     /// This thread's two rows.
-    mine: [usize; 2],
+    mine: [i32; 2],
     /// This thread's first key column in each 8-column block.
-    key_lane: usize,
-    sk: usize,
+    key_lane: i32,
+    sk: i32,
     causal: bool,
     /// Sk − Sq.
-    offset: isize,
+    offset: i32,
 }
 
 /// A thread's online-softmax state for its two rows.
@@ -372,11 +380,12 @@ impl Softmax {
     /// max (masked keys: 0), fold them into the row sums, and return the factor that rescales
     /// what was accumulated before.
     #[inline(always)]
-    fn update(&mut self, sc: &mut [f32; 64], k0: usize, r: Rows) -> [f32; 2] {
+    fn update(&mut self, sc: &mut [f32; 64], k0: i32, r: Rows) -> [f32; 2] {
         // Whether any (row, key) pair of the warpgroup's rows is hidden. Two copies of the
         // softmax, so that the common one has no branch: a branch per column block splits it
         // into basic blocks that ptxas schedules one at a time.
-        if k0 + BN > r.sk || (r.causal && (k0 + BN - 1) as isize > r.first as isize + r.offset) {
+        let bn = BN as i32;
+        if k0 + bn > r.sk || (r.causal && k0 + bn - 1 > r.first + r.offset) {
             self.update_masked::<true>(sc, k0, r)
         } else {
             self.update_masked::<false>(sc, k0, r)
@@ -385,13 +394,13 @@ impl Softmax {
 
     /// [`Softmax::update`], hiding masked keys when `EDGE`.
     #[inline(always)]
-    fn update_masked<const EDGE: bool>(&mut self, sc: &mut [f32; 64], k0: usize, r: Rows) -> [f32; 2] {
+    fn update_masked<const EDGE: bool>(&mut self, sc: &mut [f32; 64], k0: i32, r: Rows) -> [f32; 2] {
         // Four partial maxima (and sums) per row: independent chains, not one of 32 steps.
         let mut part = [[f32::NEG_INFINITY; 4]; 2];
         unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
             unroll!(e in [0, 1, 2, 3] => {
-                let key = k0 + 8 * n + r.key_lane + e % 2;
-                if EDGE && masked(key, r.mine[e / 2], r.sk, r.causal, r.offset) {
+                let key = k0 + (8 * n + e % 2) as i32 + r.key_lane;
+                if EDGE && (key >= r.sk || (r.causal && key > r.mine[e / 2] + r.offset)) {
                     sc[4 * n + e] = f32::NEG_INFINITY;
                 }
                 part[e / 2][n % 4] = part[e / 2][n % 4].max(sc[4 * n + e]);

@@ -183,8 +183,9 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, params: AttentionParams) ->
 
 /// Whether the forward runs on the Hopper kernels (`forward_wgmma.rs`): the sm_90a module is
 /// loaded, D is 64 or 128, the softmax scale is positive (the kernel folds it into the
-/// exponent after taking the row maxima of the raw scores) and TMA can read q, k and v (16-byte
-/// aligned).
+/// exponent after taking the row maxima of the raw scores), TMA can read q, k and v (16-byte
+/// aligned) and the lengths fit the kernel's 32-bit row and key indices (TMA coordinates are
+/// 32-bit too).
 fn uses_wgmma_forward(
     stream: &Stream,
     d: &Dims,
@@ -197,6 +198,7 @@ fn uses_wgmma_forward(
         && scale > 0.0
         && scale.is_finite()
         && [q, k, v].iter().all(|t| t.device_ptr() % 16 == 0)
+        && d.sq.max(d.sk) < i32::MAX as usize / 2
 }
 
 /// The Hopper forward: q's, k's and v's tensor maps to the device, then the launch.
