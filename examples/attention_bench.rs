@@ -25,7 +25,11 @@ fn main() -> Result<()> {
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default();
     let ctx = Context::new()?;
-    println!("# attention_bench on {} (bf16; ratio = torch ms / ferrocuda ms)", ctx.device());
+    let forward_path = if ctx.uses_sm90a_kernels() { "wgmma" } else { "mma.sync" };
+    println!(
+        "# attention_bench on {} (bf16; forward on {forward_path}; ratio = torch ms / ferrocuda ms)",
+        ctx.device()
+    );
     println!(
         "{:<30} {:>5} {:>9} {:>8} {:>18} {:>18}",
         "shape (B, H, S, D)", "pass", "ms", "TFLOP/s", "FA2 ms (ratio)", "cuDNN ms (ratio)"

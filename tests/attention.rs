@@ -11,7 +11,7 @@ use ferrocuda::{attention, attention_backward, AttentionParams, Context, DType, 
 /// (batch, query heads, kv heads, Sq, Sk, head dim, causal).
 type Shape = (usize, usize, usize, usize, usize, usize, bool);
 
-const FORWARD: [Shape; 17] = [
+const FORWARD: [Shape; 21] = [
     (1, 1, 1, 1, 1, 64, false),
     (2, 3, 3, 17, 17, 64, true),
     (2, 3, 3, 17, 17, 128, false),
@@ -29,6 +29,11 @@ const FORWARD: [Shape; 17] = [
     (1, 2, 1, 127, 200, 256, true),
     (1, 1, 1, 1000, 1000, 256, false),
     (1, 3, 1, 2049, 1000, 96, true),
+    // The Hopper path's tiles (128 query rows, 128 keys) and GQA with batches.
+    (2, 4, 2, 1000, 2049, 64, true),
+    (2, 4, 1, 2049, 1000, 128, true),
+    (3, 2, 1, 129, 257, 128, false),
+    (1, 1, 1, 2049, 2049, 64, true),
 ];
 
 const BACKWARD: [Shape; 11] = [
@@ -115,6 +120,22 @@ fn forward_matches_cpu(gpu: &Context) {
             assert_close(&what, &og, &oc, 1e-2);
             assert_lse(&what, &lg.to_vec().unwrap(), &lc.to_vec().unwrap());
         }
+    }
+}
+
+/// A given softmax scale: positive (the Hopper kernels fold it into the exponent) and negative
+/// (which the Hopper path leaves to the `mma.sync` kernels).
+fn forward_with_scale_matches_cpu(gpu: &Context) {
+    println!("    sm_90a kernels: {}", gpu.uses_sm90a_kernels());
+    for (i, scale) in [0.3f32, -0.2].into_iter().enumerate() {
+        let s = (1, 2, 1, 300, 200, 64 * (i + 1), true);
+        let (g, c) = inputs(gpu, s, DType::BF16, 700 + i as u64);
+        let p = params(s).scale(scale);
+        let (og, lg) = attention(&g[0], &g[1], &g[2], p).unwrap();
+        let (oc, lc) = attention(&c[0], &c[1], &c[2], p).unwrap();
+        let what = format!("{s:?} scale {scale}");
+        assert_close(&what, &og.to_vec().unwrap(), &oc.to_vec().unwrap(), 1e-2);
+        assert_lse(&what, &lg.to_vec().unwrap(), &lc.to_vec().unwrap());
     }
 }
 
@@ -354,6 +375,7 @@ fn empty_inputs(ctx: &Context) {
 fn main() {
     run(&[
         ("gpu_attention_forward_matches_cpu", Case::Gpu(forward_matches_cpu)),
+        ("gpu_attention_forward_with_scale_matches_cpu", Case::Gpu(forward_with_scale_matches_cpu)),
         ("gpu_attention_backward_matches_cpu", Case::Gpu(backward_matches_cpu)),
         ("gpu_attention_backward_is_deterministic", Case::Gpu(backward_is_deterministic)),
         ("gpu_attention_layer_matches_cpu", Case::Gpu(layer_matches_cpu)),

@@ -42,6 +42,17 @@ kernel_table! {
             );
         }
     }
+    module attention_sm90a("attention_sm90a", sm_90a) {
+        attention::forward_wgmma {
+            [
+                attention_fwd_wgmma_f16_d64, attention_fwd_wgmma_f16_d128, attention_fwd_wgmma_bf16_d64,
+                attention_fwd_wgmma_bf16_d128
+            ](
+                maps: *const u8, out: *mut u16, lse: *mut f32, sq: usize, sk: usize, hq: usize, hkv: usize,
+                scale_log2: f32, causal: u32
+            );
+        }
+    }
     module matmul("matmul", portable) {
         matmul::gemm_f32 {
             [

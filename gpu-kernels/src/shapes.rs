@@ -226,6 +226,34 @@ pub const WGMMA_SHARED_BYTES: usize =
 /// resident at once share A and B panels in L2.
 pub const WGMMA_GROUP_M: usize = 8;
 
+/// Flash attention forward on Hopper (`wgmma` + TMA, sm_90a module): blocks of three warpgroups
+/// (a TMA producer, two consumers of 64 query rows each) over `ATTN_WGMMA_BLOCK_M` query rows,
+/// K and V tiles of `ATTN_WGMMA_BLOCK_N` keys in `attn_wgmma_stages(D)` shared stages; every
+/// tile is stored as panels of `ATTN_WGMMA_PANEL` columns (one 128-byte swizzle row).
+pub const ATTN_WGMMA_THREADS: usize = 384;
+pub const ATTN_WGMMA_BLOCK_M: usize = 128;
+pub const ATTN_WGMMA_BLOCK_N: usize = 128;
+pub const ATTN_WGMMA_PANEL: usize = 64;
+
+/// K/V stages of the Hopper forward: 4 at D = 64, 2 at D = 128 (measured: a third stage, which
+/// still fits in the 227 KiB of shared memory, made D = 128 7% slower).
+pub const fn attn_wgmma_stages(d: usize) -> usize {
+    if d <= 64 {
+        4
+    } else {
+        2
+    }
+}
+
+/// Dynamic shared memory of the Hopper forward: 1 KiB to align to the swizzle's 1024-byte atoms,
+/// Q, the K and V stages (16-bit), then one mbarrier for Q and four per stage.
+pub const fn attn_wgmma_shared_bytes(d: usize) -> usize {
+    let stages = attn_wgmma_stages(d);
+    1024 + (ATTN_WGMMA_BLOCK_M + 2 * stages * ATTN_WGMMA_BLOCK_N) * d * 2 + (1 + 4 * stages) * 8
+}
+const _: () =
+    assert!(attn_wgmma_shared_bytes(128) <= 227 * 1024 && attn_wgmma_shared_bytes(64) <= 227 * 1024);
+
 /// Flash attention (`mma.sync` path): 4 warps per block, 16 query (or key) rows each; tiles of
 /// 64 query rows and 64 keys; the dK/dV kernel walks query tiles of 32. Shared tiles are
 /// `[rows][D + 8]` 16-bit elements: the 16-byte pad makes the fragment reads conflict-free.

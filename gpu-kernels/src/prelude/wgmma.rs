@@ -564,3 +564,59 @@ impl WgmmaInput for Tf32 {
         wgmma_n192_tf32_kk::<0>(acc, a, b)
     }
 }
+
+/// Two f32 rounded (to nearest even) to 16-bit `E` and packed in one `cvt` (`cvt.rn.f16x2.f32`,
+/// `cvt.rn.bf16x2.f32`), `lo` in the low half: a `wgmma` register A operand from f32 values in
+/// one instruction where two conversions and a permute would take three.
+#[inline(always)]
+pub fn pack_rn_half2<E: super::WgmmaHalf>(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: pure conversion.
+    unsafe {
+        if E::IS_BF16 {
+            asm!("cvt.rn.bf16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
+                 options(pure, nomem, nostack));
+        } else {
+            asm!("cvt.rn.f16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
+                 options(pure, nomem, nostack));
+        }
+    }
+    d
+}
+
+/// Make every value of `v` computed here: an empty `asm!` that reads and writes them. LLVM
+/// otherwise sinks pure arithmetic (a softmax) to its first use, which may lie past a wait that
+/// the arithmetic was meant to overlap. Emits no instruction.
+#[inline(always)]
+pub fn pin_values<const N: usize>(v: &mut [f32; N]) {
+    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+                  24, 25, 26, 27, 28, 29, 30, 31] => {
+        if 4 * i < N {
+            // SAFETY: an empty template; the operands are only tied.
+            unsafe {
+                asm!("// pin {0} {1} {2} {3}", inout(reg32) v[4 * i], inout(reg32) v[4 * i + 1],
+                     inout(reg32) v[4 * i + 2], inout(reg32) v[4 * i + 3], options(nomem, nostack, preserves_flags));
+            }
+        }
+    });
+}
+
+/// `bar.sync ID, THREADS`: wait at named barrier `ID` (1..16; 0 is `sync_threads`'s) until
+/// `THREADS` threads (a multiple of 32) have arrived or synced on it, this warp included.
+///
+/// # Safety
+/// Every warp that uses barrier `ID` agrees on `THREADS`, and the arrivals of each phase add up
+/// to it (a phase that never completes hangs the block).
+#[inline(always)]
+pub unsafe fn named_barrier_sync<const ID: u32, const THREADS: u32>() {
+    asm!("bar.sync {i}, {n};", i = const ID, n = const THREADS, options(nostack));
+}
+
+/// `bar.arrive ID, THREADS`: count this warp's arrival at named barrier `ID` without waiting.
+///
+/// # Safety
+/// As [`named_barrier_sync`].
+#[inline(always)]
+pub unsafe fn named_barrier_arrive<const ID: u32, const THREADS: u32>() {
+    asm!("bar.arrive {i}, {n};", i = const ID, n = const THREADS, options(nostack));
+}

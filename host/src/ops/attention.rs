@@ -14,13 +14,15 @@
 //! the tests' oracle. The GPU backward is deterministic in every mode: dQ and dK/dV come from two
 //! kernels that each sum in a fixed order (no atomics), see `backward.rs`.
 use crate::kernels;
+use crate::ops::matmul::tensor_map;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_rows, attn_fwd_shared_bytes, ATTN_AUX_BLOCK,
-    ATTN_BLOCK_M, ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS,
+    attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_rows, attn_fwd_shared_bytes,
+    attn_wgmma_shared_bytes, ATTN_AUX_BLOCK, ATTN_BLOCK_M, ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS,
+    ATTN_WGMMA_BLOCK_M, ATTN_WGMMA_BLOCK_N, ATTN_WGMMA_PANEL, ATTN_WGMMA_THREADS,
 };
 use crate::tensor::{DType, Storage, Tensor};
 use rayon::prelude::*;
@@ -147,6 +149,10 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, params: AttentionParams) ->
                 ));
             }
             let stream = ctx.stream(OP)?;
+            if uses_wgmma_forward(stream, &d, (q, k, v), &params) {
+                forward_wgmma(stream, d, (q, k, v), (&out, &lse), &params)?;
+                return Ok((out, lse));
+            }
             let cfg = block_grid(OP, &d, d.sq.div_ceil(attn_fwd_rows(d.d)), attn_fwd_shared_bytes(d.d))?;
             let kernel = FWD_KERNELS[q.dtype().index() - 1][d.d_index()];
             let scale_log2 = d.scale(&params) * std::f32::consts::LOG2_E;
@@ -173,6 +179,73 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, params: AttentionParams) ->
             Ok((out, lse))
         }
     }
+}
+
+/// Whether the forward runs on the Hopper kernels (`forward_wgmma.rs`): the sm_90a module is
+/// loaded, D is 64 or 128, the softmax scale is positive (the kernel folds it into the
+/// exponent after taking the row maxima of the raw scores), TMA can read q, k and v (16-byte
+/// aligned) and the lengths fit the kernel's 32-bit row and key indices (TMA coordinates are
+/// 32-bit too).
+fn uses_wgmma_forward(
+    stream: &Stream,
+    d: &Dims,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    params: &AttentionParams,
+) -> bool {
+    let scale = d.scale(params);
+    stream.device.modules.sm90a
+        && matches!(d.d, 64 | 128)
+        && scale > 0.0
+        && scale.is_finite()
+        && [q, k, v].iter().all(|t| t.device_ptr() % 16 == 0)
+        && d.sq.max(d.sk) < i32::MAX as usize / 2
+}
+
+/// The Hopper forward: q's, k's and v's tensor maps to the device, then the launch.
+fn forward_wgmma(
+    stream: &Arc<Stream>,
+    d: Dims,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    (out, lse): (&Tensor, &Tensor),
+    params: &AttentionParams,
+) -> Result<()> {
+    const OP: &str = "attention";
+    let dtype = q.dtype();
+    let boxed = (ATTN_WGMMA_PANEL, ATTN_WGMMA_BLOCK_M);
+    let map_q = tensor_map(dtype, q.device_ptr(), (d.d, d.sq, d.b * d.hq), d.sq * d.d, boxed)?;
+    let boxed = (ATTN_WGMMA_PANEL, ATTN_WGMMA_BLOCK_N);
+    let map_k = tensor_map(dtype, k.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
+    let map_v = tensor_map(dtype, v.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
+    let maps: Vec<u64> = [map_q, map_k, map_v].iter().flat_map(|m| m.opaque).collect();
+    let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, OP)?;
+    // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
+    // padding); the launch below is ordered after the copy on this stream.
+    unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+    let mut cfg = block_grid(OP, &d, d.sq.div_ceil(ATTN_WGMMA_BLOCK_M), attn_wgmma_shared_bytes(d.d))?;
+    cfg.block = (ATTN_WGMMA_THREADS as u32, 1, 1);
+    let kernel = FWD_WGMMA_KERNELS[dtype.index() - 1][usize::from(d.d == 128)];
+    let scale_log2 = d.scale(params) * std::f32::consts::LOG2_E;
+    let args = (
+        maps_dev.dev_ptr(),
+        out.ptr_mut(),
+        lse.ptr_mut(),
+        d.sq,
+        d.sk,
+        d.hq,
+        d.hkv,
+        scale_log2,
+        u32::from(params.causal),
+    );
+    // SAFETY: `attention_fwd_wgmma_<dtype>_d<D>(maps, out, lse, sq, sk, hq, hkv, scale_log2,
+    // causal)`: `maps` holds the tensor maps of q [B·Hq, Sq, D], k and v [B·Hkv, Sk, D], made
+    // above for their live, 16-byte aligned buffers with the shapes `dims()` checked (Hkv
+    // dividing Hq, D the kernel's); out and lse are fresh buffers of [B, Hq, Sq, D] and
+    // [B, Hq, Sq]; block, grid (B ≤ 65535 checked by `block_grid`) and dynamic shared memory are
+    // the kernel's; Sq, Sk > 0; scale_log2 > 0. `maps_dev` returns to the stream-ordered pool
+    // after this call, so no later work reuses it before the kernel ends; pool blocks are
+    // 256-byte aligned, so the maps are 64-byte aligned; the kernel fences the tensor-map proxy
+    // on them before its first TMA copy.
+    unsafe { kernel.launch(stream, cfg, args) }
 }
 
 /// The gradients `(dq, dk, dv)` of [`attention`] from `dout` (like `out`), the forward's `out`
@@ -369,6 +442,14 @@ type DkDvArgs = (
     f32,
     u32,
 );
+
+/// maps, out, lse, sq, sk, hq, hkv, scale_log2, causal.
+type WgmmaForwardArgs = (DevPtr<u8>, DevPtrMut<u16>, DevPtrMut<f32>, usize, usize, usize, usize, f32, u32);
+/// `[f16, bf16][D = 64, 128]`.
+const FWD_WGMMA_KERNELS: [[Kernel<WgmmaForwardArgs>; 2]; 2] = [
+    [kernels::attention_fwd_wgmma_f16_d64, kernels::attention_fwd_wgmma_f16_d128],
+    [kernels::attention_fwd_wgmma_bf16_d64, kernels::attention_fwd_wgmma_bf16_d128],
+];
 
 /// `[f16, bf16][head dim]`.
 const FWD_KERNELS: [[Kernel<ForwardArgs>; 5]; 2] = [
