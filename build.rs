@@ -65,8 +65,9 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 3] = [
+const MAX_THREADS: [(&str, usize); 4] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
+    ("attention_bwd_wgmma_", shapes::ATTN_WG_THREADS),
     // At most 64 registers a thread: two blocks of CE_BLOCK_MAX threads fit an SM.
     ("cross_entropy_f", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
     ("cross_entropy_bf", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),

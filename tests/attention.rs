@@ -31,7 +31,9 @@ const FORWARD: [Shape; 17] = [
     (1, 3, 1, 2049, 1000, 96, true),
 ];
 
-const BACKWARD: [Shape; 11] = [
+/// The D = 64 and 128 cases run the Hopper (`wgmma`) kernels on an H100, the others the
+/// `mma.sync` ones.
+const BACKWARD: [Shape; 14] = [
     (1, 1, 1, 1, 1, 64, false),
     (2, 3, 3, 17, 17, 64, true),
     (1, 4, 2, 127, 127, 128, true),
@@ -43,6 +45,9 @@ const BACKWARD: [Shape; 11] = [
     (1, 2, 1, 127, 200, 256, true),
     (1, 1, 1, 1000, 1000, 128, true),
     (1, 2, 2, 1000, 1000, 64, false),
+    (2, 4, 2, 130, 257, 128, false),
+    (1, 3, 1, 300, 129, 64, true),
+    (1, 2, 2, 1, 300, 128, true),
 ];
 
 fn dtypes(case: usize) -> Vec<DType> {

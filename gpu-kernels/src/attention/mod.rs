@@ -7,8 +7,13 @@
 //! Shared pieces: tiles copied with `cp.async` into `[rows][D + 8]` shared arrays; per-warp
 //! products of a 16-row A strip with a tile, in the `mma.m16n8k16` fragment layout (lane
 //! 4g + t holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column accumulator).
+#[cfg(feature = "attention")]
 pub mod backward;
+#[cfg(feature = "attention_bwd_sm90a")]
+pub mod backward_wgmma;
+#[cfg(feature = "attention")]
 pub mod forward;
+#[cfg(feature = "attention")]
 pub mod heads;
 
 use crate::prelude::*;

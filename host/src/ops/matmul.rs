@@ -992,7 +992,7 @@ const WGMMA_KERNELS: [ByTranspose<WgmmaArgs<u16>>; 2] = [
 /// A 3-D TMA tensor map of a row-major operand: `dims` = (elements per row, rows, batch),
 /// `batch_stride` elements between batches (0: one matrix shared by every batch), boxes of
 /// `boxed` = (elements, rows), 128-byte swizzle, zero fill outside.
-fn tensor_map(
+pub(crate) fn tensor_map(
     dtype: DType,
     ptr: u64,
     (inner, rows, batch): (usize, usize, usize),

@@ -1,0 +1,551 @@
+//! The attention backward on Hopper tensor cores (sm_90a module `attention_bwd_sm90a`), for
+//! f16/bf16 and head dims 64 and 128: `attention_bwd_stats_<dtype>` (Δ = rowsum(dO ∘ O) and
+//! lse · log2 e, padded per head to whole query tiles), `attention_bwd_wgmma_dkdv_<dtype>_d<D>`
+//! and `attention_bwd_wgmma_dq_<dtype>_d<D>`. The GQA head sum is `backward.rs`'s
+//! `attention_bwd_heads_<dtype>`.
+//!
+//! Floor: 10·B·Hq·Sq·Sk·D flops for the five products of the math (half under a causal mask) at
+//! the H100's ~990 TFLOP/s dense 16-bit `wgmma` rate: (8, 12, 2048, 64) 0.26 ms, (4, 16, 4096,
+//! 128) 1.39 ms. These kernels run 14·B·Hq·Sq·Sk·D: S and dP are recomputed in both kernels, the
+//! price of summing every gradient in one fixed order without atomics (deterministic), as the
+//! `mma.sync` path does.
+//!
+//! Both kernels: one producer warpgroup, one of whose threads issues every TMA copy, and
+//! `ATTN_WG_CONSUMERS` warpgroups of 64 rows each. Tiles are 64 rows × D, stored as D/64
+//! panels of 64 rows × 128 bytes, 128-byte swizzled, zero-filled past the sequence (so any
+//! length works); each consumer holds its two own tiles, and the block streams tiles of 64 rows
+//! through `attn_wg_stages(D)` stages (`full` mbarriers counted in bytes, `empty` ones by one
+//! arrival per consumer).
+//!
+//! dK/dV block (grid `(⌈Sk/128⌉, Hq, B)`, keys held, queries streamed with their lse·log2 e and
+//! Δ slices): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (A and B from shared memory, both K-major), Pᵀ = 2^(Sᵀ ·
+//! scale · log2 e − lse · log2 e) (lse per column), dSᵀ = Pᵀ ∘ (dPᵀ − Δ), then dV += Pᵀ dO and
+//! dK += dSᵀ Q with Pᵀ and dSᵀ as register A operands (the accumulator layout of a 64×64 tile is
+//! `mma.m16n8k16`'s A layout after packing pairs) and dO, Q read N-major from the same tiles.
+//! Output: f32 per query head `[B, Hq, Sk, D]` (summed over the GQA group by the head-sum
+//! kernel), or the dtype directly when every kv head has one query head.
+//!
+//! dQ block (grid `(⌈Sq/128⌉, Hq, B)`, queries held, keys streamed): S = Q Kᵀ and dP = dO Vᵀ, P
+//! from lse per row, dS = P ∘ (dP − Δ), dQ += dS K (K read N-major).
+//!
+//! Causal: tiles entirely above the diagonal are never loaded (or, for the one consumer of two
+//! that a tile misses, not computed); the mask runs only on tiles that cross it. Queries past Sq
+//! have lse = +∞ (P = 0) and Δ = 0; keys past Sk are masked in the dQ kernel and never stored by
+//! the dK/dV kernel.
+//!
+//! Launch: block `ATTN_WG_THREADS` (PTX `.maxntid` set by build.rs), dynamic shared memory
+//! `attn_wg_bwd_shared_bytes(D)`; `maps` points to four `CUtensorMap`s in global memory (q, k,
+//! v, dout; 3-D: D, sequence, batch · heads; boxes of 64 × 64, 128-byte swizzle), copied in by
+//! the host on the launch's stream (see `matmul/gemm_wgmma.rs` for why not kernel parameters
+//! and why the producer fences the tensor-map proxy).
+use crate::prelude::*;
+use crate::shapes::{
+    attn_wg_padded_rows, attn_wg_stages, ATTN_WG_CONSUMERS as CONSUMERS, ATTN_WG_PANEL_BYTES,
+    ATTN_WG_ROWS as ROWS,
+};
+use core::ops::IndexMut;
+
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+const PANEL: u32 = ATTN_WG_PANEL_BYTES as u32;
+/// A 128-byte swizzle atom: 8 rows of 128 bytes.
+const ATOM: u32 = 1024;
+/// Bytes of one statistics slice (64 f32).
+const STATS_BYTES: u32 = (ROWS * 4) as u32;
+/// Registers per thread after `setmaxnreg` at D = 128 (D = 64 fits the 168 of a 384-thread block).
+const PRODUCER_REGS: u32 = 24;
+const CONSUMER_REGS: u32 = 240;
+
+const _: () = assert!(ROWS == 64 && CONSUMERS == 2 && PANEL == 64 * 128);
+
+/// The f32 accumulators of a 64 × D warpgroup tile (D = 64 or 128).
+trait HeadTile: WgmmaTile + Copy + IndexMut<usize, Output = f32> {
+    const ZERO: Self;
+}
+
+impl HeadTile for [f32; 32] {
+    const ZERO: Self = [0.0; 32];
+}
+
+impl HeadTile for [f32; 64] {
+    const ZERO: Self = [0.0; 64];
+}
+
+/// The descriptor of k-step `kk` (columns 16kk..16kk + 16) of a 64-row tile at `tile` read
+/// K-major (rows along M or N).
+#[inline(always)]
+fn k_major(tile: u32, kk: usize) -> u64 {
+    sw128_descriptor(tile + (kk / 4) as u32 * PANEL + (kk % 4) as u32 * 32, 16, ATOM)
+}
+
+/// The descriptor of k-step `j` (rows 16j..16j + 16) of a 64-row tile at `tile` read N-major:
+/// k along its rows, N = D across its panels.
+#[inline(always)]
+fn n_major(tile: u32, j: usize) -> u64 {
+    sw128_descriptor(tile + j as u32 * 2 * ATOM, PANEL, ATOM)
+}
+
+/// A 64×64 accumulator tile as the four k16 blocks of a register A operand.
+#[inline(always)]
+fn a_operand<E: WgmmaHalf>(x: &[f32; 32]) -> [[u32; 4]; 4] {
+    let mut a = [[0u32; 4]; 4];
+    unroll!(j in [0, 1, 2, 3] => {
+        unroll!(r in [0, 1, 2, 3] => {
+            a[j][r] = pack_half2::<E>(x[8 * j + 2 * r], x[8 * j + 2 * r + 1]);
+        });
+    });
+    a
+}
+
+/// The block's shared memory: per consumer a held tile of each kind (K and V, or Q and dO),
+/// then per stage two streamed tiles, then per stage two statistics slices, then the
+/// `mbarrier`s. `addr` is the shared address of the 1024-byte-aligned start, `ptr` the same
+/// byte as a generic pointer.
+struct Smem {
+    addr: u32,
+    ptr: *const u8,
+    panels: usize,
+    stages: usize,
+}
+
+impl Smem {
+    #[inline(always)]
+    fn new(d: usize) -> Self {
+        let raw = dynamic_shared::<u8>();
+        let start = shared_addr(raw);
+        let pad = (ATOM - start % ATOM) % ATOM;
+        // SAFETY: the launch gives 1 KiB of slack for this alignment.
+        let ptr = unsafe { raw.add(pad as usize) };
+        Smem { addr: start + pad, ptr, panels: d / 64, stages: attn_wg_stages(d) }
+    }
+    #[inline(always)]
+    fn tile_bytes(&self) -> u32 {
+        self.panels as u32 * PANEL
+    }
+    /// Consumer `c`'s held tile of kind `which`.
+    #[inline(always)]
+    fn held(&self, which: usize, c: usize) -> u32 {
+        self.addr + (which * CONSUMERS + c) as u32 * self.tile_bytes()
+    }
+    /// Stage `s`'s streamed tile of kind `which`.
+    #[inline(always)]
+    fn streamed(&self, s: usize, which: usize) -> u32 {
+        self.addr + (2 * CONSUMERS + 2 * s + which) as u32 * self.tile_bytes()
+    }
+    #[inline(always)]
+    fn stats_offset(&self, s: usize, which: usize) -> u32 {
+        (2 * CONSUMERS + 2 * self.stages) as u32 * self.tile_bytes() + (2 * s + which) as u32 * STATS_BYTES
+    }
+    /// Stage `s`'s statistics slice `which` (0: lse · log2 e, 1: Δ), shared address.
+    #[inline(always)]
+    fn stats(&self, s: usize, which: usize) -> u32 {
+        self.addr + self.stats_offset(s, which)
+    }
+    /// The same slice as a pointer.
+    #[inline(always)]
+    fn stats_ptr(&self, s: usize, which: usize) -> *const f32 {
+        // SAFETY: inside the block's shared memory (see `attn_wg_bwd_shared_bytes`).
+        unsafe { self.ptr.add(self.stats_offset(s, which) as usize) as *const f32 }
+    }
+    #[inline(always)]
+    fn held_full(&self) -> u32 {
+        self.addr + self.stats_offset(self.stages, 0)
+    }
+    #[inline(always)]
+    fn full(&self, s: usize) -> u32 {
+        self.held_full() + 8 * (1 + s) as u32
+    }
+    #[inline(always)]
+    fn empty(&self, s: usize) -> u32 {
+        self.held_full() + 8 * (1 + self.stages + s) as u32
+    }
+    /// Initialise the barriers (one thread), then the whole block synchronises.
+    #[inline(always)]
+    fn init(&self) {
+        if thread_x() == 0 {
+            // SAFETY: the barriers' own words, used by no thread before the block barrier below.
+            unsafe {
+                mbarrier_init(self.held_full(), 1);
+                for s in 0..self.stages {
+                    mbarrier_init(self.full(s), 1);
+                    mbarrier_init(self.empty(s), CONSUMERS as u32);
+                }
+            }
+            fence_mbarrier_init();
+        }
+        sync_threads();
+    }
+}
+
+/// TMA: rows `row..row + 64` of head `head` (all D columns, one box per panel) into the tile at
+/// `dst`, counted on `bar`.
+///
+/// # Safety
+/// As [`tma_load_3d`], `dst` a tile of `panels` panels.
+#[inline(always)]
+unsafe fn load_tile(dst: u32, map: *const u8, bar: u32, (row, head): (usize, usize), panels: usize) {
+    for p in 0..panels {
+        tma_load_3d(dst + p as u32 * PANEL, map, bar, ((p * 64) as i32, row as i32, head as i32));
+    }
+}
+
+/// The producer warpgroup: give registers away; thread 0 loads each consumer's two held tiles
+/// (`held_maps`, rows `held_row + 64c` of head `held_head`), then streams tiles `first..last`
+/// (`streamed_maps`, rows `64i` of `streamed_head`) and, when `stats` is some (lse · log2 e
+/// and Δ, padded rows of `padded` per head, this head's at `stats_head`), their slices.
+///
+/// # Safety
+/// `maps` as in the module documentation; the statistics hold `padded` rows per head.
+#[inline(always)]
+unsafe fn produce(
+    sm: &Smem,
+    maps: *const u8,
+    (held_maps, held_row, held_head): ([usize; 2], usize, usize),
+    (streamed_maps, streamed_head): ([usize; 2], usize),
+    (first, last): (usize, usize),
+    stats: Option<(*const f32, *const f32, usize)>,
+) {
+    if sm.panels > 1 {
+        setmaxnreg_dec::<PRODUCER_REGS>();
+    }
+    if thread_x() != 0 {
+        return;
+    }
+    let map = |i: usize| maps.add(128 * i);
+    // The host copied the maps in before the launch, often to an address an earlier launch's
+    // maps had: see the module documentation.
+    for i in 0..4 {
+        tensormap_acquire(map(i));
+    }
+    mbarrier_arrive_expect_tx(sm.held_full(), 2 * CONSUMERS as u32 * sm.tile_bytes());
+    for c in 0..CONSUMERS {
+        for (which, &m) in held_maps.iter().enumerate() {
+            load_tile(sm.held(which, c), map(m), sm.held_full(), (held_row + c * ROWS, held_head), sm.panels);
+        }
+    }
+    let stats_bytes = if stats.is_some() { 2 * STATS_BYTES } else { 0 };
+    for i in first..last {
+        let (n, s) = (i - first, (i - first) % sm.stages);
+        if n >= sm.stages {
+            // The consumers are done with what this stage held `stages` tiles ago.
+            mbarrier_wait(sm.empty(s), ((n / sm.stages - 1) & 1) as u32);
+        }
+        mbarrier_arrive_expect_tx(sm.full(s), 2 * sm.tile_bytes() + stats_bytes);
+        for (which, &m) in streamed_maps.iter().enumerate() {
+            load_tile(sm.streamed(s, which), map(m), sm.full(s), (i * ROWS, streamed_head), sm.panels);
+        }
+        if let Some((lse2, delta, padded)) = stats {
+            let at = streamed_head * padded + i * ROWS;
+            bulk_load(sm.stats(s, 0), lse2.add(at) as *const u8, STATS_BYTES, sm.full(s));
+            bulk_load(sm.stats(s, 1), delta.add(at) as *const u8, STATS_BYTES, sm.full(s));
+        }
+    }
+}
+
+/// `acc = A · Bᵀ` over all D columns: A the 64-row tile `a`, B the 64-row tile `b`, both
+/// K-major (S = Q Kᵀ, dP = dO Vᵀ, Sᵀ = K Qᵀ, dPᵀ = V dOᵀ); issued, not waited for.
+///
+/// # Safety
+/// Both tiles are complete in shared memory; every thread of the warpgroup calls it.
+#[inline(always)]
+unsafe fn rows_by_rows<E: WgmmaHalf, const D: usize>(acc: &mut [f32; 32], a: u32, b: u32) {
+    acc.fence();
+    unroll!(kk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        if kk < D / 16 {
+            acc.mma_ss::<E, 0, 0>(k_major(a, kk), k_major(b, kk), kk > 0);
+        }
+    });
+}
+
+/// `acc += X · B`: X a 64×64 register A operand, B the 64-row tile `b` read N-major; issued,
+/// not waited for.
+///
+/// # Safety
+/// `b` is complete in shared memory; every thread of the warpgroup calls it; `x` is not
+/// written until the product completes.
+#[inline(always)]
+unsafe fn strip_by_tile<E: WgmmaHalf, T: HeadTile>(acc: &mut T, x: &mut [[u32; 4]; 4], b: u32) {
+    wgmma_fence_operands(x);
+    acc.fence();
+    unroll!(j in [0, 1, 2, 3] => {
+        acc.mma_rs::<E, 1>(x[j], n_major(b, j), true);
+    });
+}
+
+/// Whether the (key, query) pair is hidden by the causal mask (`offset` = Sk − Sq).
+#[inline(always)]
+fn above_diagonal(key: usize, query: usize, offset: isize) -> bool {
+    key as isize > query as isize + offset
+}
+
+#[inline(always)]
+unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
+    maps: *const u8,
+    (lse2, delta): (*const f32, *const f32),
+    (dk, dv, dk16, dv16): (*mut f32, *mut f32, *mut u16, *mut u16),
+    (sq, sk, hq, hkv): (usize, usize, usize, usize),
+    (scale, scale_log2): (f32, f32),
+    causal: bool,
+) {
+    let k0 = block_x() * ROWS * CONSUMERS;
+    let (qh, kvh) = (block_z() * hq + block_y(), block_z() * hkv + block_y() / (hq / hkv));
+    let offset = sk as isize - sq as isize;
+    // The first query that sees key k0 under the mask.
+    let q_lo = if causal { (k0 as isize - offset).max(0) as usize } else { 0 };
+    let first = q_lo / ROWS;
+    let last = if q_lo < sq { sq.div_ceil(ROWS) } else { first };
+    let sm = Smem::new(D);
+    sm.init();
+    let t = thread_x();
+    if t < 128 {
+        let stats = Some((lse2, delta, attn_wg_padded_rows(sq)));
+        produce(&sm, maps, ([1, 2], k0, kvh), ([0, 3], qh), (first, last), stats);
+        return;
+    }
+    if D > 64 {
+        setmaxnreg_inc::<CONSUMER_REGS>();
+    }
+    let (c, tw) = (t / 128 - 1, t % 128);
+    let (w, g, q4) = (tw / 32, tw % 32 / 4, tw % 4);
+    let kc0 = k0 + c * ROWS;
+    let keys = [kc0 + 16 * w + g, kc0 + 16 * w + g + 8];
+    let (ktile, vtile) = (sm.held(0, c), sm.held(1, c));
+    let (mut acc_dk, mut acc_dv) = (T::ZERO, T::ZERO);
+    mbarrier_wait(sm.held_full(), 0);
+    for i in first..last {
+        let (n, s) = (i - first, (i - first) % sm.stages);
+        let r0 = i * ROWS;
+        mbarrier_wait(sm.full(s), ((n / sm.stages) & 1) as u32);
+        if !(causal && above_diagonal(kc0, r0 + ROWS - 1, offset)) {
+            let (qt, dot) = (sm.streamed(s, 0), sm.streamed(s, 1));
+            let (mut st, mut dpt) = ([0.0f32; 32], [0.0f32; 32]);
+            rows_by_rows::<E, D>(&mut st, ktile, qt);
+            rows_by_rows::<E, D>(&mut dpt, vtile, dot);
+            wgmma_commit();
+            st.wait::<0>();
+            dpt.wait::<0>();
+            let (lse_s, dl_s) = (sm.stats_ptr(s, 0), sm.stats_ptr(s, 1));
+            let edge = causal && above_diagonal(kc0 + ROWS - 1, r0, offset);
+            unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                unroll!(e in [0, 1, 2, 3] => {
+                    let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
+                    let p = if edge && above_diagonal(keys[e / 2], r0 + col, offset) {
+                        0.0
+                    } else {
+                        exp2_approx(st[x] * scale_log2 - *lse_s.add(col))
+                    };
+                    st[x] = p;
+                    dpt[x] = p * (dpt[x] - *dl_s.add(col));
+                });
+            });
+            let (mut pf, mut dsf) = (a_operand::<E>(&st), a_operand::<E>(&dpt));
+            strip_by_tile::<E, T>(&mut acc_dv, &mut pf, dot);
+            strip_by_tile::<E, T>(&mut acc_dk, &mut dsf, qt);
+            wgmma_commit();
+            acc_dv.wait::<0>();
+            acc_dk.wait::<0>();
+        }
+        if tw == 0 {
+            mbarrier_arrive(sm.empty(s));
+        }
+    }
+    let direct = !dk16.is_null();
+    unroll!(h in [0, 1] => {
+        if keys[h] < sk {
+            unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                if blk < D / 8 {
+                    let (x, at) = (4 * blk + 2 * h, keys[h] * D + 8 * blk + 2 * q4);
+                    let gk = [acc_dk[x] * scale, acc_dk[x + 1] * scale];
+                    let gv = [acc_dv[x], acc_dv[x + 1]];
+                    if direct {
+                        let at = kvh * sk * D + at;
+                        store_u16x2(dk16.add(at), E::from_f32(gk[0]), E::from_f32(gk[1]));
+                        store_u16x2(dv16.add(at), E::from_f32(gv[0]), E::from_f32(gv[1]));
+                    } else {
+                        let at = qh * sk * D + at;
+                        store_f32x2(dk.add(at), gk);
+                        store_f32x2(dv.add(at), gv);
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[inline(always)]
+unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
+    maps: *const u8,
+    (lse2, delta): (*const f32, *const f32),
+    dq: *mut u16,
+    (sq, sk, hq, hkv): (usize, usize, usize, usize),
+    scale: f32,
+    scale_log2: f32,
+    causal: bool,
+) {
+    // Last tiles first: under the mask they see the most keys.
+    let q0 = (grid_dim_x() - 1 - block_x()) * ROWS * CONSUMERS;
+    let (qh, kvh) = (block_z() * hq + block_y(), block_z() * hkv + block_y() / (hq / hkv));
+    let offset = sk as isize - sq as isize;
+    // Keys below this one are seen by some query of rows `from..from + 64·consumers`.
+    let kv_end = |from: usize, consumers: usize| {
+        if causal {
+            ((from + ROWS * consumers) as isize + offset).clamp(0, sk as isize) as usize
+        } else {
+            sk
+        }
+    };
+    let tiles = kv_end(q0, CONSUMERS).div_ceil(ROWS);
+    let sm = Smem::new(D);
+    sm.init();
+    let t = thread_x();
+    if t < 128 {
+        produce(&sm, maps, ([0, 3], q0, qh), ([1, 2], kvh), (0, tiles), None);
+        return;
+    }
+    if D > 64 {
+        setmaxnreg_inc::<CONSUMER_REGS>();
+    }
+    let (c, tw) = (t / 128 - 1, t % 128);
+    let (w, g, q4) = (tw / 32, tw % 32 / 4, tw % 4);
+    let qc0 = q0 + c * ROWS;
+    let rows = [qc0 + 16 * w + g, qc0 + 16 * w + g + 8];
+    let padded = attn_wg_padded_rows(sq);
+    let (mut lse_r, mut dl_r) = ([f32::INFINITY; 2], [0.0f32; 2]);
+    unroll!(h in [0, 1] => {
+        if rows[h] < sq {
+            lse_r[h] = load_nc_f32(lse2.add(qh * padded + rows[h]));
+            dl_r[h] = load_nc_f32(delta.add(qh * padded + rows[h]));
+        }
+    });
+    let mine = kv_end(qc0, 1).div_ceil(ROWS);
+    let (qt, dot) = (sm.held(0, c), sm.held(1, c));
+    let mut acc = T::ZERO;
+    mbarrier_wait(sm.held_full(), 0);
+    for j in 0..tiles {
+        let s = j % sm.stages;
+        mbarrier_wait(sm.full(s), ((j / sm.stages) & 1) as u32);
+        if j < mine {
+            let k0 = j * ROWS;
+            let (kt, vt) = (sm.streamed(s, 0), sm.streamed(s, 1));
+            let (mut st, mut dp) = ([0.0f32; 32], [0.0f32; 32]);
+            rows_by_rows::<E, D>(&mut st, qt, kt);
+            rows_by_rows::<E, D>(&mut dp, dot, vt);
+            wgmma_commit();
+            st.wait::<0>();
+            dp.wait::<0>();
+            let edge = k0 + ROWS > sk || (causal && above_diagonal(k0 + ROWS - 1, qc0, offset));
+            unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                unroll!(e in [0, 1, 2, 3] => {
+                    let (x, h, key) = (4 * blk + e, e / 2, k0 + 8 * blk + 2 * q4 + e % 2);
+                    let p = if edge && (key >= sk || (causal && above_diagonal(key, rows[h], offset))) {
+                        0.0
+                    } else {
+                        exp2_approx(st[x] * scale_log2 - lse_r[h])
+                    };
+                    dp[x] = p * (dp[x] - dl_r[h]);
+                });
+            });
+            let mut dsf = a_operand::<E>(&dp);
+            strip_by_tile::<E, T>(&mut acc, &mut dsf, kt);
+            wgmma_commit();
+            acc.wait::<0>();
+        }
+        if tw == 0 {
+            mbarrier_arrive(sm.empty(s));
+        }
+    }
+    unroll!(h in [0, 1] => {
+        if rows[h] < sq {
+            let row = dq.add((qh * sq + rows[h]) * D + 2 * q4);
+            unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                if blk < D / 8 {
+                    let x = 4 * blk + 2 * h;
+                    store_u16x2(row.add(8 * blk), E::from_f32(acc[x] * scale), E::from_f32(acc[x + 1] * scale));
+                }
+            });
+        }
+    });
+}
+
+/// Per padded row `r` of `heads` heads of `padded` rows (row `r % padded` of head
+/// `r / padded`): Δ = rowsum(dO ∘ O) and lse · log2 e for the `sq` real rows of `d` elements,
+/// 0 and +∞ past them. One warp per row.
+#[inline(always)]
+unsafe fn stats<H: HalfFloat>(
+    (dout, out, lse): (*const u16, *const u16, *const f32),
+    (delta, lse2): (*mut f32, *mut f32),
+    (sq, padded, heads, d): (usize, usize, usize, usize),
+) {
+    let warps = grid_dim_x() * block_dim_x() / 32;
+    let mut r = global_x() / 32;
+    while r < heads * padded {
+        let (head, i) = (r / padded, r % padded);
+        let (mut dot, mut l2) = (0.0f32, f32::INFINITY);
+        if i < sq {
+            let row = head * sq + i;
+            let mut c = lane();
+            while c < d {
+                let at = row * d + c;
+                dot += H::to_f32(load_nc_u16(out.add(at))) * H::to_f32(load_nc_u16(dout.add(at)));
+                c += 32;
+            }
+            dot = warp_reduce::<Sum>(dot);
+            l2 = load_nc_f32(lse.add(row)) * LOG2_E;
+        }
+        if lane() == 0 {
+            store_f32(delta.add(r), dot);
+            store_f32(lse2.add(r), l2);
+        }
+        r += warps;
+    }
+}
+
+macro_rules! stats_kernels {
+    ($($name:ident: $h:ty;)*) => {$(
+        /// Δ and lse · log2 e padded to whole query tiles: `delta` and `lse2` hold
+        /// `heads · padded` rows; any 1-D grid of whole warps.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            dout: *const u16, out: *const u16, lse: *const f32, delta: *mut f32, lse2: *mut f32,
+            sq: usize, padded: usize, heads: usize, d: usize,
+        ) {
+            stats::<$h>((dout, out, lse), (delta, lse2), (sq, padded, heads, d))
+        }
+    )*};
+}
+
+stats_kernels! {
+    attention_bwd_stats_f16: F16;
+    attention_bwd_stats_bf16: BF16;
+}
+
+macro_rules! wgmma_backward_kernels {
+    ($($dq:ident, $dkdv:ident: $e:ty, $d:literal, $tile:ty;)*) => {$(
+        /// dQ `[B, Hq, Sq, D]` in the dtype; see the module documentation.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $dq(
+            maps: *const u8, lse2: *const f32, delta: *const f32, dq_out: *mut u16, sq: usize, sk: usize,
+            hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32,
+        ) {
+            dq::<$e, $tile, $d>(maps, (lse2, delta), dq_out, (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
+        }
+        /// dK and dV: f32 per query head `[B, Hq, Sk, D]` into `dk`, `dv`, or (when `dk16` is
+        /// not null, for Hq = Hkv) the dtype into `dk16`, `dv16`; see the module documentation.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $dkdv(
+            maps: *const u8, lse2: *const f32, delta: *const f32, dk: *mut f32, dv: *mut f32,
+            dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
+            scale_log2: f32, causal: u32,
+        ) {
+            dkdv::<$e, $tile, $d>(
+                maps, (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
+            )
+        }
+    )*};
+}
+
+wgmma_backward_kernels! {
+    attention_bwd_wgmma_dq_f16_d64, attention_bwd_wgmma_dkdv_f16_d64: F16, 64, [f32; 32];
+    attention_bwd_wgmma_dq_f16_d128, attention_bwd_wgmma_dkdv_f16_d128: F16, 128, [f32; 64];
+    attention_bwd_wgmma_dq_bf16_d64, attention_bwd_wgmma_dkdv_bf16_d64: BF16, 64, [f32; 32];
+    attention_bwd_wgmma_dq_bf16_d128, attention_bwd_wgmma_dkdv_bf16_d128: BF16, 128, [f32; 64];
+}
