@@ -51,7 +51,7 @@ const PANEL: u32 = ATTN_WG_PANEL_BYTES as u32;
 const ATOM: u32 = 1024;
 /// Bytes of one statistics slice (64 f32).
 const STATS_BYTES: u32 = (ROWS * 4) as u32;
-/// Registers per thread after `setmaxnreg` at D = 128 (D = 64 fits the 168 of a 384-thread block).
+/// Registers per thread after `setmaxnreg`: the consumers hold up to 224 f32 and packed values.
 const PRODUCER_REGS: u32 = 24;
 const CONSUMER_REGS: u32 = 240;
 
@@ -204,9 +204,7 @@ unsafe fn produce(
     (first, last): (usize, usize),
     stats: Option<(*const f32, *const f32, usize)>,
 ) {
-    if sm.panels > 1 {
-        setmaxnreg_dec::<PRODUCER_REGS>();
-    }
+    setmaxnreg_dec::<PRODUCER_REGS>();
     if thread_x() != 0 {
         return;
     }
@@ -271,6 +269,18 @@ unsafe fn strip_by_tile<E: WgmmaHalf, T: HeadTile>(acc: &mut T, x: &mut [[u32; 4
     });
 }
 
+/// Arrive on the `empty` barrier in `running` (one thread of the warpgroup, `tw` = 0), whose
+/// stage's products have completed, and clear it.
+#[inline(always)]
+fn release(running: &mut Option<u32>, tw: usize) {
+    if let Some(bar) = running.take() {
+        if tw == 0 {
+            // SAFETY: an initialised `empty` barrier of this block.
+            unsafe { mbarrier_arrive(bar) };
+        }
+    }
+}
+
 /// Whether the (key, query) pair is hidden by the causal mask (`offset` = Sk − Sq).
 #[inline(always)]
 fn above_diagonal(key: usize, query: usize, offset: isize) -> bool {
@@ -301,53 +311,76 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
         produce(&sm, maps, ([1, 2], k0, kvh), ([0, 3], qh), (first, last), stats);
         return;
     }
-    if D > 64 {
-        setmaxnreg_inc::<CONSUMER_REGS>();
-    }
+    setmaxnreg_inc::<CONSUMER_REGS>();
     let (c, tw) = (t / 128 - 1, t % 128);
     let (w, g, q4) = (tw / 32, tw % 32 / 4, tw % 4);
     let kc0 = k0 + c * ROWS;
     let keys = [kc0 + 16 * w + g, kc0 + 16 * w + g + 8];
     let (ktile, vtile) = (sm.held(0, c), sm.held(1, c));
     let (mut acc_dk, mut acc_dv) = (T::ZERO, T::ZERO);
+    // The `empty` barrier of the stage whose dV and dK products may still be running.
+    let mut running = None;
     mbarrier_wait(sm.held_full(), 0);
     for i in first..last {
         let (n, s) = (i - first, (i - first) % sm.stages);
         let r0 = i * ROWS;
         mbarrier_wait(sm.full(s), ((n / sm.stages) & 1) as u32);
-        if !(causal && above_diagonal(kc0, r0 + ROWS - 1, offset)) {
-            let (qt, dot) = (sm.streamed(s, 0), sm.streamed(s, 1));
-            let (mut st, mut dpt) = ([0.0f32; 32], [0.0f32; 32]);
-            rows_by_rows::<E, D>(&mut st, ktile, qt);
-            rows_by_rows::<E, D>(&mut dpt, vtile, dot);
-            wgmma_commit();
-            st.wait::<0>();
-            dpt.wait::<0>();
-            let (lse_s, dl_s) = (sm.stats_ptr(s, 0), sm.stats_ptr(s, 1));
-            let edge = causal && above_diagonal(kc0 + ROWS - 1, r0, offset);
-            unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                unroll!(e in [0, 1, 2, 3] => {
-                    let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
-                    let p = if edge && above_diagonal(keys[e / 2], r0 + col, offset) {
-                        0.0
-                    } else {
-                        exp2_approx(st[x] * scale_log2 - *lse_s.add(col))
-                    };
-                    st[x] = p;
-                    dpt[x] = p * (dpt[x] - *dl_s.add(col));
-                });
+        if causal && above_diagonal(kc0, r0 + ROWS - 1, offset) {
+            // No key of this consumer is seen by the tile's queries.
+            if tw == 0 {
+                mbarrier_arrive(sm.empty(s));
+            }
+            continue;
+        }
+        let (qt, dot) = (sm.streamed(s, 0), sm.streamed(s, 1));
+        // Fresh each tile: a tile carried around the loop costs register copies that read
+        // in-flight `wgmma` results (and so a compiler-inserted wait).
+        let (mut st, mut dpt) = ([0.0f32; 32], [0.0f32; 32]);
+        rows_by_rows::<E, D>(&mut st, ktile, qt);
+        wgmma_commit();
+        rows_by_rows::<E, D>(&mut dpt, vtile, dot);
+        wgmma_commit();
+        // In flight: the previous tile's dV and dK, then Sᵀ, then dPᵀ; all but dPᵀ done.
+        st.wait::<1>();
+        release(&mut running, tw);
+        let (lse_s, dl_s) = (sm.stats_ptr(s, 0), sm.stats_ptr(s, 1));
+        let edge = causal && above_diagonal(kc0 + ROWS - 1, r0, offset);
+        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
+                st[x] = if edge && above_diagonal(keys[e / 2], r0 + col, offset) {
+                    0.0
+                } else {
+                    exp2_approx(st[x] * scale_log2 - *lse_s.add(col))
+                };
             });
-            let (mut pf, mut dsf) = (a_operand::<E>(&st), a_operand::<E>(&dpt));
-            strip_by_tile::<E, T>(&mut acc_dv, &mut pf, dot);
-            strip_by_tile::<E, T>(&mut acc_dk, &mut dsf, qt);
-            wgmma_commit();
+        });
+        let mut pf = a_operand::<E>(&st);
+        strip_by_tile::<E, T>(&mut acc_dv, &mut pf, dot);
+        wgmma_commit();
+        // dPᵀ done; dV runs on.
+        dpt.wait::<1>();
+        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
+                dpt[x] = st[x] * (dpt[x] - *dl_s.add(col));
+            });
+        });
+        let mut dsf = a_operand::<E>(&dpt);
+        strip_by_tile::<E, T>(&mut acc_dk, &mut dsf, qt);
+        wgmma_commit();
+        running = Some(sm.empty(s));
+        if D > 64 {
+            // At D = 128 the accumulators leave no registers for this tile's A operands to stay
+            // in flight beside the next tile's Sᵀ and dPᵀ (ptxas would serialise every wgmma).
             acc_dv.wait::<0>();
             acc_dk.wait::<0>();
-        }
-        if tw == 0 {
-            mbarrier_arrive(sm.empty(s));
+            release(&mut running, tw);
         }
     }
+    acc_dv.wait::<0>();
+    acc_dk.wait::<0>();
+    release(&mut running, tw);
     let direct = !dk16.is_null();
     unroll!(h in [0, 1] => {
         if keys[h] < sk {
@@ -401,9 +434,7 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
         produce(&sm, maps, ([0, 3], q0, qh), ([1, 2], kvh), (0, tiles), None);
         return;
     }
-    if D > 64 {
-        setmaxnreg_inc::<CONSUMER_REGS>();
-    }
+    setmaxnreg_inc::<CONSUMER_REGS>();
     let (c, tw) = (t / 128 - 1, t % 128);
     let (w, g, q4) = (tw / 32, tw % 32 / 4, tw % 4);
     let qc0 = q0 + c * ROWS;
@@ -419,40 +450,54 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
     let mine = kv_end(qc0, 1).div_ceil(ROWS);
     let (qt, dot) = (sm.held(0, c), sm.held(1, c));
     let mut acc = T::ZERO;
+    // The `empty` barrier of the stage whose dQ product may still be running.
+    let mut running = None;
     mbarrier_wait(sm.held_full(), 0);
     for j in 0..tiles {
         let s = j % sm.stages;
         mbarrier_wait(sm.full(s), ((j / sm.stages) & 1) as u32);
-        if j < mine {
-            let k0 = j * ROWS;
-            let (kt, vt) = (sm.streamed(s, 0), sm.streamed(s, 1));
-            let (mut st, mut dp) = ([0.0f32; 32], [0.0f32; 32]);
-            rows_by_rows::<E, D>(&mut st, qt, kt);
-            rows_by_rows::<E, D>(&mut dp, dot, vt);
-            wgmma_commit();
-            st.wait::<0>();
-            dp.wait::<0>();
-            let edge = k0 + ROWS > sk || (causal && above_diagonal(k0 + ROWS - 1, qc0, offset));
-            unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                unroll!(e in [0, 1, 2, 3] => {
-                    let (x, h, key) = (4 * blk + e, e / 2, k0 + 8 * blk + 2 * q4 + e % 2);
-                    let p = if edge && (key >= sk || (causal && above_diagonal(key, rows[h], offset))) {
-                        0.0
-                    } else {
-                        exp2_approx(st[x] * scale_log2 - lse_r[h])
-                    };
-                    dp[x] = p * (dp[x] - dl_r[h]);
-                });
+        if j >= mine {
+            // Past the keys this consumer's queries see.
+            if tw == 0 {
+                mbarrier_arrive(sm.empty(s));
+            }
+            continue;
+        }
+        let k0 = j * ROWS;
+        let (kt, vt) = (sm.streamed(s, 0), sm.streamed(s, 1));
+        let (mut st, mut dp) = ([0.0f32; 32], [0.0f32; 32]);
+        rows_by_rows::<E, D>(&mut st, qt, kt);
+        wgmma_commit();
+        rows_by_rows::<E, D>(&mut dp, dot, vt);
+        wgmma_commit();
+        // In flight: the previous tile's dQ, then S, then dP; all but dP done.
+        st.wait::<1>();
+        release(&mut running, tw);
+        let edge = k0 + ROWS > sk || (causal && above_diagonal(k0 + ROWS - 1, qc0, offset));
+        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let (x, h, key) = (4 * blk + e, e / 2, k0 + 8 * blk + 2 * q4 + e % 2);
+                st[x] = if edge && (key >= sk || (causal && above_diagonal(key, rows[h], offset))) {
+                    0.0
+                } else {
+                    exp2_approx(st[x] * scale_log2 - lse_r[h])
+                };
             });
-            let mut dsf = a_operand::<E>(&dp);
-            strip_by_tile::<E, T>(&mut acc, &mut dsf, kt);
-            wgmma_commit();
-            acc.wait::<0>();
-        }
-        if tw == 0 {
-            mbarrier_arrive(sm.empty(s));
-        }
+        });
+        dp.wait::<0>();
+        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let x = 4 * blk + e;
+                dp[x] = st[x] * (dp[x] - dl_r[e / 2]);
+            });
+        });
+        let mut dsf = a_operand::<E>(&dp);
+        strip_by_tile::<E, T>(&mut acc, &mut dsf, kt);
+        wgmma_commit();
+        running = Some(sm.empty(s));
     }
+    acc.wait::<0>();
+    release(&mut running, tw);
     unroll!(h in [0, 1] => {
         if rows[h] < sq {
             let row = dq.add((qh * sq + rows[h]) * D + 2 * q4);
