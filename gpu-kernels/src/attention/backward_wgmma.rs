@@ -90,7 +90,7 @@ fn a_operand<E: WgmmaHalf>(x: &[f32; 32]) -> [[u32; 4]; 4] {
     let mut a = [[0u32; 4]; 4];
     unroll!(j in [0, 1, 2, 3] => {
         unroll!(r in [0, 1, 2, 3] => {
-            a[j][r] = pack_half2::<E>(x[8 * j + 2 * r], x[8 * j + 2 * r + 1]);
+            a[j][r] = pack_rn::<E>(x[8 * j + 2 * r], x[8 * j + 2 * r + 1]);
         });
     });
     a
@@ -281,6 +281,28 @@ fn release(running: &mut Option<u32>, tw: usize) {
     }
 }
 
+/// `s[x] ← 2^(s[x] · scale_log2 − lse2(x))` over this thread's 32 elements of a 64×64 tile,
+/// 0 where `MASK && hidden(x)`; element x sits in column 8·(x / 4) + 2t + x % 2 of row
+/// g + 8·(x % 4 / 2) of its warp's 16 (see [`WgmmaTile`]).
+#[inline(always)]
+fn exponentiate<const MASK: bool>(
+    s: &mut [f32; 32],
+    scale_log2: f32,
+    lse2: impl Fn(usize) -> f32,
+    hidden: impl Fn(usize) -> bool,
+) {
+    unroll!(x in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+        s[x] = if MASK && hidden(x) { 0.0 } else { exp2_approx(fma(s[x], scale_log2, -lse2(x))) };
+    });
+}
+
+/// The column of element x of a 64×64 tile relative to this thread's first (2t).
+#[inline(always)]
+fn column(x: usize) -> i32 {
+    (8 * (x / 4) + x % 2) as i32
+}
+
 /// Whether the (key, query) pair is hidden by the causal mask (`offset` = Sk − Sq).
 #[inline(always)]
 fn above_diagonal(key: usize, query: usize, offset: isize) -> bool {
@@ -345,16 +367,15 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
         release(&mut running, tw);
         let (lse_s, dl_s) = (sm.stats_ptr(s, 0), sm.stats_ptr(s, 1));
         let edge = causal && above_diagonal(kc0 + ROWS - 1, r0, offset);
-        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            unroll!(e in [0, 1, 2, 3] => {
-                let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
-                st[x] = if edge && above_diagonal(keys[e / 2], r0 + col, offset) {
-                    0.0
-                } else {
-                    exp2_approx(st[x] * scale_log2 - *lse_s.add(col))
-                };
-            });
-        });
+        // SAFETY: columns below 64 of the stage's lse slice.
+        let lse2 = |x: usize| unsafe { *lse_s.add(2 * q4 + column(x) as usize) };
+        // Key k of row half h is hidden from column c iff c < k − r0 − offset − 2t.
+        let gap = keys.map(|k| (k as isize - r0 as isize - offset) as i32 - 2 * q4 as i32);
+        if edge {
+            exponentiate::<true>(&mut st, scale_log2, lse2, |x| column(x) < gap[x % 4 / 2]);
+        } else {
+            exponentiate::<false>(&mut st, scale_log2, lse2, |_| false);
+        }
         let mut pf = a_operand::<E>(&st);
         strip_by_tile::<E, T>(&mut acc_dv, &mut pf, dot);
         wgmma_commit();
@@ -474,16 +495,18 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
         st.wait::<1>();
         release(&mut running, tw);
         let edge = k0 + ROWS > sk || (causal && above_diagonal(k0 + ROWS - 1, qc0, offset));
-        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            unroll!(e in [0, 1, 2, 3] => {
-                let (x, h, key) = (4 * blk + e, e / 2, k0 + 8 * blk + 2 * q4 + e % 2);
-                st[x] = if edge && (key >= sk || (causal && above_diagonal(key, rows[h], offset))) {
-                    0.0
-                } else {
-                    exp2_approx(st[x] * scale_log2 - lse_r[h])
-                };
-            });
-        });
+        let lse2 = |x: usize| lse_r[x % 4 / 2];
+        // Column c (key k0 + 2t + c) is past the keys iff c ≥ sk − k0 − 2t, hidden from row r
+        // iff c > r + offset − k0 − 2t.
+        let first_key = (k0 + 2 * q4) as isize;
+        let room = (sk as isize - first_key) as i32;
+        let diagonal = rows.map(|r| (r as isize + offset - first_key) as i32);
+        let hidden = |x: usize| column(x) >= room || (causal && column(x) > diagonal[x % 4 / 2]);
+        if edge {
+            exponentiate::<true>(&mut st, scale_log2, lse2, hidden);
+        } else {
+            exponentiate::<false>(&mut st, scale_log2, lse2, hidden);
+        }
         dp.wait::<0>();
         unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
             unroll!(e in [0, 1, 2, 3] => {
