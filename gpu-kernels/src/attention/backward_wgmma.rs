@@ -254,6 +254,28 @@ unsafe fn rows_by_rows<E: WgmmaHalf, const D: usize>(acc: &mut [f32; 32], a: u32
     });
 }
 
+/// `s = A₀ · B₀ᵀ` and `dp = A₁ · B₁ᵀ` ([`rows_by_rows`]) in two commit groups, then wait until
+/// only `dp` may be in flight (so are the products issued before, the previous tile's, whose
+/// stage `running` then releases): `s` is ready, `dp` needs a `wait::<0>` or `wait::<1>` (if one
+/// more group follows) before it is read.
+///
+/// # Safety
+/// As [`rows_by_rows`].
+#[inline(always)]
+unsafe fn score_pair<E: WgmmaHalf, const D: usize>(
+    (s, dp): (&mut [f32; 32], &mut [f32; 32]),
+    a: [u32; 2],
+    b: [u32; 2],
+    (running, tw): (&mut Option<u32>, usize),
+) {
+    rows_by_rows::<E, D>(s, a[0], b[0]);
+    wgmma_commit();
+    rows_by_rows::<E, D>(dp, a[1], b[1]);
+    wgmma_commit();
+    s.wait::<1>();
+    release(running, tw);
+}
+
 /// `acc += X · B`: X a 64×64 register A operand, B the 64-row tile `b` read N-major; issued,
 /// not waited for.
 ///
@@ -349,22 +371,14 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
         mbarrier_wait(sm.full(s), ((n / sm.stages) & 1) as u32);
         if causal && above_diagonal(kc0, r0 + ROWS - 1, offset) {
             // No key of this consumer is seen by the tile's queries.
-            if tw == 0 {
-                mbarrier_arrive(sm.empty(s));
-            }
+            release(&mut Some(sm.empty(s)), tw);
             continue;
         }
         let (qt, dot) = (sm.streamed(s, 0), sm.streamed(s, 1));
         // Fresh each tile: a tile carried around the loop costs register copies that read
         // in-flight `wgmma` results (and so a compiler-inserted wait).
         let (mut st, mut dpt) = ([0.0f32; 32], [0.0f32; 32]);
-        rows_by_rows::<E, D>(&mut st, ktile, qt);
-        wgmma_commit();
-        rows_by_rows::<E, D>(&mut dpt, vtile, dot);
-        wgmma_commit();
-        // In flight: the previous tile's dV and dK, then Sᵀ, then dPᵀ; all but dPᵀ done.
-        st.wait::<1>();
-        release(&mut running, tw);
+        score_pair::<E, D>((&mut st, &mut dpt), [ktile, vtile], [qt, dot], (&mut running, tw));
         let (lse_s, dl_s) = (sm.stats_ptr(s, 0), sm.stats_ptr(s, 1));
         let edge = causal && above_diagonal(kc0 + ROWS - 1, r0, offset);
         // SAFETY: columns below 64 of the stage's lse slice.
@@ -479,21 +493,13 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
         mbarrier_wait(sm.full(s), ((j / sm.stages) & 1) as u32);
         if j >= mine {
             // Past the keys this consumer's queries see.
-            if tw == 0 {
-                mbarrier_arrive(sm.empty(s));
-            }
+            release(&mut Some(sm.empty(s)), tw);
             continue;
         }
         let k0 = j * ROWS;
         let (kt, vt) = (sm.streamed(s, 0), sm.streamed(s, 1));
         let (mut st, mut dp) = ([0.0f32; 32], [0.0f32; 32]);
-        rows_by_rows::<E, D>(&mut st, qt, kt);
-        wgmma_commit();
-        rows_by_rows::<E, D>(&mut dp, dot, vt);
-        wgmma_commit();
-        // In flight: the previous tile's dQ, then S, then dP; all but dP done.
-        st.wait::<1>();
-        release(&mut running, tw);
+        score_pair::<E, D>((&mut st, &mut dp), [qt, dot], [kt, vt], (&mut running, tw));
         let edge = k0 + ROWS > sk || (causal && above_diagonal(k0 + ROWS - 1, qc0, offset));
         let lse2 = |x: usize| lse_r[x % 4 / 2];
         // Column c (key k0 + 2t + c) is past the keys iff c ≥ sk − k0 − 2t, hidden from row r
