@@ -257,13 +257,23 @@ pub const fn attn_dkdv_shared_bytes(d: usize) -> usize {
 
 /// The Hopper attention backward (module `attention_bwd_sm90a`): blocks of one producer
 /// warpgroup (TMA) and `ATTN_WG_CONSUMERS` computing warpgroups of `ATTN_WG_ROWS` rows each (keys
-/// in the dK/dV kernel, queries in the dQ kernel) that stream tiles of `ATTN_WG_ROWS` rows (queries,
-/// or keys) through `attn_wg_stages(d)` shared stages. Head dims move as 64-column panels of
-/// 128-byte-swizzled rows, `ATTN_WG_PANEL_BYTES` each.
+/// in the dK/dV kernel, queries in the dQ kernel) that stream tiles of `attn_wg_streamed_rows(d)`
+/// rows (queries, or keys) through `attn_wg_stages(d)` shared stages. Head dims move as
+/// 64-column panels of 128-byte-swizzled rows, `ATTN_WG_PANEL_BYTES` per 64 rows.
 pub const ATTN_WG_ROWS: usize = 64;
 pub const ATTN_WG_CONSUMERS: usize = 2;
 pub const ATTN_WG_THREADS: usize = 128 * (1 + ATTN_WG_CONSUMERS);
 pub const ATTN_WG_PANEL_BYTES: usize = ATTN_WG_ROWS * 128;
+
+/// Rows of a streamed tile of the Hopper attention backward at head dim `d`: 128 at D = 64 (the
+/// score products are 64×128, half the tiles to walk), 64 at D = 128 (registers).
+pub const fn attn_wg_streamed_rows(d: usize) -> usize {
+    if d <= 64 {
+        128
+    } else {
+        64
+    }
+}
 
 /// Pipeline stages of the Hopper attention backward at head dim `d`.
 pub const fn attn_wg_stages(d: usize) -> usize {
@@ -275,9 +285,10 @@ pub const fn attn_wg_stages(d: usize) -> usize {
 }
 
 /// Rows of the padded per-row statistics (`lse · log2 e` and Δ) of the Hopper backward: Sq
-/// rounded up to a whole streamed tile, so that each tile's slice is one aligned bulk copy.
+/// rounded up to whole streamed tiles of every head dim, so that each tile's slice is one
+/// aligned bulk copy.
 pub const fn attn_wg_padded_rows(sq: usize) -> usize {
-    sq.div_ceil(ATTN_WG_ROWS) * ATTN_WG_ROWS
+    sq.div_ceil(2 * ATTN_WG_ROWS) * 2 * ATTN_WG_ROWS
 }
 
 /// Dynamic shared memory of both Hopper backward kernels at head dim `d`: 1 KiB to align the
@@ -285,9 +296,10 @@ pub const fn attn_wg_padded_rows(sq: usize) -> usize {
 /// stage, the stages' statistics (two f32 per streamed row), then the `mbarrier`s (the held
 /// tiles' and a full and an empty one per stage).
 pub const fn attn_wg_bwd_shared_bytes(d: usize) -> usize {
-    let (panels, stages) = (d / 64, attn_wg_stages(d));
-    1024 + (2 * ATTN_WG_CONSUMERS + 2 * stages) * panels * ATTN_WG_PANEL_BYTES
-        + stages * 2 * ATTN_WG_ROWS * 4
+    let (panels, stages, streamed) = (d / 64, attn_wg_stages(d), attn_wg_streamed_rows(d));
+    1024 + 2 * ATTN_WG_CONSUMERS * panels * ATTN_WG_PANEL_BYTES
+        + stages * 2 * panels * (streamed / ATTN_WG_ROWS) * ATTN_WG_PANEL_BYTES
+        + stages * 2 * streamed * 4
         + 8 * (1 + 2 * stages)
 }
 

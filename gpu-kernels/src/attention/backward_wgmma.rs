@@ -40,8 +40,8 @@
 //! and why the producer fences the tensor-map proxy).
 use crate::prelude::*;
 use crate::shapes::{
-    attn_wg_padded_rows, attn_wg_stages, ATTN_WG_CONSUMERS as CONSUMERS, ATTN_WG_PANEL_BYTES,
-    ATTN_WG_ROWS as ROWS,
+    attn_wg_padded_rows, attn_wg_stages, attn_wg_streamed_rows, ATTN_WG_CONSUMERS as CONSUMERS,
+    ATTN_WG_PANEL_BYTES, ATTN_WG_ROWS as ROWS,
 };
 use core::ops::IndexMut;
 
@@ -49,49 +49,54 @@ const LOG2_E: f32 = core::f32::consts::LOG2_E;
 const PANEL: u32 = ATTN_WG_PANEL_BYTES as u32;
 /// A 128-byte swizzle atom: 8 rows of 128 bytes.
 const ATOM: u32 = 1024;
-/// Bytes of one statistics slice (64 f32).
-const STATS_BYTES: u32 = (ROWS * 4) as u32;
 /// Registers per thread after `setmaxnreg`: the consumers hold up to 224 f32 and packed values.
 const PRODUCER_REGS: u32 = 24;
 const CONSUMER_REGS: u32 = 240;
 
 const _: () = assert!(ROWS == 64 && CONSUMERS == 2 && PANEL == 64 * 128);
 
-/// The f32 accumulators of a 64 × D warpgroup tile (D = 64 or 128).
+/// The f32 accumulators of a 64 × N warpgroup tile: N = D (64 or 128) for the gradients, N =
+/// the streamed rows (64 or 128) for the scores; `Operand` holds the tile as a register A
+/// operand.
 trait HeadTile: WgmmaTile + Copy + IndexMut<usize, Output = f32> {
     const ZERO: Self;
+    type Operand: RegisterOperand;
 }
 
 impl HeadTile for [f32; 32] {
     const ZERO: Self = [0.0; 32];
+    type Operand = [[u32; 4]; 4];
 }
 
 impl HeadTile for [f32; 64] {
     const ZERO: Self = [0.0; 64];
+    type Operand = [[u32; 4]; 8];
 }
 
-/// The descriptor of k-step `kk` (columns 16kk..16kk + 16) of a 64-row tile at `tile` read
-/// K-major (rows along M or N).
+/// The descriptor of k-step `kk` (columns 16kk..16kk + 16) of a tile at `tile` read K-major
+/// (rows along M or N), its 64-column panels `panel` bytes apart.
 #[inline(always)]
-fn k_major(tile: u32, kk: usize) -> u64 {
-    sw128_descriptor(tile + (kk / 4) as u32 * PANEL + (kk % 4) as u32 * 32, 16, ATOM)
+fn k_major(tile: u32, panel: u32, kk: usize) -> u64 {
+    sw128_descriptor(tile + (kk / 4) as u32 * panel + (kk % 4) as u32 * 32, 16, ATOM)
 }
 
-/// The descriptor of k-step `j` (rows 16j..16j + 16) of a 64-row tile at `tile` read N-major:
-/// k along its rows, N = D across its panels.
+/// The descriptor of k-step `j` (rows 16j..16j + 16) of a tile at `tile` read N-major: k along
+/// its rows, N = D across its panels, `panel` bytes apart.
 #[inline(always)]
-fn n_major(tile: u32, j: usize) -> u64 {
-    sw128_descriptor(tile + j as u32 * 2 * ATOM, PANEL, ATOM)
+fn n_major(tile: u32, panel: u32, j: usize) -> u64 {
+    sw128_descriptor(tile + j as u32 * 2 * ATOM, panel, ATOM)
 }
 
-/// A 64×64 accumulator tile as the four k16 blocks of a register A operand.
+/// An accumulator tile as the k16 blocks of a register A operand.
 #[inline(always)]
-fn a_operand<E: WgmmaHalf>(x: &[f32; 32]) -> [[u32; 4]; 4] {
-    let mut a = [[0u32; 4]; 4];
-    unroll!(j in [0, 1, 2, 3] => {
-        unroll!(r in [0, 1, 2, 3] => {
-            a[j][r] = pack_rn::<E>(x[8 * j + 2 * r], x[8 * j + 2 * r + 1]);
-        });
+fn a_operand<E: WgmmaHalf, S: HeadTile>(x: &S) -> S::Operand {
+    let mut a = S::Operand::ZERO;
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        if j < S::COLS / 16 {
+            unroll!(r in [0, 1, 2, 3] => {
+                a[j][r] = pack_rn::<E>(x[8 * j + 2 * r], x[8 * j + 2 * r + 1]);
+            });
+        }
     });
     a
 }
@@ -105,6 +110,8 @@ struct Smem {
     ptr: *const u8,
     panels: usize,
     stages: usize,
+    /// Rows of a streamed tile.
+    streamed_rows: usize,
 }
 
 impl Smem {
@@ -115,25 +122,42 @@ impl Smem {
         let pad = (ATOM - start % ATOM) % ATOM;
         // SAFETY: the launch gives 1 KiB of slack for this alignment.
         let ptr = unsafe { raw.add(pad as usize) };
-        Smem { addr: start + pad, ptr, panels: d / 64, stages: attn_wg_stages(d) }
+        let (panels, stages, streamed_rows) = (d / 64, attn_wg_stages(d), attn_wg_streamed_rows(d));
+        Smem { addr: start + pad, ptr, panels, stages, streamed_rows }
+    }
+    /// Bytes of one 64-column panel of a streamed tile.
+    #[inline(always)]
+    fn streamed_panel(&self) -> u32 {
+        (self.streamed_rows / ROWS) as u32 * PANEL
     }
     #[inline(always)]
-    fn tile_bytes(&self) -> u32 {
+    fn held_bytes(&self) -> u32 {
         self.panels as u32 * PANEL
+    }
+    #[inline(always)]
+    fn streamed_bytes(&self) -> u32 {
+        self.panels as u32 * self.streamed_panel()
+    }
+    /// Bytes of one statistics slice.
+    #[inline(always)]
+    fn stats_bytes(&self) -> u32 {
+        (self.streamed_rows * 4) as u32
     }
     /// Consumer `c`'s held tile of kind `which`.
     #[inline(always)]
     fn held(&self, which: usize, c: usize) -> u32 {
-        self.addr + (which * CONSUMERS + c) as u32 * self.tile_bytes()
+        self.addr + (which * CONSUMERS + c) as u32 * self.held_bytes()
     }
     /// Stage `s`'s streamed tile of kind `which`.
     #[inline(always)]
     fn streamed(&self, s: usize, which: usize) -> u32 {
-        self.addr + (2 * CONSUMERS + 2 * s + which) as u32 * self.tile_bytes()
+        self.addr + 2 * CONSUMERS as u32 * self.held_bytes() + (2 * s + which) as u32 * self.streamed_bytes()
     }
     #[inline(always)]
     fn stats_offset(&self, s: usize, which: usize) -> u32 {
-        (2 * CONSUMERS + 2 * self.stages) as u32 * self.tile_bytes() + (2 * s + which) as u32 * STATS_BYTES
+        2 * CONSUMERS as u32 * self.held_bytes()
+            + 2 * self.stages as u32 * self.streamed_bytes()
+            + (2 * s + which) as u32 * self.stats_bytes()
     }
     /// Stage `s`'s statistics slice `which` (0: lse · log2 e, 1: Δ), shared address.
     #[inline(always)]
@@ -176,21 +200,30 @@ impl Smem {
     }
 }
 
-/// TMA: rows `row..row + 64` of head `head` (all D columns, one box per panel) into the tile at
-/// `dst`, counted on `bar`.
+/// TMA: rows `row..row + rows` of head `head` (all D columns: boxes of 64 rows × 64 columns,
+/// the panels of `rows` rows one after the other) into the tile at `dst`, counted on `bar`.
 ///
 /// # Safety
-/// As [`tma_load_3d`], `dst` a tile of `panels` panels.
+/// As [`tma_load_3d`], `dst` a tile of `panels` panels of `rows` rows.
 #[inline(always)]
-unsafe fn load_tile(dst: u32, map: *const u8, bar: u32, (row, head): (usize, usize), panels: usize) {
+unsafe fn load_tile(
+    dst: u32,
+    map: *const u8,
+    bar: u32,
+    (row, head): (usize, usize),
+    (panels, rows): (usize, usize),
+) {
     for p in 0..panels {
-        tma_load_3d(dst + p as u32 * PANEL, map, bar, ((p * 64) as i32, row as i32, head as i32));
+        for r in 0..rows / ROWS {
+            let at = dst + ((p * rows / ROWS + r) as u32) * PANEL;
+            tma_load_3d(at, map, bar, ((p * 64) as i32, (row + r * ROWS) as i32, head as i32));
+        }
     }
 }
 
 /// The producer warpgroup: give registers away; thread 0 loads each consumer's two held tiles
 /// (`held_maps`, rows `held_row + 64c` of head `held_head`), then streams tiles `first..last`
-/// (`streamed_maps`, rows `64i` of `streamed_head`) and, when `stats` is some (lse · log2 e
+/// (`streamed_maps`, rows from `i · streamed_rows` of `streamed_head`) and, when `stats` is some (lse · log2 e
 /// and Δ, padded rows of `padded` per head, this head's at `stats_head`), their slices.
 ///
 /// # Safety
@@ -214,42 +247,49 @@ unsafe fn produce(
     for i in 0..4 {
         tensormap_acquire(map(i));
     }
-    mbarrier_arrive_expect_tx(sm.held_full(), 2 * CONSUMERS as u32 * sm.tile_bytes());
+    mbarrier_arrive_expect_tx(sm.held_full(), 2 * CONSUMERS as u32 * sm.held_bytes());
     for c in 0..CONSUMERS {
         for (which, &m) in held_maps.iter().enumerate() {
-            load_tile(sm.held(which, c), map(m), sm.held_full(), (held_row + c * ROWS, held_head), sm.panels);
+            let rows = (held_row + c * ROWS, held_head);
+            load_tile(sm.held(which, c), map(m), sm.held_full(), rows, (sm.panels, ROWS));
         }
     }
-    let stats_bytes = if stats.is_some() { 2 * STATS_BYTES } else { 0 };
+    let stats_bytes = if stats.is_some() { 2 * sm.stats_bytes() } else { 0 };
     for i in first..last {
         let (n, s) = (i - first, (i - first) % sm.stages);
         if n >= sm.stages {
             // The consumers are done with what this stage held `stages` tiles ago.
             mbarrier_wait(sm.empty(s), ((n / sm.stages - 1) & 1) as u32);
         }
-        mbarrier_arrive_expect_tx(sm.full(s), 2 * sm.tile_bytes() + stats_bytes);
+        mbarrier_arrive_expect_tx(sm.full(s), 2 * sm.streamed_bytes() + stats_bytes);
+        let rows = (i * sm.streamed_rows, streamed_head);
         for (which, &m) in streamed_maps.iter().enumerate() {
-            load_tile(sm.streamed(s, which), map(m), sm.full(s), (i * ROWS, streamed_head), sm.panels);
+            load_tile(sm.streamed(s, which), map(m), sm.full(s), rows, (sm.panels, sm.streamed_rows));
         }
         if let Some((lse2, delta, padded)) = stats {
-            let at = streamed_head * padded + i * ROWS;
-            bulk_load(sm.stats(s, 0), lse2.add(at) as *const u8, STATS_BYTES, sm.full(s));
-            bulk_load(sm.stats(s, 1), delta.add(at) as *const u8, STATS_BYTES, sm.full(s));
+            let at = streamed_head * padded + i * sm.streamed_rows;
+            bulk_load(sm.stats(s, 0), lse2.add(at) as *const u8, sm.stats_bytes(), sm.full(s));
+            bulk_load(sm.stats(s, 1), delta.add(at) as *const u8, sm.stats_bytes(), sm.full(s));
         }
     }
 }
 
-/// `acc = A · Bᵀ` over all D columns: A the 64-row tile `a`, B the 64-row tile `b`, both
-/// K-major (S = Q Kᵀ, dP = dO Vᵀ, Sᵀ = K Qᵀ, dPᵀ = V dOᵀ); issued, not waited for.
+/// `acc = A · Bᵀ` over all D columns: A a held 64-row tile at `a`, B a streamed tile of
+/// `S::COLS` rows at `b` whose panels are `b_panel` bytes apart, both K-major (S = Q Kᵀ,
+/// dP = dO Vᵀ, Sᵀ = K Qᵀ, dPᵀ = V dOᵀ); issued, not waited for.
 ///
 /// # Safety
 /// Both tiles are complete in shared memory; every thread of the warpgroup calls it.
 #[inline(always)]
-unsafe fn rows_by_rows<E: WgmmaHalf, const D: usize>(acc: &mut [f32; 32], a: u32, b: u32) {
+unsafe fn rows_by_rows<E: WgmmaHalf, const D: usize, S: HeadTile>(
+    acc: &mut S,
+    a: u32,
+    (b, b_panel): (u32, u32),
+) {
     acc.fence();
     unroll!(kk in [0, 1, 2, 3, 4, 5, 6, 7] => {
         if kk < D / 16 {
-            acc.mma_ss::<E, 0, 0>(k_major(a, kk), k_major(b, kk), kk > 0);
+            acc.mma_ss::<E, 0, 0>(k_major(a, PANEL, kk), k_major(b, b_panel, kk), kk > 0);
         }
     });
 }
@@ -262,32 +302,39 @@ unsafe fn rows_by_rows<E: WgmmaHalf, const D: usize>(acc: &mut [f32; 32], a: u32
 /// # Safety
 /// As [`rows_by_rows`].
 #[inline(always)]
-unsafe fn score_pair<E: WgmmaHalf, const D: usize>(
-    (s, dp): (&mut [f32; 32], &mut [f32; 32]),
+unsafe fn score_pair<E: WgmmaHalf, const D: usize, S: HeadTile>(
+    (s, dp): (&mut S, &mut S),
     a: [u32; 2],
-    b: [u32; 2],
+    (b, b_panel): ([u32; 2], u32),
     (running, tw): (&mut Option<u32>, usize),
 ) {
-    rows_by_rows::<E, D>(s, a[0], b[0]);
+    rows_by_rows::<E, D, S>(s, a[0], (b[0], b_panel));
     wgmma_commit();
-    rows_by_rows::<E, D>(dp, a[1], b[1]);
+    rows_by_rows::<E, D, S>(dp, a[1], (b[1], b_panel));
     wgmma_commit();
     s.wait::<1>();
     release(running, tw);
 }
 
-/// `acc += X · B`: X a 64×64 register A operand, B the 64-row tile `b` read N-major; issued,
-/// not waited for.
+/// `acc += X · B`: X a register A operand of `blocks` k16 blocks, B the streamed tile at `b`
+/// (panels `b_panel` bytes apart) read N-major; issued, not waited for.
 ///
 /// # Safety
 /// `b` is complete in shared memory; every thread of the warpgroup calls it; `x` is not
 /// written until the product completes.
 #[inline(always)]
-unsafe fn strip_by_tile<E: WgmmaHalf, T: HeadTile>(acc: &mut T, x: &mut [[u32; 4]; 4], b: u32) {
-    wgmma_fence_operands(x);
+unsafe fn strip_by_tile<E: WgmmaHalf, T: HeadTile, X: RegisterOperand>(
+    acc: &mut T,
+    x: &mut X,
+    (b, b_panel): (u32, u32),
+    blocks: usize,
+) {
+    x.fence();
     acc.fence();
-    unroll!(j in [0, 1, 2, 3] => {
-        acc.mma_rs::<E, 1>(x[j], n_major(b, j), true);
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
+        if j < blocks {
+            acc.mma_rs::<E, 1>(x[j], n_major(b, b_panel, j), true);
+        }
     });
 }
 
@@ -303,23 +350,27 @@ fn release(running: &mut Option<u32>, tw: usize) {
     }
 }
 
-/// `s[x] ← 2^(s[x] · scale_log2 − lse2(x))` over this thread's 32 elements of a 64×64 tile,
-/// 0 where `MASK && hidden(x)`; element x sits in column 8·(x / 4) + 2t + x % 2 of row
-/// g + 8·(x % 4 / 2) of its warp's 16 (see [`WgmmaTile`]).
+/// `s[x] ← 2^(s[x] · scale_log2 − lse2(x))` over this thread's elements of a 64×N tile, 0 where
+/// `MASK && hidden(x)`; element x sits in column 8·(x / 4) + 2t + x % 2 of row g + 8·(x % 4 / 2)
+/// of its warp's 16 (see [`WgmmaTile`]).
 #[inline(always)]
-fn exponentiate<const MASK: bool>(
-    s: &mut [f32; 32],
+fn exponentiate<const MASK: bool, S: HeadTile>(
+    s: &mut S,
     scale_log2: f32,
     lse2: impl Fn(usize) -> f32,
     hidden: impl Fn(usize) -> bool,
 ) {
     unroll!(x in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
-        s[x] = if MASK && hidden(x) { 0.0 } else { exp2_approx(fma(s[x], scale_log2, -lse2(x))) };
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                  32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                  48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63] => {
+        if x < S::COLS / 2 {
+            s[x] = if MASK && hidden(x) { 0.0 } else { exp2_approx(fma(s[x], scale_log2, -lse2(x))) };
+        }
     });
 }
 
-/// The column of element x of a 64×64 tile relative to this thread's first (2t).
+/// The column of element x of a 64×N tile relative to this thread's first (2t).
 #[inline(always)]
 fn column(x: usize) -> i32 {
     (8 * (x / 4) + x % 2) as i32
@@ -332,7 +383,7 @@ fn above_diagonal(key: usize, query: usize, offset: isize) -> bool {
 }
 
 #[inline(always)]
-unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
+unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     maps: *const u8,
     (lse2, delta): (*const f32, *const f32),
     (dk, dv, dk16, dv16): (*mut f32, *mut f32, *mut u16, *mut u16),
@@ -345,8 +396,8 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
     let offset = sk as isize - sq as isize;
     // The first query that sees key k0 under the mask.
     let q_lo = if causal { (k0 as isize - offset).max(0) as usize } else { 0 };
-    let first = q_lo / ROWS;
-    let last = if q_lo < sq { sq.div_ceil(ROWS) } else { first };
+    let first = q_lo / S::COLS;
+    let last = if q_lo < sq { sq.div_ceil(S::COLS) } else { first };
     let sm = Smem::new(D);
     sm.init();
     let t = thread_x();
@@ -367,9 +418,9 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
     mbarrier_wait(sm.held_full(), 0);
     for i in first..last {
         let (n, s) = (i - first, (i - first) % sm.stages);
-        let r0 = i * ROWS;
+        let r0 = i * S::COLS;
         mbarrier_wait(sm.full(s), ((n / sm.stages) & 1) as u32);
-        if causal && above_diagonal(kc0, r0 + ROWS - 1, offset) {
+        if causal && above_diagonal(kc0, r0 + S::COLS - 1, offset) {
             // No key of this consumer is seen by the tile's queries.
             release(&mut Some(sm.empty(s)), tw);
             continue;
@@ -377,8 +428,9 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
         let (qt, dot) = (sm.streamed(s, 0), sm.streamed(s, 1));
         // Fresh each tile: a tile carried around the loop costs register copies that read
         // in-flight `wgmma` results (and so a compiler-inserted wait).
-        let (mut st, mut dpt) = ([0.0f32; 32], [0.0f32; 32]);
-        score_pair::<E, D>((&mut st, &mut dpt), [ktile, vtile], [qt, dot], (&mut running, tw));
+        let (mut st, mut dpt) = (S::ZERO, S::ZERO);
+        let panel = sm.streamed_panel();
+        score_pair::<E, D, S>((&mut st, &mut dpt), [ktile, vtile], ([qt, dot], panel), (&mut running, tw));
         let (lse_s, dl_s) = (sm.stats_ptr(s, 0), sm.stats_ptr(s, 1));
         let edge = causal && above_diagonal(kc0 + ROWS - 1, r0, offset);
         // SAFETY: columns below 64 of the stage's lse slice.
@@ -386,28 +438,31 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
         // Key k of row half h is hidden from column c iff c < k − r0 − offset − 2t.
         let gap = keys.map(|k| (k as isize - r0 as isize - offset) as i32 - 2 * q4 as i32);
         if edge {
-            exponentiate::<true>(&mut st, scale_log2, lse2, |x| column(x) < gap[x % 4 / 2]);
+            exponentiate::<true, S>(&mut st, scale_log2, lse2, |x| column(x) < gap[x % 4 / 2]);
         } else {
-            exponentiate::<false>(&mut st, scale_log2, lse2, |_| false);
+            exponentiate::<false, S>(&mut st, scale_log2, lse2, |_| false);
         }
-        let mut pf = a_operand::<E>(&st);
-        strip_by_tile::<E, T>(&mut acc_dv, &mut pf, dot);
+        let mut pf = a_operand::<E, S>(&st);
+        strip_by_tile::<E, T, S::Operand>(&mut acc_dv, &mut pf, (dot, panel), S::COLS / 16);
         wgmma_commit();
         // dPᵀ done; dV runs on.
         dpt.wait::<1>();
-        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            unroll!(e in [0, 1, 2, 3] => {
-                let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
-                dpt[x] = st[x] * (dpt[x] - *dl_s.add(col));
-            });
+        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+            if blk < S::COLS / 8 {
+                unroll!(e in [0, 1, 2, 3] => {
+                    let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
+                    dpt[x] = st[x] * (dpt[x] - *dl_s.add(col));
+                });
+            }
         });
-        let mut dsf = a_operand::<E>(&dpt);
-        strip_by_tile::<E, T>(&mut acc_dk, &mut dsf, qt);
+        let mut dsf = a_operand::<E, S>(&dpt);
+        strip_by_tile::<E, T, S::Operand>(&mut acc_dk, &mut dsf, (qt, panel), S::COLS / 16);
         wgmma_commit();
         running = Some(sm.empty(s));
-        if D > 64 {
-            // At D = 128 the accumulators leave no registers for this tile's A operands to stay
-            // in flight beside the next tile's Sᵀ and dPᵀ (ptxas would serialise every wgmma).
+        if T::COLS + S::COLS > 128 {
+            // Beside 64×128 accumulators (dK and dV at D = 128, or Sᵀ and dPᵀ of 128 queries)
+            // no registers are left for this tile's A operands to stay in flight while the next
+            // tile's Sᵀ and dPᵀ run (ptxas would serialise every wgmma).
             acc_dv.wait::<0>();
             acc_dk.wait::<0>();
             release(&mut running, tw);
@@ -440,7 +495,7 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, const D: usize>(
 }
 
 #[inline(always)]
-unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
+unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     maps: *const u8,
     (lse2, delta): (*const f32, *const f32),
     dq: *mut u16,
@@ -461,7 +516,7 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
             sk
         }
     };
-    let tiles = kv_end(q0, CONSUMERS).div_ceil(ROWS);
+    let tiles = kv_end(q0, CONSUMERS).div_ceil(S::COLS);
     let sm = Smem::new(D);
     sm.init();
     let t = thread_x();
@@ -482,7 +537,7 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
             dl_r[h] = load_nc_f32(delta.add(qh * padded + rows[h]));
         }
     });
-    let mine = kv_end(qc0, 1).div_ceil(ROWS);
+    let mine = kv_end(qc0, 1).div_ceil(S::COLS);
     let (qt, dot) = (sm.held(0, c), sm.held(1, c));
     let mut acc = T::ZERO;
     // The `empty` barrier of the stage whose dQ product may still be running.
@@ -496,11 +551,12 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
             release(&mut Some(sm.empty(s)), tw);
             continue;
         }
-        let k0 = j * ROWS;
+        let k0 = j * S::COLS;
         let (kt, vt) = (sm.streamed(s, 0), sm.streamed(s, 1));
-        let (mut st, mut dp) = ([0.0f32; 32], [0.0f32; 32]);
-        score_pair::<E, D>((&mut st, &mut dp), [qt, dot], [kt, vt], (&mut running, tw));
-        let edge = k0 + ROWS > sk || (causal && above_diagonal(k0 + ROWS - 1, qc0, offset));
+        let (mut st, mut dp) = (S::ZERO, S::ZERO);
+        let panel = sm.streamed_panel();
+        score_pair::<E, D, S>((&mut st, &mut dp), [qt, dot], ([kt, vt], panel), (&mut running, tw));
+        let edge = k0 + S::COLS > sk || (causal && above_diagonal(k0 + S::COLS - 1, qc0, offset));
         let lse2 = |x: usize| lse_r[x % 4 / 2];
         // Column c (key k0 + 2t + c) is past the keys iff c ≥ sk − k0 − 2t, hidden from row r
         // iff c > r + offset − k0 − 2t.
@@ -509,19 +565,21 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, const D: usize>(
         let diagonal = rows.map(|r| (r as isize + offset - first_key) as i32);
         let hidden = |x: usize| column(x) >= room || (causal && column(x) > diagonal[x % 4 / 2]);
         if edge {
-            exponentiate::<true>(&mut st, scale_log2, lse2, hidden);
+            exponentiate::<true, S>(&mut st, scale_log2, lse2, hidden);
         } else {
-            exponentiate::<false>(&mut st, scale_log2, lse2, hidden);
+            exponentiate::<false, S>(&mut st, scale_log2, lse2, hidden);
         }
         dp.wait::<0>();
-        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            unroll!(e in [0, 1, 2, 3] => {
-                let x = 4 * blk + e;
-                dp[x] = st[x] * (dp[x] - dl_r[e / 2]);
-            });
+        unroll!(x in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                      32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                      48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63] => {
+            if x < S::COLS / 2 {
+                dp[x] = st[x] * (dp[x] - dl_r[x % 4 / 2]);
+            }
         });
-        let mut dsf = a_operand::<E>(&dp);
-        strip_by_tile::<E, T>(&mut acc, &mut dsf, kt);
+        let mut dsf = a_operand::<E, S>(&dp);
+        strip_by_tile::<E, T, S::Operand>(&mut acc, &mut dsf, (kt, panel), S::COLS / 16);
         wgmma_commit();
         running = Some(sm.empty(s));
     }
@@ -593,14 +651,14 @@ stats_kernels! {
 }
 
 macro_rules! wgmma_backward_kernels {
-    ($($dq:ident, $dkdv:ident: $e:ty, $d:literal, $tile:ty;)*) => {$(
+    ($($dq:ident, $dkdv:ident: $e:ty, $d:literal, $tile:ty, $scores:ty;)*) => {$(
         /// dQ `[B, Hq, Sq, D]` in the dtype; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dq(
             maps: *const u8, lse2: *const f32, delta: *const f32, dq_out: *mut u16, sq: usize, sk: usize,
             hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32,
         ) {
-            dq::<$e, $tile, $d>(maps, (lse2, delta), dq_out, (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
+            dq::<$e, $tile, $scores, $d>(maps, (lse2, delta), dq_out, (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
         }
         /// dK and dV: f32 per query head `[B, Hq, Sk, D]` into `dk`, `dv`, or (when `dk16` is
         /// not null, for Hq = Hkv) the dtype into `dk16`, `dv16`; see the module documentation.
@@ -610,16 +668,19 @@ macro_rules! wgmma_backward_kernels {
             dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
             scale_log2: f32, causal: u32,
         ) {
-            dkdv::<$e, $tile, $d>(
+            dkdv::<$e, $tile, $scores, $d>(
                 maps, (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
             )
         }
     )*};
 }
 
+// Gradient tile (64 × D), score tile (64 × the streamed rows of `attn_wg_streamed_rows(D)`).
+const _: () = assert!(attn_wg_streamed_rows(64) == 128 && attn_wg_streamed_rows(128) == 64);
+
 wgmma_backward_kernels! {
-    attention_bwd_wgmma_dq_f16_d64, attention_bwd_wgmma_dkdv_f16_d64: F16, 64, [f32; 32];
-    attention_bwd_wgmma_dq_f16_d128, attention_bwd_wgmma_dkdv_f16_d128: F16, 128, [f32; 64];
-    attention_bwd_wgmma_dq_bf16_d64, attention_bwd_wgmma_dkdv_bf16_d64: BF16, 64, [f32; 32];
-    attention_bwd_wgmma_dq_bf16_d128, attention_bwd_wgmma_dkdv_bf16_d128: BF16, 128, [f32; 64];
+    attention_bwd_wgmma_dq_f16_d64, attention_bwd_wgmma_dkdv_f16_d64: F16, 64, [f32; 32], [f32; 64];
+    attention_bwd_wgmma_dq_f16_d128, attention_bwd_wgmma_dkdv_f16_d128: F16, 128, [f32; 64], [f32; 32];
+    attention_bwd_wgmma_dq_bf16_d64, attention_bwd_wgmma_dkdv_bf16_d64: BF16, 64, [f32; 32], [f32; 64];
+    attention_bwd_wgmma_dq_bf16_d128, attention_bwd_wgmma_dkdv_bf16_d128: BF16, 128, [f32; 64], [f32; 32];
 }
