@@ -12,7 +12,9 @@
 //!
 //! The CPU twin computes in f64 (softmax and both products) and rounds once to the dtype; it is
 //! the tests' oracle. The GPU backward is deterministic in every mode: dQ and dK/dV come from two
-//! kernels that each sum in a fixed order (no atomics), see `backward.rs`.
+//! kernels that each sum in a fixed order (no atomics), see `backward.rs`; where the sm_90a
+//! modules are loaded (compute capability 9.0, `FERROCUDA_DISABLE_SM90A` unset) the backward at
+//! D = 64 and 128 runs the `wgmma` kernels of `backward_wgmma.rs`, with the same contract.
 use crate::kernels;
 use crate::ops::matmul::tensor_map;
 use crate::runtime::error::{Error, Result};
