@@ -445,13 +445,17 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
         let mut pf = a_operand::<E, S>(&st);
         strip_by_tile::<E, T, S::Operand>(&mut acc_dv, &mut pf, (dot, panel), S::COLS / 16);
         wgmma_commit();
-        // dPᵀ done; dV runs on.
+        // dPᵀ done; dV runs on. dSᵀ takes Pᵀ as rounded for dV (the f32 Pᵀ dies at the
+        // packing: 32 or 64 registers that would otherwise spill beside dPᵀ).
         dpt.wait::<1>();
-        unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-            if blk < S::COLS / 8 {
-                unroll!(e in [0, 1, 2, 3] => {
-                    let (x, col) = (4 * blk + e, 8 * blk + 2 * q4 + e % 2);
-                    dpt[x] = st[x] * (dpt[x] - *dl_s.add(col));
+        unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            if j < S::COLS / 16 {
+                unroll!(r in [0, 1, 2, 3] => {
+                    let x = 8 * j + 2 * r;
+                    let col = 2 * q4 + column(x) as usize;
+                    let p = [E::to_f32(pf[j][r] as u16), E::to_f32((pf[j][r] >> 16) as u16)];
+                    dpt[x] = p[0] * (dpt[x] - *dl_s.add(col));
+                    dpt[x + 1] = p[1] * (dpt[x + 1] - *dl_s.add(col + 1));
                 });
             }
         });
@@ -599,35 +603,44 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
 }
 
 /// Per padded row `r` of `heads` heads of `padded` rows (row `r % padded` of head
-/// `r / padded`): Δ = rowsum(dO ∘ O) and lse · log2 e for the `sq` real rows of `d` elements,
-/// 0 and +∞ past them. One warp per row.
+/// `r / padded`): Δ = rowsum(dO ∘ O) and lse · log2 e for the `sq` real rows of `d` elements
+/// (64 or 128), 0 and +∞ past them. Each lane reads 16-byte vectors, d/8 lanes a row, 256/d rows
+/// a warp (a lane per 2-byte element read the rows at a fifth of the bandwidth).
 #[inline(always)]
 unsafe fn stats<H: HalfFloat>(
     (dout, out, lse): (*const u16, *const u16, *const f32),
     (delta, lse2): (*mut f32, *mut f32),
     (sq, padded, heads, d): (usize, usize, usize, usize),
 ) {
-    let warps = grid_dim_x() * block_dim_x() / 32;
-    let mut r = global_x() / 32;
-    while r < heads * padded {
+    let lanes = d / 8;
+    let rows_per_warp = 32 / lanes;
+    let step = grid_dim_x() * block_dim_x() / 32 * rows_per_warp;
+    let mut first = global_x() / 32 * rows_per_warp;
+    while first < heads * padded {
+        let r = first + lane() / lanes;
         let (head, i) = (r / padded, r % padded);
-        let (mut dot, mut l2) = (0.0f32, f32::INFINITY);
-        if i < sq {
-            let row = head * sq + i;
-            let mut c = lane();
-            while c < d {
-                let at = row * d + c;
-                dot += H::to_f32(load_nc_u16(out.add(at))) * H::to_f32(load_nc_u16(dout.add(at)));
-                c += 32;
+        let real = r < heads * padded && i < sq;
+        let mut dot = 0.0f32;
+        if real {
+            let at = (head * sq + i) * d + lane() % lanes * 8;
+            let (o, g) = (load_nc_u16x8(out.add(at)).0, load_nc_u16x8(dout.add(at)).0);
+            for k in 0..8 {
+                dot += H::to_f32(o[k]) * H::to_f32(g[k]);
             }
-            dot = warp_reduce::<Sum>(dot);
-            l2 = load_nc_f32(lse.add(row)) * LOG2_E;
         }
-        if lane() == 0 {
+        let mut m = lanes / 2;
+        while m > 0 {
+            dot += shfl_xor(dot, m as u32);
+            m /= 2;
+        }
+        if r < heads * padded && lane() % lanes == 0 {
             store_f32(delta.add(r), dot);
-            store_f32(lse2.add(r), l2);
+            store_f32(
+                lse2.add(r),
+                if real { load_nc_f32(lse.add(head * sq + i)) * LOG2_E } else { f32::INFINITY },
+            );
         }
-        r += warps;
+        first += step;
     }
 }
 

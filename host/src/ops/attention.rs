@@ -351,11 +351,13 @@ fn gpu_backward_wgmma(
     let (heads, padded) = (d.b * d.hq, attn_wg_padded_rows(d.sq));
     let (delta, lse2) =
         (Tensor::uninit(ctx, &[heads, padded], OP)?, Tensor::uninit(ctx, &[heads, padded], OP)?);
-    let cfg = LaunchConfig::grid_stride(&stream.device.info, heads * padded * 32, ATTN_AUX_BLOCK, 4);
+    // d/8 threads a row (16-byte vectors).
+    let cfg = LaunchConfig::grid_stride(&stream.device.info, heads * padded * d.d / 8, ATTN_AUX_BLOCK, 4);
     // SAFETY: `attention_bwd_stats_<dtype>(dout, out, lse, delta, lse2, sq, padded, heads, d)`:
     // dout and out hold `heads · Sq` rows of D elements of the dtype and lse `heads · Sq` f32
-    // (checked against q), delta and lse2 are fresh f32 buffers of `heads · padded` rows; any 1-D
-    // grid of whole warps is valid (the block is 256 threads).
+    // (checked against q, 16-byte aligned pool blocks with rows of 128 or 256 bytes), delta and
+    // lse2 are fresh f32 buffers of `heads · padded` rows, D is 64 or 128; any 1-D grid of whole
+    // warps is valid (the block is 256 threads).
     let args = (dout.ptr(), out.ptr(), lse.ptr(), delta.ptr_mut(), lse2.ptr_mut(), d.sq, padded, heads, d.d);
     unsafe { STATS_KERNELS[di].launch(stream, cfg, args)? };
 
