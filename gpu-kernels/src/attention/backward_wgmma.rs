@@ -1,6 +1,6 @@
 //! The attention backward on Hopper tensor cores (sm_90a module `attention_bwd_sm90a`), for
 //! f16/bf16 and head dims 64 and 128: `attention_bwd_stats_<dtype>` (Δ = rowsum(dO ∘ O) and
-//! lse · log2 e, padded per head to whole query tiles), `attention_bwd_wgmma_dkdv_<dtype>_d<D>`
+//! lse · log2 e, padded per head to whole streamed query tiles), `attention_bwd_wgmma_dkdv_<dtype>_d<D>`
 //! and `attention_bwd_wgmma_dq_<dtype>_d<D>`. The GQA head sum is `backward.rs`'s
 //! `attention_bwd_heads_<dtype>`.
 //!
@@ -11,16 +11,22 @@
 //! `mma.sync` path does.
 //!
 //! Both kernels: one producer warpgroup, one of whose threads issues every TMA copy, and
-//! `ATTN_WG_CONSUMERS` warpgroups of 64 rows each. Tiles are 64 rows × D, stored as D/64
-//! panels of 64 rows × 128 bytes, 128-byte swizzled, zero-filled past the sequence (so any
-//! length works); each consumer holds its two own tiles, and the block streams tiles of 64 rows
-//! through `attn_wg_stages(D)` stages (`full` mbarriers counted in bytes, `empty` ones by one
-//! arrival per consumer).
+//! `ATTN_WG_CONSUMERS` warpgroups of 64 rows each. Tiles are stored as D/64 panels of rows ×
+//! 128 bytes, 128-byte swizzled (TMA boxes of 64 × 64), zero-filled past the sequence (so any
+//! length works); each consumer holds its two own 64-row tiles, and the block streams tiles of
+//! `attn_wg_streamed_rows(D)` rows (128 at D = 64, 64 at D = 128) through `attn_wg_stages(D)`
+//! stages (`full` mbarriers counted in bytes, `empty` ones by one arrival per consumer).
+//!
+//! Within a consumer the products of one tile overlap its exponentials: the score products go
+//! in two commit groups, so P is computed while dP (or dPᵀ) runs, and dS while dV runs
+//! (`wgmma.wait_group 1`); in the dQ kernel the next tile's score products also issue behind
+//! this tile's dQ product. P and dS become register A operands by one
+//! `cvt.rn.{bf16x2,f16x2}.f32` per pair; dSᵀ uses Pᵀ as rounded for dV.
 //!
 //! dK/dV block (grid `(⌈Sk/128⌉, Hq, B)`, keys held, queries streamed with their lse·log2 e and
 //! Δ slices): Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (A and B from shared memory, both K-major), Pᵀ = 2^(Sᵀ ·
 //! scale · log2 e − lse · log2 e) (lse per column), dSᵀ = Pᵀ ∘ (dPᵀ − Δ), then dV += Pᵀ dO and
-//! dK += dSᵀ Q with Pᵀ and dSᵀ as register A operands (the accumulator layout of a 64×64 tile is
+//! dK += dSᵀ Q with Pᵀ and dSᵀ as register A operands (the accumulator layout of a 64×N tile is
 //! `mma.m16n8k16`'s A layout after packing pairs) and dO, Q read N-major from the same tiles.
 //! Output: f32 per query head `[B, Hq, Sk, D]` (summed over the GQA group by the head-sum
 //! kernel), or the dtype directly when every kv head has one query head.
@@ -413,8 +419,6 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     let keys = [kc0 + 16 * w + g, kc0 + 16 * w + g + 8];
     let (ktile, vtile) = (sm.held(0, c), sm.held(1, c));
     let (mut acc_dk, mut acc_dv) = (T::ZERO, T::ZERO);
-    // The `empty` barrier of the stage whose dV and dK products may still be running.
-    let mut running = None;
     mbarrier_wait(sm.held_full(), 0);
     for i in first..last {
         let (n, s) = (i - first, (i - first) % sm.stages);
@@ -430,7 +434,7 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
         // in-flight `wgmma` results (and so a compiler-inserted wait).
         let (mut st, mut dpt) = (S::ZERO, S::ZERO);
         let panel = sm.streamed_panel();
-        score_pair::<E, D, S>((&mut st, &mut dpt), [ktile, vtile], ([qt, dot], panel), (&mut running, tw));
+        score_pair::<E, D, S>((&mut st, &mut dpt), [ktile, vtile], ([qt, dot], panel), (&mut None, tw));
         let (lse_s, dl_s) = (sm.stats_ptr(s, 0), sm.stats_ptr(s, 1));
         let edge = causal && above_diagonal(kc0 + ROWS - 1, r0, offset);
         // SAFETY: columns below 64 of the stage's lse slice.
@@ -462,19 +466,13 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
         let mut dsf = a_operand::<E, S>(&dpt);
         strip_by_tile::<E, T, S::Operand>(&mut acc_dk, &mut dsf, (qt, panel), S::COLS / 16);
         wgmma_commit();
-        running = Some(sm.empty(s));
-        if T::COLS + S::COLS > 128 {
-            // Beside 64×128 accumulators (dK and dV at D = 128, or Sᵀ and dPᵀ of 128 queries)
-            // no registers are left for this tile's A operands to stay in flight while the next
-            // tile's Sᵀ and dPᵀ run (ptxas would serialise every wgmma).
-            acc_dv.wait::<0>();
-            acc_dk.wait::<0>();
-            release(&mut running, tw);
-        }
+        // Beside 64×128 accumulators (dK and dV at D = 128, or Sᵀ and dPᵀ of 128 queries) no
+        // registers are left for this tile's A operands to stay in flight while the next tile's
+        // Sᵀ and dPᵀ run (ptxas would serialise every wgmma): the tile ends here.
+        acc_dv.wait::<0>();
+        acc_dk.wait::<0>();
+        release(&mut Some(sm.empty(s)), tw);
     }
-    acc_dv.wait::<0>();
-    acc_dk.wait::<0>();
-    release(&mut running, tw);
     let direct = !dk16.is_null();
     unroll!(h in [0, 1] => {
         if keys[h] < sk {
