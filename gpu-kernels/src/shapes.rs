@@ -257,28 +257,32 @@ pub const fn attn_dkdv_shared_bytes(d: usize) -> usize {
 
 /// The Hopper attention backward (module `attention_bwd_sm90a`): blocks of one producer
 /// warpgroup (TMA) and `ATTN_WG_CONSUMERS` computing warpgroups of `ATTN_WG_ROWS` rows each (keys
-/// in the dK/dV kernel, queries in the dQ kernel) that stream tiles of `attn_wg_streamed_rows(d)`
-/// rows (queries, or keys) through `attn_wg_stages(d)` shared stages. Head dims move as
+/// in the dK/dV kernel, queries in the dQ kernel) that stream tiles of `attn_wg_streamed_rows`
+/// rows (queries, or keys) through `attn_wg_stages` shared stages. Head dims move as
 /// 64-column panels of 128-byte-swizzled rows, `ATTN_WG_PANEL_BYTES` per 64 rows.
 pub const ATTN_WG_ROWS: usize = 64;
 pub const ATTN_WG_CONSUMERS: usize = 2;
 pub const ATTN_WG_THREADS: usize = 128 * (1 + ATTN_WG_CONSUMERS);
 pub const ATTN_WG_PANEL_BYTES: usize = ATTN_WG_ROWS * 128;
 
-/// Rows of a streamed tile of the Hopper attention backward at head dim `d`: 128 at D = 64 (the
-/// score products are 64×128, half the tiles to walk), 64 at D = 128 (registers).
-pub const fn attn_wg_streamed_rows(d: usize) -> usize {
-    if d <= 64 {
+/// Rows of a streamed tile of the Hopper attention backward at head dim `d`: keys in the dQ
+/// kernel (`keys`), queries in the dK/dV kernel. 128 (64×128 score products: half the tiles, and
+/// the streamed operand's shared-memory reads amortised over twice the columns) except for the
+/// dK/dV kernel at D = 128, whose dK and dV accumulators leave registers for 64.
+pub const fn attn_wg_streamed_rows(d: usize, keys: bool) -> usize {
+    if d <= 64 || keys {
         128
     } else {
         64
     }
 }
 
-/// Pipeline stages of the Hopper attention backward at head dim `d`.
-pub const fn attn_wg_stages(d: usize) -> usize {
+/// Pipeline stages of the Hopper attention backward (as many as shared memory holds, up to 4).
+pub const fn attn_wg_stages(d: usize, keys: bool) -> usize {
     if d <= 64 {
         4
+    } else if keys {
+        2
     } else {
         3
     }
@@ -291,12 +295,12 @@ pub const fn attn_wg_padded_rows(sq: usize) -> usize {
     sq.div_ceil(2 * ATTN_WG_ROWS) * 2 * ATTN_WG_ROWS
 }
 
-/// Dynamic shared memory of both Hopper backward kernels at head dim `d`: 1 KiB to align the
-/// tiles to the swizzle's 1024-byte atoms, two held tiles per consumer, two streamed tiles per
-/// stage, the stages' statistics (two f32 per streamed row), then the `mbarrier`s (the held
-/// tiles' and a full and an empty one per stage).
-pub const fn attn_wg_bwd_shared_bytes(d: usize) -> usize {
-    let (panels, stages, streamed) = (d / 64, attn_wg_stages(d), attn_wg_streamed_rows(d));
+/// Dynamic shared memory of a Hopper backward kernel at head dim `d` (`keys`: the dQ kernel):
+/// 1 KiB to align the tiles to the swizzle's 1024-byte atoms, two held tiles per consumer, two
+/// streamed tiles per stage, the stages' statistics (two f32 per streamed row), then the
+/// `mbarrier`s (the held tiles' and a full and an empty one per stage).
+pub const fn attn_wg_bwd_shared_bytes(d: usize, keys: bool) -> usize {
+    let (panels, stages, streamed) = (d / 64, attn_wg_stages(d, keys), attn_wg_streamed_rows(d, keys));
     1024 + 2 * ATTN_WG_CONSUMERS * panels * ATTN_WG_PANEL_BYTES
         + stages * 2 * panels * (streamed / ATTN_WG_ROWS) * ATTN_WG_PANEL_BYTES
         + stages * 2 * streamed * 4

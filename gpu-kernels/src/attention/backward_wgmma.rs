@@ -14,13 +14,13 @@
 //! `ATTN_WG_CONSUMERS` warpgroups of 64 rows each. Tiles are stored as D/64 panels of rows ×
 //! 128 bytes, 128-byte swizzled (TMA boxes of 64 × 64), zero-filled past the sequence (so any
 //! length works); each consumer holds its two own 64-row tiles, and the block streams tiles of
-//! `attn_wg_streamed_rows(D)` rows (128 at D = 64, 64 at D = 128) through `attn_wg_stages(D)`
-//! stages (`full` mbarriers counted in bytes, `empty` ones by one arrival per consumer).
+//! `attn_wg_streamed_rows` rows (128, but 64 queries in the dK/dV kernel at D = 128) through
+//! `attn_wg_stages` stages (`full` mbarriers counted in bytes, `empty` ones by one arrival per consumer).
 //!
 //! Within a consumer the products of one tile overlap its exponentials: the score products go
 //! in two commit groups, so P is computed while dP (or dPᵀ) runs, and dS while dV runs
-//! (`wgmma.wait_group 1`); in the dQ kernel the next tile's score products also issue behind
-//! this tile's dQ product. P and dS become register A operands by one
+//! (`wgmma.wait_group 1`); in the dQ kernel at D = 64 the next tile's score products also issue
+//! behind this tile's dQ product. P and dS become register A operands by one
 //! `cvt.rn.{bf16x2,f16x2}.f32` per pair; dSᵀ uses Pᵀ as rounded for dV.
 //!
 //! dK/dV block (grid `(⌈Sk/128⌉, Hq, B)`, keys held, queries streamed with their lse·log2 e and
@@ -40,7 +40,7 @@
 //! the dK/dV kernel.
 //!
 //! Launch: block `ATTN_WG_THREADS` (PTX `.maxntid` set by build.rs), dynamic shared memory
-//! `attn_wg_bwd_shared_bytes(D)`; `maps` points to four `CUtensorMap`s in global memory (q, k,
+//! `attn_wg_bwd_shared_bytes`; `maps` points to four `CUtensorMap`s in global memory (q, k,
 //! v, dout; 3-D: D, sequence, batch · heads; boxes of 64 × 64, 128-byte swizzle), copied in by
 //! the host on the launch's stream (see `matmul/gemm_wgmma.rs` for why not kernel parameters
 //! and why the producer fences the tensor-map proxy).
@@ -122,13 +122,14 @@ struct Smem {
 
 impl Smem {
     #[inline(always)]
-    fn new(d: usize) -> Self {
+    fn new(d: usize, keys: bool) -> Self {
         let raw = dynamic_shared::<u8>();
         let start = shared_addr(raw);
         let pad = (ATOM - start % ATOM) % ATOM;
         // SAFETY: the launch gives 1 KiB of slack for this alignment.
         let ptr = unsafe { raw.add(pad as usize) };
-        let (panels, stages, streamed_rows) = (d / 64, attn_wg_stages(d), attn_wg_streamed_rows(d));
+        let (stages, streamed_rows) = (attn_wg_stages(d, keys), attn_wg_streamed_rows(d, keys));
+        let panels = d / 64;
         Smem { addr: start + pad, ptr, panels, stages, streamed_rows }
     }
     /// Bytes of one 64-column panel of a streamed tile.
@@ -404,7 +405,7 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     let q_lo = if causal { (k0 as isize - offset).max(0) as usize } else { 0 };
     let first = q_lo / S::COLS;
     let last = if q_lo < sq { sq.div_ceil(S::COLS) } else { first };
-    let sm = Smem::new(D);
+    let sm = Smem::new(D, false);
     sm.init();
     let t = thread_x();
     if t < 128 {
@@ -519,7 +520,7 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
         }
     };
     let tiles = kv_end(q0, CONSUMERS).div_ceil(S::COLS);
-    let sm = Smem::new(D);
+    let sm = Smem::new(D, true);
     sm.init();
     let t = thread_x();
     if t < 128 {
@@ -584,6 +585,12 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
         strip_by_tile::<E, T, S::Operand>(&mut acc, &mut dsf, (kt, panel), S::COLS / 16);
         wgmma_commit();
         running = Some(sm.empty(s));
+        if T::COLS + S::COLS > 192 {
+            // At D = 128 the 64×128 dQ, S and dP tiles leave no registers for dS to stay in
+            // flight while the next tile's S and dP run (ptxas would serialise every wgmma).
+            acc.wait::<0>();
+            release(&mut running, tw);
+        }
     }
     acc.wait::<0>();
     release(&mut running, tw);
@@ -662,14 +669,14 @@ stats_kernels! {
 }
 
 macro_rules! wgmma_backward_kernels {
-    ($($dq:ident, $dkdv:ident: $e:ty, $d:literal, $tile:ty, $scores:ty;)*) => {$(
+    ($($dq:ident, $dkdv:ident: $e:ty, $d:literal, $tile:ty, $dq_scores:ty, $dkdv_scores:ty;)*) => {$(
         /// dQ `[B, Hq, Sq, D]` in the dtype; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dq(
             maps: *const u8, lse2: *const f32, delta: *const f32, dq_out: *mut u16, sq: usize, sk: usize,
             hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32,
         ) {
-            dq::<$e, $tile, $scores, $d>(maps, (lse2, delta), dq_out, (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
+            dq::<$e, $tile, $dq_scores, $d>(maps, (lse2, delta), dq_out, (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
         }
         /// dK and dV: f32 per query head `[B, Hq, Sk, D]` into `dk`, `dv`, or (when `dk16` is
         /// not null, for Hq = Hkv) the dtype into `dk16`, `dv16`; see the module documentation.
@@ -679,19 +686,24 @@ macro_rules! wgmma_backward_kernels {
             dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
             scale_log2: f32, causal: u32,
         ) {
-            dkdv::<$e, $tile, $scores, $d>(
+            dkdv::<$e, $tile, $dkdv_scores, $d>(
                 maps, (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
             )
         }
     )*};
 }
 
-// Gradient tile (64 × D), score tile (64 × the streamed rows of `attn_wg_streamed_rows(D)`).
-const _: () = assert!(attn_wg_streamed_rows(64) == 128 && attn_wg_streamed_rows(128) == 64);
+// Gradient tile (64 × D), score tiles (64 × `attn_wg_streamed_rows`) of the dQ and dK/dV kernels.
+const _: () = assert!(
+    attn_wg_streamed_rows(64, true) == 128
+        && attn_wg_streamed_rows(64, false) == 128
+        && attn_wg_streamed_rows(128, true) == 128
+        && attn_wg_streamed_rows(128, false) == 64
+);
 
 wgmma_backward_kernels! {
-    attention_bwd_wgmma_dq_f16_d64, attention_bwd_wgmma_dkdv_f16_d64: F16, 64, [f32; 32], [f32; 64];
-    attention_bwd_wgmma_dq_f16_d128, attention_bwd_wgmma_dkdv_f16_d128: F16, 128, [f32; 64], [f32; 32];
-    attention_bwd_wgmma_dq_bf16_d64, attention_bwd_wgmma_dkdv_bf16_d64: BF16, 64, [f32; 32], [f32; 64];
-    attention_bwd_wgmma_dq_bf16_d128, attention_bwd_wgmma_dkdv_bf16_d128: BF16, 128, [f32; 64], [f32; 32];
+    attention_bwd_wgmma_dq_f16_d64, attention_bwd_wgmma_dkdv_f16_d64: F16, 64, [f32; 32], [f32; 64], [f32; 64];
+    attention_bwd_wgmma_dq_f16_d128, attention_bwd_wgmma_dkdv_f16_d128: F16, 128, [f32; 64], [f32; 64], [f32; 32];
+    attention_bwd_wgmma_dq_bf16_d64, attention_bwd_wgmma_dkdv_bf16_d64: BF16, 64, [f32; 32], [f32; 64], [f32; 64];
+    attention_bwd_wgmma_dq_bf16_d128, attention_bwd_wgmma_dkdv_bf16_d128: BF16, 128, [f32; 64], [f32; 64], [f32; 32];
 }

@@ -374,8 +374,9 @@ fn gpu_backward_wgmma(
     let maps = maps_dev.dev_ptr();
 
     let block_rows = ATTN_WG_ROWS * ATTN_WG_CONSUMERS;
-    let cfg = |rows: usize| -> Result<LaunchConfig> {
-        let mut cfg = block_grid(OP, &d, rows.div_ceil(block_rows), attn_wg_bwd_shared_bytes(d.d))?;
+    // `keys`: the dQ kernel (keys streamed), else the dK/dV kernel.
+    let cfg = |rows: usize, keys: bool| -> Result<LaunchConfig> {
+        let mut cfg = block_grid(OP, &d, rows.div_ceil(block_rows), attn_wg_bwd_shared_bytes(d.d, keys))?;
         cfg.block = (ATTN_WG_THREADS as u32, 1, 1);
         Ok(cfg)
     };
@@ -394,7 +395,7 @@ fn gpu_backward_wgmma(
     // dq, sq, sk, hq, hkv, scale, scale_log2, causal)` with dq fresh [B, Hq, Sq, D].
     let args =
         (maps, lse2.ptr(), delta.ptr(), dq.ptr_mut(), d.sq, d.sk, d.hq, d.hkv, scale, scale_log2, causal);
-    unsafe { WGMMA_DQ_KERNELS[di][dd].launch(stream, cfg(d.sq)?, args)? };
+    unsafe { WGMMA_DQ_KERNELS[di][dd].launch(stream, cfg(d.sq, true)?, args)? };
 
     let (dk, dv) =
         (Tensor::uninit_as(ctx, k.shape(), dtype, OP)?, Tensor::uninit_as(ctx, v.shape(), dtype, OP)?);
@@ -428,7 +429,7 @@ fn gpu_backward_wgmma(
         scale_log2,
         causal,
     );
-    unsafe { WGMMA_DKDV_KERNELS[di][dd].launch(stream, cfg(d.sk)?, args)? };
+    unsafe { WGMMA_DKDV_KERNELS[di][dd].launch(stream, cfg(d.sk, false)?, args)? };
     if let Some((pk, pv)) = &parts {
         sum_heads(stream, &d, [pk, pv], [&dk, &dv])?;
     }
