@@ -65,9 +65,12 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 4] = [
+const MAX_THREADS: [(&str, usize); 6] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
     ("attention_bwd_wgmma_", shapes::ATTN_WG_THREADS),
+    // One block of LAYERNORM_FUSED_BLOCK threads an SM (its last block's fold would take more).
+    ("layernorm_bwd_f", shapes::LAYERNORM_FUSED_BLOCK),
+    ("layernorm_bwd_bf", shapes::LAYERNORM_FUSED_BLOCK),
     // At most 64 registers a thread: two blocks of CE_BLOCK_MAX threads fit an SM.
     ("cross_entropy_f", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
     ("cross_entropy_bf", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),

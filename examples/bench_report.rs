@@ -165,6 +165,12 @@ fn main() -> Result<()> {
         rows.push(measure_as(&ctx, "layernorm_bf16", &shape, true, 4, DType::BF16, |x| {
             ferrocuda::layer_norm(x, Some(&gamma), Some(&beta), 1e-5).map(|(y, _)| y)
         })?);
+        // The backward reads x and dy and writes dx (6 B an element); dγ, dβ are noise.
+        let dy = ctx.randn(&shape, 15)?.to_dtype(DType::BF16)?;
+        let (_, saved) = ferrocuda::layer_norm(&dy, Some(&gamma), Some(&beta), 1e-5)?;
+        rows.push(measure_as(&ctx, "layernorm_bwd_bf16", &shape, true, 6, DType::BF16, |x| {
+            ferrocuda::layer_norm_backward(x, Some(&gamma), &dy, &saved).map(|(dx, _, _)| dx)
+        })?);
     }
     // Cross-entropy forward and gradient (labels on the device, as torch's), 8 B per f32 logit;
     // the bf16 rows (4 B per logit) have no PyTorch twin.

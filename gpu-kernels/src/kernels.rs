@@ -276,6 +276,11 @@ kernel_table! {
                 dx: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32
             );
+            [layernorm_bwd_f32](
+                x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
+                dx: *mut f32, partials: *mut f32, counter: *mut u32, dgamma: *mut f32, dbeta: *mut f32,
+                rows: usize, cols: usize
+            );
             [layernorm_bwd_params_f32](
                 x: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32, partials: *mut f32,
                 dgamma: *mut f32, dbeta: *mut f32, rows: usize, cols: usize, c_lanes: usize,
@@ -293,6 +298,11 @@ kernel_table! {
                 x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,
                 dx: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32
+            );
+            [layernorm_bwd_f16, layernorm_bwd_bf16](
+                x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,
+                dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16, dbeta: *mut u16,
+                rows: usize, cols: usize
             );
             [layernorm_bwd_params_f16, layernorm_bwd_params_bf16](
                 x: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32, partials: *mut f32,

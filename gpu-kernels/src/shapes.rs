@@ -82,6 +82,13 @@ pub const ROW_PARTIAL: u32 = 1;
 pub const ROW_APPLY: u32 = 2;
 /// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
 pub const ROW_THREAD_VALUES: usize = 32;
+/// The widest rows the one-launch layer-norm backward takes (`nn::layernorm`): two of a row
+/// team's four chunks of 8 per lane of a warp (all four cost spills).
+pub const LAYERNORM_FUSED_COLS: usize = 512;
+/// Threads of a block of the one-launch layer-norm backward (a warp a row): twelve warps of ~164
+/// registers fill an SM's register file, and one block per SM keeps the partial sums that its
+/// last block adds up few.
+pub const LAYERNORM_FUSED_BLOCK: usize = 384;
 
 /// Cross-entropy (`nn::cross_entropy`): 16-byte vectors each thread loads before it uses any.
 pub const CE_UNROLL: usize = 4;

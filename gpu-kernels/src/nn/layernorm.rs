@@ -11,9 +11,11 @@
 //! Backward, per row with x̂ = (x - mean)·rstd and g = dy·γ:
 //! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`, the two sums merged the same way; per column
 //! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds
-//! the groups' partial sums in order (deterministic, no atomics).
+//! the groups' partial sums in order (deterministic, no atomics). Rows a warp holds (the
+//! transformer widths) take one fused launch instead (`layernorm_bwd_<dtype>`): dx and the
+//! parameter sums from one read of x and dy.
 use crate::prelude::*;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
+use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_PARTIAL};
 
 /// Forward; `gamma`/`beta` may be null (no affine part).
 #[inline(always)]
@@ -67,6 +69,84 @@ unsafe fn layernorm_rows<F: Float>(
     );
 }
 
+/// Chunk `k` of g = dy·γ, with `w` this thread's γ (ones without an affine part).
+#[inline(always)]
+fn dy_gamma(d: &Slots, w: &Slots, k: usize) -> [f32; 8] {
+    let mut g = d[k];
+    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { g[e] *= w[k][e]; });
+    g
+}
+
+/// This thread's γ (its first `K` chunks), ones where `gamma` is null: read once per kernel and
+/// held, as every row of a team uses the same columns.
+///
+/// # Safety
+/// `gamma` holds `cols` values or is null.
+#[inline(always)]
+unsafe fn gamma_slots<F: Float, const K: usize>(t: &RowTeam, gamma: *const F::Raw) -> Slots {
+    if gamma.is_null() {
+        [[1.0; 8]; SLOTS]
+    } else {
+        t.load_first::<F, K>(gamma, 1.0)
+    }
+}
+
+/// This thread's share of (Σ g, Σ g·x̂) over its row (its first `K` chunks: see
+/// `RowTeam::each_first`).
+///
+#[inline(always)]
+fn dx_row_sums<const K: usize>(
+    t: &RowTeam,
+    (v, d): (&Slots, &Slots),
+    w: &Slots,
+    (mu, r): (f32, f32),
+) -> Sum2 {
+    let (mut a, mut b) = (0.0f32, 0.0f32);
+    unroll!(k in [0, 1, 2, 3] => {
+        if k < K && t.holds(k, 0) {
+            let gk = dy_gamma(d, w, k);
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                if t.holds(k, e) {
+                    a += gk[e];
+                    b += gk[e] * (v[k][e] - mu) * r;
+                }
+            });
+        }
+    });
+    Sum2(a, b)
+}
+
+/// Store `dx = rstd (g - mean(g) - x̂ mean(g x̂))` of the team's row (the first `K` chunks of
+/// each thread), from the row's sums.
+///
+/// # Safety
+/// `dx_row` is the row's start in the output.
+#[inline(always)]
+unsafe fn store_dx<F: Float, const K: usize>(
+    t: &RowTeam,
+    dx_row: *mut F::Raw,
+    (v, d): (&Slots, &Slots),
+    w: &Slots,
+    (mu, r): (f32, f32),
+    Sum2(sum_g, sum_gx): Sum2,
+    cols: usize,
+) {
+    let inv_n = 1.0 / cols as f32;
+    let (mean_g, mean_gx) = (sum_g * inv_n, sum_gx * inv_n);
+    t.store_first::<F, K>(
+        dx_row,
+        #[inline(always)]
+        |k| {
+            let gk = dy_gamma(d, w, k);
+            let mut out = [0.0f32; 8];
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                out[e] = r * (gk[e] - mean_g - (v[k][e] - mu) * r * mean_gx);
+            });
+            out
+        },
+    );
+}
+
 /// `dx`; `gamma` may be null.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -83,52 +163,131 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     let t = RowTeam::new::<F>(rows, cols, team, chunk);
     let offset = t.row * cols;
     let active = t.begin < t.end;
-    let (mu, r) =
-        if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
+    let stat = if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
     let v = t.load::<F>(x.wrapping_add(offset), 0.0);
     let d = t.load::<F>(dy.wrapping_add(offset), 0.0);
-    // g = dy·γ, chunk by chunk: γ is read again where needed rather than held.
-    let g = #[inline(always)]
-    |k: usize| {
-        let w = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
-        let mut g = d[k];
-        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { g[e] *= w[e]; });
-        g
-    };
-    let Sum2(sum_g, sum_gx) = if mode == ROW_APPLY {
+    let w = gamma_slots::<F, SLOTS>(&t, gamma);
+    let sums = if mode == ROW_APPLY {
         t.merge_partials(partials)
     } else {
-        let (mut a, mut b) = (0.0f32, 0.0f32);
-        unroll!(k in [0, 1, 2, 3] => {
-            if t.holds(k, 0) {
-                let gk = g(k);
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    if t.holds(k, e) {
-                        a += gk[e];
-                        b += gk[e] * (v[k][e] - mu) * r;
-                    }
-                });
-            }
-        });
-        t.combine(Sum2(a, b))
+        t.combine(dx_row_sums::<SLOTS>(&t, (&v, &d), &w, stat))
     };
     if mode == ROW_PARTIAL {
-        return t.write_partial(partials, Sum2(sum_g, sum_gx));
+        return t.write_partial(partials, sums);
     }
-    let inv_n = 1.0 / cols as f32;
-    let (mean_g, mean_gx) = (sum_g * inv_n, sum_gx * inv_n);
-    t.store::<F>(
-        dx.wrapping_add(offset),
-        #[inline(always)]
-        |k| {
-            let gk = g(k);
-            let mut out = [0.0f32; 8];
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                out[e] = r * (gk[e] - mean_g - (v[k][e] - mu) * r * mean_gx);
+    store_dx::<F, SLOTS>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
+}
+
+// build.rs reads shared sizes as literals: 2 · LAYERNORM_FUSED_COLS.
+shared_array!(static FUSED_PARAMS_SCRATCH: [f32; 2 * 512]);
+const _: () = assert!(LAYERNORM_FUSED_COLS == 512);
+/// Columns of dγ and dβ each thread of the last block adds up.
+const FUSED_COLUMNS_PER_THREAD: usize = 3;
+const _: () = assert!(2 * LAYERNORM_FUSED_COLS <= FUSED_COLUMNS_PER_THREAD * LAYERNORM_FUSED_BLOCK);
+
+/// The whole backward in one launch, for rows that one warp holds in its first `K` chunks a
+/// thread (`cols` ≤ 256·K = `LAYERNORM_FUSED_COLS`; blocks of warps, a warp a row): each warp walks rows `w, w + W, …`
+/// (W warps in the grid) writing dx and summing dγ and dβ of its columns in registers; the
+/// block's warps add theirs in warp order in shared memory; each block stores its sums in
+/// `partials[block · 2·cols ..]` (dγ, then dβ), and the last block to finish adds the blocks'
+/// in block order into `dgamma`/`dbeta`. One read of x and dy, no second pass, deterministic.
+///
+/// # Safety
+/// x, dy, dx hold rows·cols values, mean/rstd rows floats, gamma cols values or null,
+/// dgamma/dbeta cols values, partials 2·cols floats per block, counter a zeroed u32 of this
+/// stream; 1-D grid of blocks of whole warps.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
+    (x, gamma, dy): (*const F::Raw, *const F::Raw, *const F::Raw),
+    (mean, rstd): (*const f32, *const f32),
+    dx: *mut F::Raw,
+    (partials, counter): (*mut f32, *mut u32),
+    (dgamma, dbeta): (*mut F::Raw, *mut F::Raw),
+    (rows, cols): (usize, usize),
+) {
+    let team = RowTeam::new::<F>(rows, cols, 32, cols.next_multiple_of(8)).at_row(0, cols);
+    let warps = grid_dim_x() * block_dim_x() / 32;
+    let (mut sum_dg, mut sum_db) = ([[0.0f32; 8]; SLOTS], [[0.0f32; 8]; SLOTS]);
+    let w = gamma_slots::<F, K>(&team, gamma);
+    let mut row = (block_x() * block_dim_x() + thread_x()) / 32;
+    while row < rows {
+        let t = team.at_row(row, cols);
+        let offset = row * cols;
+        let stat = (load_nc_f32(mean.add(row)), load_nc_f32(rstd.add(row)));
+        let [v, d] = t.load_rows_first::<F, K, 2>([x.add(offset), dy.add(offset)], 0.0);
+        let sums = t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat));
+        store_dx::<F, K>(&t, dx.add(offset), (&v, &d), &w, stat, sums, cols);
+        t.each_first::<K>(|k, e| {
+            sum_dg[k][e] += d[k][e] * (v[k][e] - stat.0) * stat.1;
+            sum_db[k][e] += d[k][e];
+        });
+        row += warps;
+    }
+    let scratch = shared_ptr(&raw mut FUSED_PARAMS_SCRATCH);
+    let warp = thread_x() / 32;
+    for w in 0..block_dim_x() / 32 {
+        if warp == w {
+            team.each_first::<K>(|k, e| {
+                let (g, b) =
+                    (scratch.add(team.index(k, e)), scratch.add(LAYERNORM_FUSED_COLS + team.index(k, e)));
+                *g = if w == 0 { sum_dg[k][e] } else { *g + sum_dg[k][e] };
+                *b = if w == 0 { sum_db[k][e] } else { *b + sum_db[k][e] };
             });
-            out
-        },
-    );
+        }
+        sync_threads();
+    }
+    let mine = partials.add(block_x() * 2 * cols);
+    let mut c = thread_x();
+    while c < 2 * cols {
+        let from = if c < cols { c } else { LAYERNORM_FUSED_COLS + c - cols };
+        store_f32(mine.add(c), *scratch.add(from));
+        c += block_dim_x();
+    }
+    if !last_block_to_finish(counter) {
+        return;
+    }
+    // The last block adds every block's sums, a thread's (up to three) columns at once: eight
+    // running sums per column, in a fixed pattern, with the 24 loads of a step issued together
+    // (straight-line code: a thread past the last column reads the last one and drops it), so
+    // that the fold is not a chain of dependent L2 round trips; their fixed-order fold keeps it
+    // deterministic.
+    let (blocks, n, stride) = (grid_dim_x(), 2 * cols, block_dim_x());
+    let column = |j: usize| (thread_x() + j * stride).min(n - 1);
+    let mut s = [[0.0f32; 8]; FUSED_COLUMNS_PER_THREAD];
+    let mut b = 0;
+    while b + 8 <= blocks {
+        let mut step = [[0.0f32; 8]; FUSED_COLUMNS_PER_THREAD];
+        unroll!(j in [0, 1, 2] => {
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                step[j][i] = load_l2_f32(partials.add((b + i) * n + column(j)));
+            });
+        });
+        unroll!(j in [0, 1, 2] => {
+            unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => { s[j][i] += step[j][i]; });
+        });
+        b += 8;
+    }
+    while b < blocks {
+        unroll!(j in [0, 1, 2] => { s[j][0] += load_l2_f32(partials.add(b * n + column(j))); });
+        b += 1;
+    }
+    unroll!(j in [0, 1, 2] => {
+        let c = thread_x() + j * stride;
+        if c < n {
+            unroll!(i in [0, 1, 2, 3] => { s[j][i] += s[j][i + 4]; });
+            unroll!(i in [0, 1] => { s[j][i] += s[j][i + 2]; });
+            s[j][0] += s[j][1];
+            if c < cols {
+                F::store(dgamma.add(c), s[j][0]);
+            } else {
+                F::store(dbeta.add(c - cols), s[j][0]);
+            }
+        }
+    });
+    if thread_x() == 0 {
+        *counter = 0;
+    }
 }
 
 /// `dγ`, `dβ` of one row group (column teams; see `prelude::rows::ColumnTeam`): written to
@@ -170,7 +329,7 @@ unsafe fn layernorm_bwd_params_cols<F: Float>(
 }
 
 macro_rules! layernorm_kernels {
-    ($($fwd:ident, $dx:ident, $params:ident, $params_sum:ident: $f:ty;)*) => {$(
+    ($($fwd:ident, $dx:ident, $fused:ident, $params:ident, $params_sum:ident: $f:ty;)*) => {$(
         /// Layer norm forward; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
@@ -190,6 +349,18 @@ macro_rules! layernorm_kernels {
         ) {
             let shape = (rows, cols, team, chunk, mode);
             layernorm_bwd_dx_rows::<$f>(x, gamma, dy, mean, rstd, dx, partials, shape)
+        }
+        /// The whole layer-norm backward in one launch, rows of up to `LAYERNORM_FUSED_COLS`.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $fused(
+            x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw,
+            mean: *const f32, rstd: *const f32, dx: *mut <$f as Float>::Raw, partials: *mut f32,
+            counter: *mut u32, dgamma: *mut <$f as Float>::Raw, dbeta: *mut <$f as Float>::Raw,
+            rows: usize, cols: usize,
+        ) {
+            layernorm_bwd_fused_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }>(
+                (x, gamma, dy), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
+            )
         }
         /// `dγ`, `dβ` of layer norm, per row group.
         #[no_mangle]
@@ -214,7 +385,7 @@ macro_rules! layernorm_kernels {
 }
 
 layernorm_kernels! {
-    layernorm_fwd_f32, layernorm_bwd_dx_f32, layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
-    layernorm_fwd_f16, layernorm_bwd_dx_f16, layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
-    layernorm_fwd_bf16, layernorm_bwd_dx_bf16, layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
+    layernorm_fwd_f32, layernorm_bwd_dx_f32, layernorm_bwd_f32, layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
+    layernorm_fwd_f16, layernorm_bwd_dx_f16, layernorm_bwd_f16, layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
+    layernorm_fwd_bf16, layernorm_bwd_dx_bf16, layernorm_bwd_bf16, layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
 }

@@ -75,13 +75,41 @@ pub fn block_reduce<R: ReduceOp>(v: f32) -> f32 {
     total
 }
 
-shared_array!(static GRID_REDUCE_IS_LAST: [u32; 1]);
+shared_array!(static LAST_BLOCK_FLAG: [u32; 1]);
+
+/// Whether this block is the last of the grid to get here, for a reduction whose last block folds
+/// every block's partial: thread 0 makes this block's global writes visible to the whole GPU,
+/// then counts it on `counter` (a GPU-scope integer counter, no float atomics); in the last
+/// block the function returns true in every thread, after a fence that makes the other blocks'
+/// writes visible to its reads. The last block must reset `counter` to zero for the next launch.
+/// Every thread of the block must call it (it holds a barrier).
+///
+/// # Safety
+/// `counter` (zero on entry) is one u32 in global memory that no other running kernel uses;
+/// 1-D grid.
+#[inline(always)]
+pub unsafe fn last_block_to_finish(counter: *mut u32) -> bool {
+    let is_last = shared_ptr(&raw mut LAST_BLOCK_FLAG);
+    // Every thread's partial writes happen before thread 0's fence and count.
+    sync_threads();
+    if thread_x() == 0 {
+        fence_gpu();
+        let finished = atomic_add_u32(counter, 1);
+        *is_last = (finished as usize == grid_dim_x() - 1) as u32;
+    }
+    sync_threads();
+    if *is_last == 0 {
+        return false;
+    }
+    fence_gpu();
+    true
+}
 
 /// A whole-grid reduction in one launch, deterministic: each block stores its `block_total` in
-/// `partials[block]`; the last block to finish (found with a GPU-scope integer counter, no float
-/// atomics) folds every partial in block order and gets the grid's total in its thread 0
-/// (`None` in every other thread and block). Resets `counter` to zero for the next launch on the
-/// stream. Every thread of the block must call it (it holds barriers).
+/// `partials[block]`; the last block to finish ([`last_block_to_finish`]) folds every partial in
+/// block order and gets the grid's total in its thread 0 (`None` in every other thread and
+/// block). Resets `counter` to zero for the next launch on the stream. Every thread of the block
+/// must call it (it holds barriers).
 ///
 /// # Safety
 /// `partials` holds `gridDim.x` floats and `counter` (zero on entry) one u32, in global memory
@@ -92,19 +120,12 @@ pub unsafe fn grid_reduce_in_last_block<R: ReduceOp>(
     partials: *mut f32,
     counter: *mut u32,
 ) -> Option<f32> {
-    let is_last = shared_ptr(&raw mut GRID_REDUCE_IS_LAST);
     if thread_x() == 0 {
         *partials.add(block_x()) = block_total;
-        // The partial is visible to the whole GPU before the count says it is there.
-        fence_gpu();
-        let finished = atomic_add_u32(counter, 1);
-        *is_last = (finished as usize == grid_dim_x() - 1) as u32;
     }
-    sync_threads();
-    if *is_last == 0 {
+    if !last_block_to_finish(counter) {
         return None;
     }
-    fence_gpu();
     let mut acc = R::IDENTITY;
     let mut i = thread_x();
     while i < grid_dim_x() {

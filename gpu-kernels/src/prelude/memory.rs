@@ -150,11 +150,20 @@ pub struct U16x8(pub [u16; 8]);
 /// As [`load_nc_f32x4`].
 #[inline(always)]
 pub unsafe fn load_nc_u16x8(p: *const u16) -> U16x8 {
+    unpack_u16x8(load_nc_u32x4(p as *const u32))
+}
+
+/// `ld.global.nc.v4.u32`: 16 bytes through the read-only path, as four words.
+///
+/// # Safety
+/// As [`load_nc_f32x4`].
+#[inline(always)]
+pub unsafe fn load_nc_u32x4(p: *const u32) -> [u32; 4] {
     let (a, b, c, d): (u32, u32, u32, u32);
     asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
          p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
          options(pure, readonly, nostack));
-    unpack_u16x8([a, b, c, d])
+    [a, b, c, d]
 }
 
 /// Four 32-bit words as eight 16-bit values, the lower half first.

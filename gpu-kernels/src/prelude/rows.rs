@@ -55,13 +55,16 @@ pub trait Float {
     /// As [`Float::load_vec`] at both addresses.
     #[inline(always)]
     unsafe fn load8(p: *const Self::Raw, second: usize) -> [f32; 8] {
-        let a = Self::load_vec(p);
-        if Self::PER_16B == 8 {
-            return a;
-        }
-        let b = Self::load_vec(p.add(second));
-        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+        Self::widen8(Self::load8_raw(p, second))
     }
+    /// [`Float::load8`]'s bits, not yet converted: kernels issue every load of a step first and
+    /// convert after, so that a warp waits for memory once per step rather than once per load.
+    ///
+    /// # Safety
+    /// As [`Float::load8`].
+    unsafe fn load8_raw(p: *const Self::Raw, second: usize) -> [u32; 8];
+    /// The values of [`Float::load8_raw`]'s bits.
+    fn widen8(raw: [u32; 8]) -> [f32; 8];
     /// The store of [`Float::load8`]'s layout.
     ///
     /// # Safety
@@ -95,6 +98,15 @@ impl Float for f32 {
     unsafe fn store_vec(p: *mut f32, v: [f32; 8]) {
         store_f32x4(p, F32x4([v[0], v[1], v[2], v[3]]));
     }
+    #[inline(always)]
+    unsafe fn load8_raw(p: *const f32, second: usize) -> [u32; 8] {
+        let (a, b) = (load_nc_f32x4(p).0, load_nc_f32x4(p.add(second)).0);
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]].map(f32::to_bits)
+    }
+    #[inline(always)]
+    fn widen8(raw: [u32; 8]) -> [f32; 8] {
+        raw.map(f32::from_bits)
+    }
 }
 
 macro_rules! half_float {
@@ -117,6 +129,16 @@ macro_rules! half_float {
             #[inline(always)]
             unsafe fn store_vec(p: *mut u16, v: [f32; 8]) {
                 store_u16x8(p, U16x8(v.map(<$h as HalfFloat>::from_f32)))
+            }
+            #[inline(always)]
+            unsafe fn load8_raw(p: *const u16, _second: usize) -> [u32; 8] {
+                let [a, b, c, d] = load_nc_u32x4(p as *const u32);
+                [a, b, c, d, 0, 0, 0, 0]
+            }
+            #[inline(always)]
+            fn widen8(raw: [u32; 8]) -> [f32; 8] {
+                let half = |i: usize| <$h as HalfFloat>::to_f32((raw[i / 2] >> (16 * (i % 2))) as u16);
+                [half(0), half(1), half(2), half(3), half(4), half(5), half(6), half(7)]
             }
         }
     )*};
@@ -173,6 +195,20 @@ impl RowTeam {
         RowTeam { row, lane, size, begin, end, chunk: block_y(), vec, narrow }
     }
 
+    /// The same lanes on row `row` of whole (unsplit) rows of `cols` values: for kernels whose
+    /// teams walk several rows and keep per-column sums across them (the mapping of values to
+    /// lanes is the same on every row).
+    #[inline(always)]
+    pub fn at_row(&self, row: usize, cols: usize) -> Self {
+        let mut t = *self;
+        t.row = row;
+        t.begin = 0;
+        t.end = cols;
+        t.narrow[0] = 0;
+        t.narrow[1] = cols as u32;
+        t
+    }
+
     /// Index in the row of value `e` of chunk `k` of this thread.
     #[inline(always)]
     pub fn index(&self, k: usize, e: usize) -> usize {
@@ -204,18 +240,27 @@ impl RowTeam {
         (self.index32(k, 4) - self.index32(k, 0)) as usize
     }
 
-    /// `f(k, e, index)` for each of this thread's values in range.
+    /// `f(k, e)` for each of this thread's values in range.
     #[inline(always)]
-    pub fn each(&self, mut f: impl FnMut(usize, usize)) {
+    pub fn each(&self, f: impl FnMut(usize, usize)) {
+        self.each_first::<SLOTS>(f)
+    }
+
+    /// [`RowTeam::each`] over the first `K` chunks only: for kernels whose rows never reach a
+    /// thread's later chunks, so that their registers are never allocated.
+    #[inline(always)]
+    pub fn each_first<const K: usize>(&self, mut f: impl FnMut(usize, usize)) {
         unroll!(k in [0, 1, 2, 3] => {
-            if self.whole(k) {
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { f(k, e); });
-            } else if self.holds(k, 0) {
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    if self.holds(k, e) {
-                        f(k, e);
-                    }
-                });
+            if k < K {
+                if self.whole(k) {
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { f(k, e); });
+                } else if self.holds(k, 0) {
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                        if self.holds(k, e) {
+                            f(k, e);
+                        }
+                    });
+                }
             }
         });
     }
@@ -227,8 +272,57 @@ impl RowTeam {
     /// multiple of `F::PER_16B`), readable up to `end`.
     #[inline(always)]
     pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw, fill: f32) -> Slots {
+        self.load_first::<F, SLOTS>(row_start, fill)
+    }
+
+    /// [`RowTeam::load`] of the first `K` chunks (the others `fill`; see
+    /// [`RowTeam::each_first`]).
+    ///
+    /// # Safety
+    /// As [`RowTeam::load`].
+    #[inline(always)]
+    pub unsafe fn load_first<F: Float, const K: usize>(&self, row_start: *const F::Raw, fill: f32) -> Slots {
         let mut v = [[fill; 8]; SLOTS];
-        unroll!(k in [0, 1, 2, 3] => { v[k] = self.load_chunk::<F>(row_start, k, fill); });
+        unroll!(k in [0, 1, 2, 3] => {
+            if k < K {
+                v[k] = self.load_chunk::<F>(row_start, k, fill);
+            }
+        });
+        v
+    }
+
+    /// [`RowTeam::load_first`] of `N` rows at once (e.g. x and dy of a backward pass): every
+    /// whole 16-byte chunk of all of them is loaded before any is converted, so that the warp
+    /// waits for memory once rather than once per load; the partial chunks at a row's end follow.
+    /// It holds the raw and the converted values at once: for kernels with registers to spare
+    /// (a warp walking rows), not for the block-per-row ones.
+    ///
+    /// # Safety
+    /// As [`RowTeam::load`], for each row.
+    #[inline(always)]
+    pub unsafe fn load_rows_first<F: Float, const K: usize, const N: usize>(
+        &self,
+        rows: [*const F::Raw; N],
+        fill: f32,
+    ) -> [Slots; N] {
+        let mut raw = [[[0u32; 8]; SLOTS]; N];
+        unroll!(k in [0, 1, 2, 3] => {
+            if k < K && self.whole(k) {
+                let (at, second) = (self.index(k, 0), self.second(k));
+                for r in 0..N {
+                    raw[r][k] = F::load8_raw(rows[r].add(at), second);
+                }
+            }
+        });
+        let mut v = [[[fill; 8]; SLOTS]; N];
+        unroll!(k in [0, 1, 2, 3] => {
+            if k < K {
+                let whole = self.whole(k);
+                for r in 0..N {
+                    v[r][k] = if whole { F::widen8(raw[r][k]) } else { self.load_chunk::<F>(rows[r], k, fill) };
+                }
+            }
+        });
         v
     }
 
@@ -260,16 +354,31 @@ impl RowTeam {
     /// As [`RowTeam::load`], writable.
     #[inline(always)]
     pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, f: impl Fn(usize) -> [f32; 8]) {
+        self.store_first::<F, SLOTS>(row_start, f)
+    }
+
+    /// [`RowTeam::store`] of the first `K` chunks (see [`RowTeam::each_first`]).
+    ///
+    /// # Safety
+    /// As [`RowTeam::store`].
+    #[inline(always)]
+    pub unsafe fn store_first<F: Float, const K: usize>(
+        &self,
+        row_start: *mut F::Raw,
+        f: impl Fn(usize) -> [f32; 8],
+    ) {
         unroll!(k in [0, 1, 2, 3] => {
-            if self.whole(k) {
-                F::store8(row_start.add(self.index(k, 0)), self.second(k), f(k));
-            } else if self.holds(k, 0) {
-                let v = f(k);
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    if self.holds(k, e) {
-                        F::store(row_start.add(self.index(k, e)), v[e]);
-                    }
-                });
+            if k < K {
+                if self.whole(k) {
+                    F::store8(row_start.add(self.index(k, 0)), self.second(k), f(k));
+                } else if self.holds(k, 0) {
+                    let v = f(k);
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                        if self.holds(k, e) {
+                            F::store(row_start.add(self.index(k, e)), v[e]);
+                        }
+                    });
+                }
             }
         });
     }

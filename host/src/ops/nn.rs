@@ -13,11 +13,15 @@ use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCKS_PER_SM, CE_BLOCK_MAX, CE_BLOCK_MIN,
-    CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_UNROLL, ELEMENTWISE_BLOCK, LOSS_BLOCK, ROW_APPLY,
-    ROW_PARTIAL, ROW_WHOLE,
+    CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_UNROLL, ELEMENTWISE_BLOCK, LAYERNORM_FUSED_BLOCK,
+    LAYERNORM_FUSED_COLS, LOSS_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_WHOLE,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
+
+/// The narrowest rows the one-launch layer-norm backward takes: from here on every lane of its
+/// warp holds at least one 16-byte vector of a 16-bit row (narrower rows keep smaller teams).
+const LAYERNORM_FUSED_MIN_COLS: usize = 257;
 
 /// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk, mode.
 type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
@@ -55,6 +59,22 @@ type LayerNormDxArgs<T> = (
     usize,
     u32,
 );
+/// The one-launch layer-norm backward: x, γ, dy, mean, rstd, dx, partials, counter, dγ, dβ,
+/// rows, cols.
+type LayerNormBwdArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<T>,
+    DevPtrMut<f32>,
+    DevPtrMut<u32>,
+    DevPtrMut<T>,
+    DevPtrMut<T>,
+    usize,
+    usize,
+);
 /// Layer norm's dγ, dβ per row group: x, dy, mean, rstd, partials, dγ, dβ, rows, cols, c_lanes,
 /// rows per group.
 type LayerNormParamsArgs<T> = (
@@ -87,6 +107,8 @@ const LAYERNORM_FWD: ByDType<LayerNormArgs<f32>, LayerNormArgs<u16>> =
     by_dtype!(layernorm_fwd_f32, layernorm_fwd_f16, layernorm_fwd_bf16);
 const LAYERNORM_DX: ByDType<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> =
     by_dtype!(layernorm_bwd_dx_f32, layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16);
+const LAYERNORM_BWD: ByDType<LayerNormBwdArgs<f32>, LayerNormBwdArgs<u16>> =
+    by_dtype!(layernorm_bwd_f32, layernorm_bwd_f16, layernorm_bwd_bf16);
 const LAYERNORM_PARAMS: ByDType<LayerNormParamsArgs<f32>, LayerNormParamsArgs<u16>> =
     by_dtype!(layernorm_bwd_params_f32, layernorm_bwd_params_f16, layernorm_bwd_params_bf16);
 const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
@@ -738,6 +760,42 @@ pub fn layer_norm_backward(
             let stream = ctx.stream(OP)?;
             let info = &stream.device.info;
             let (mean, rstd) = (saved.mean.ptr(), saved.rstd.ptr());
+            if rows > 0 && (LAYERNORM_FUSED_MIN_COLS..=LAYERNORM_FUSED_COLS).contains(&cols) {
+                // A warp a row, warps walking rows; one block per SM is what its registers allow.
+                let rows_per_block = LAYERNORM_FUSED_BLOCK / 32;
+                let blocks = rows.div_ceil(rows_per_block).min(info.sm_count as usize);
+                let cfg = LaunchConfig {
+                    grid: (blocks as u32, 1, 1),
+                    block: (LAYERNORM_FUSED_BLOCK as u32, 1, 1),
+                    shared_bytes: 0,
+                };
+                let partials = stream.device.pool.alloc(stream, blocks * 2 * cols * 4, OP)?;
+                let counter = DevPtrMut::new(stream.reduce_counter()?);
+                launch_by_dtype!(LAYERNORM_BWD, dtype, |k| {
+                    let args = (
+                        x.ptr(),
+                        Tensor::ptr_or_null(gamma),
+                        dy.ptr(),
+                        mean,
+                        rstd,
+                        dx.ptr_mut(),
+                        partials.dev_ptr_mut(),
+                        counter,
+                        dgamma.ptr_mut(),
+                        dbeta.ptr_mut(),
+                        rows,
+                        cols,
+                    );
+                    // SAFETY: `layernorm_bwd_<dtype>`: x, dy, dx hold rows·cols values of the
+                    // kernel's type, gamma cols or null, mean/rstd rows floats, dgamma/dbeta
+                    // cols values, partials 2·cols floats per block of this 1-D grid of
+                    // whole-warp blocks; `counter` is this stream's zeroed counter (launches on a
+                    // stream do not overlap, and the kernel leaves it zero); cols ≤
+                    // LAYERNORM_FUSED_COLS, what a warp holds.
+                    unsafe { k.launch(stream, cfg, args) }
+                })?;
+                return Ok((dx, dgamma, dbeta));
+            }
             if rows > 0 {
                 let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?;
                 plan.run(OP, stream, 2, |l, partials| {
