@@ -67,6 +67,7 @@ mod kernels;
 /// `setmaxnreg` may move them): name prefix, threads per block.
 const MAX_THREADS: [(&str, usize); 6] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
+    ("attention_bwd_wgmma_", shapes::ATTN_WG_THREADS),
     // One block of LAYERNORM_FUSED_BLOCK threads an SM (its last block's fold would take more).
     ("layernorm_bwd_f", shapes::LAYERNORM_FUSED_BLOCK),
     ("layernorm_bwd_bf", shapes::LAYERNORM_FUSED_BLOCK),
@@ -284,17 +285,30 @@ fn find_ptxas(root: &Path) -> Option<PathBuf> {
     on_path.chain([PathBuf::from("/usr/local/cuda/bin/ptxas")]).chain(from_pip).find(|p| p.is_file())
 }
 
-/// Add `.maxntid` to the kernels named in `MAX_THREADS` (rustc has no launch-bounds attribute).
+/// Kernels of `MAX_THREADS` that also get `.minnctapersm 1`: with it ptxas fixes the register
+/// count at entry to 65536 / threads, which `setmaxnreg` needs (without it, a kernel whose code
+/// would fit in fewer registers gets "'setmaxnreg' ignored; unable to determine register count
+/// at entry").
+const ONE_BLOCK_PER_SM: [&str; 1] = ["attention_bwd_wgmma_"];
+
+/// Add `.maxntid` (and `.minnctapersm`) to the kernels named in `MAX_THREADS` (rustc has no
+/// launch-bounds attribute).
 fn with_max_threads(ptx: &str) -> String {
     let mut out = String::with_capacity(ptx.len() + 1024);
     let mut pending = None;
     for line in ptx.lines() {
         if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
-            pending = MAX_THREADS.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|&(_, n)| n);
+            pending = MAX_THREADS
+                .iter()
+                .find(|(prefix, _)| name.starts_with(prefix))
+                .map(|&(_, n)| (n, ONE_BLOCK_PER_SM.iter().any(|prefix| name.starts_with(prefix))));
         }
         if line == "{" {
-            if let Some(threads) = pending.take() {
+            if let Some((threads, one_block)) = pending.take() {
                 writeln!(out, ".maxntid {threads}, 1, 1").expect("write to String");
+                if one_block {
+                    writeln!(out, ".minnctapersm 1").expect("write to String");
+                }
             }
         }
         out.push_str(line);

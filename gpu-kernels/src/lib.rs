@@ -16,7 +16,7 @@ pub mod prelude;
 
 // Each module build (a cargo feature named after a `module` of `kernels.rs`) compiles only its
 // families; helpers that another module's kernels share are unused there.
-#[cfg(any(feature = "attention", feature = "attention_sm90a"))]
+#[cfg(any(feature = "attention", feature = "attention_sm90a", feature = "attention_bwd_sm90a"))]
 pub mod attention;
 #[cfg(feature = "conv")]
 pub mod conv;

@@ -303,6 +303,58 @@ pub const fn attn_dkdv_shared_bytes(d: usize) -> usize {
     (2 * ATTN_BLOCK_N + 4 * ATTN_BWD_BLOCK_Q) * attn_row(d) * 2 + 4 * ATTN_BWD_BLOCK_Q * 4
 }
 
+/// The Hopper attention backward (module `attention_bwd_sm90a`): blocks of one producer
+/// warpgroup (TMA) and `ATTN_WG_CONSUMERS` computing warpgroups of `ATTN_WG_ROWS` rows each (keys
+/// in the dK/dV kernel, queries in the dQ kernel) that stream tiles of `attn_wg_streamed_rows`
+/// rows (queries, or keys) through `attn_wg_stages` shared stages. Head dims move as
+/// 64-column panels of 128-byte-swizzled rows, `ATTN_WG_PANEL_BYTES` per 64 rows.
+pub const ATTN_WG_ROWS: usize = 64;
+pub const ATTN_WG_CONSUMERS: usize = 2;
+pub const ATTN_WG_THREADS: usize = 128 * (1 + ATTN_WG_CONSUMERS);
+pub const ATTN_WG_PANEL_BYTES: usize = ATTN_WG_ROWS * 128;
+
+/// Rows of a streamed tile of the Hopper attention backward at head dim `d`: keys in the dQ
+/// kernel (`keys`), queries in the dK/dV kernel. 128 (64×128 score products: half the tiles, and
+/// the streamed operand's shared-memory reads amortised over twice the columns) except for the
+/// dK/dV kernel at D = 128, whose dK and dV accumulators leave registers for 64.
+pub const fn attn_wg_streamed_rows(d: usize, keys: bool) -> usize {
+    if d <= 64 || keys {
+        128
+    } else {
+        64
+    }
+}
+
+/// Pipeline stages of the Hopper attention backward (as many as shared memory holds, up to 4).
+pub const fn attn_wg_stages(d: usize, keys: bool) -> usize {
+    if d <= 64 {
+        4
+    } else if keys {
+        2
+    } else {
+        3
+    }
+}
+
+/// Rows of the padded per-row statistics (`lse · log2 e` and Δ) of the Hopper backward: Sq
+/// rounded up to whole streamed tiles of every head dim, so that each tile's slice is one
+/// aligned bulk copy.
+pub const fn attn_wg_padded_rows(sq: usize) -> usize {
+    sq.div_ceil(2 * ATTN_WG_ROWS) * 2 * ATTN_WG_ROWS
+}
+
+/// Dynamic shared memory of a Hopper backward kernel at head dim `d` (`keys`: the dQ kernel):
+/// 1 KiB to align the tiles to the swizzle's 1024-byte atoms, two held tiles per consumer, two
+/// streamed tiles per stage, the stages' statistics (two f32 per streamed row), then the
+/// `mbarrier`s (the held tiles' and a full and an empty one per stage).
+pub const fn attn_wg_bwd_shared_bytes(d: usize, keys: bool) -> usize {
+    let (panels, stages, streamed) = (d / 64, attn_wg_stages(d, keys), attn_wg_streamed_rows(d, keys));
+    1024 + 2 * ATTN_WG_CONSUMERS * panels * ATTN_WG_PANEL_BYTES
+        + stages * 2 * panels * (streamed / ATTN_WG_ROWS) * ATTN_WG_PANEL_BYTES
+        + stages * 2 * streamed * 4
+        + 8 * (1 + 2 * stages)
+}
+
 /// The few-row GEMM (`gemv_*`): 256-thread blocks (8 warps); with B `[N, K]` each warp owns
 /// `GEMV_COLS_NT` columns; A has at most `GEMV_ROWS_SMALL` or `GEMV_ROWS` rows by kernel suffix.
 pub const GEMV_THREADS: usize = 256;

@@ -9,6 +9,8 @@
 //! 4g + t holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column accumulator).
 #[cfg(feature = "attention")]
 pub mod backward;
+#[cfg(feature = "attention_bwd_sm90a")]
+pub mod backward_wgmma;
 #[cfg(feature = "attention")]
 pub mod forward;
 #[cfg(feature = "attention_sm90a")]

@@ -20,6 +20,8 @@ pub mod warp;
 #[cfg(feature = "sm90a")]
 pub mod wgmma;
 #[cfg(feature = "sm90a")]
+pub mod wgmma_operands;
+#[cfg(feature = "sm90a")]
 pub mod wgmma_tile;
 
 pub use block::{
@@ -37,5 +39,7 @@ pub use tensor_core::*;
 pub use warp::*;
 #[cfg(feature = "sm90a")]
 pub use wgmma::*;
+#[cfg(feature = "sm90a")]
+pub use wgmma_operands::*;
 #[cfg(feature = "sm90a")]
 pub use wgmma_tile::*;

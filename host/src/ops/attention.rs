@@ -12,7 +12,9 @@
 //!
 //! The CPU twin computes in f64 (softmax and both products) and rounds once to the dtype; it is
 //! the tests' oracle. The GPU backward is deterministic in every mode: dQ and dK/dV come from two
-//! kernels that each sum in a fixed order (no atomics), see `backward.rs`.
+//! kernels that each sum in a fixed order (no atomics), see `backward.rs`; where the sm_90a
+//! modules are loaded (compute capability 9.0, `FERROCUDA_DISABLE_SM90A` unset) the backward at
+//! D = 64 and 128 runs the `wgmma` kernels of `backward_wgmma.rs`, with the same contract.
 use crate::kernels;
 use crate::ops::matmul::tensor_map;
 use crate::runtime::error::{Error, Result};
@@ -21,8 +23,9 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_rows, attn_fwd_shared_bytes,
-    attn_wgmma_shared_bytes, ATTN_AUX_BLOCK, ATTN_BLOCK_M, ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS,
-    ATTN_WGMMA_BLOCK_M, ATTN_WGMMA_BLOCK_N, ATTN_WGMMA_PANEL, ATTN_WGMMA_THREADS,
+    attn_wg_bwd_shared_bytes, attn_wg_padded_rows, attn_wgmma_shared_bytes, ATTN_AUX_BLOCK, ATTN_BLOCK_M,
+    ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS, ATTN_WGMMA_BLOCK_M, ATTN_WGMMA_BLOCK_N, ATTN_WGMMA_PANEL,
+    ATTN_WGMMA_THREADS, ATTN_WG_CONSUMERS, ATTN_WG_ROWS, ATTN_WG_THREADS,
 };
 use crate::tensor::{DType, Storage, Tensor};
 use rayon::prelude::*;
@@ -314,6 +317,9 @@ fn gpu_backward(
     params: &AttentionParams,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     const OP: &str = "attention_backward";
+    if stream.device.modules.sm90a && matches!(d.d, 64 | 128) {
+        return gpu_backward_wgmma(stream, d, (dout, q, k, v, out, lse), params);
+    }
     let ctx = q.context();
     let dtype = q.dtype();
     let di = dtype.index() - 1;
@@ -380,16 +386,124 @@ fn gpu_backward(
     );
     unsafe { DKDV_KERNELS[di][d.d_index()].launch(stream, cfg, args)? };
 
+    sum_heads(stream, &d, [&dk_part, &dv_part], [&dk, &dv])?;
+    Ok((dq, dk, dv))
+}
+
+/// dK and dV of each kv head from the f32 per-query-head parts `[B, Hq, Sk, D]`, in the dtype.
+fn sum_heads(stream: &Arc<Stream>, d: &Dims, parts: [&Tensor; 2], grads: [&Tensor; 2]) -> Result<()> {
     let n = d.b * d.hkv * d.sk * d.d;
     let per_head = d.sk * d.d;
     let group = d.group();
     let cfg = LaunchConfig::grid_stride(&stream.device.info, n, ATTN_AUX_BLOCK, 4);
-    for (part, grad) in [(&dk_part, &dk), (&dv_part, &dv)] {
+    for (part, grad) in parts.into_iter().zip(grads) {
         // SAFETY: `attention_bwd_heads_<dtype>(part, out, n, per_head, hkv, group)`: part is an
-        // f32 [B, Hq, Sk, D] buffer written by the dK/dV kernel, out a fresh [B, Hkv, Sk, D]
+        // f32 [B, Hq, Sk, D] buffer written by a dK/dV kernel, out a fresh [B, Hkv, Sk, D]
         // buffer of the dtype, n its length, Hq = Hkv · group; any 1-D grid.
         let args = (part.ptr(), grad.ptr_mut(), n, per_head, d.hkv, group);
-        unsafe { HEADS_KERNELS[di].launch(stream, cfg, args)? };
+        unsafe { HEADS_KERNELS[grad.dtype().index() - 1].launch(stream, cfg, args)? };
+    }
+    Ok(())
+}
+
+/// The Hopper backward (`backward_wgmma.rs`, sm_90a module, D = 64 or 128): the padded
+/// statistics, q, k, v and dout's tensor maps to the device, the dQ and dK/dV kernels, and the
+/// GQA head sum when a kv head serves several query heads (else dK/dV land in the dtype
+/// directly).
+fn gpu_backward_wgmma(
+    stream: &Arc<Stream>,
+    d: Dims,
+    (dout, q, k, v, out, lse): (&Tensor, &Tensor, &Tensor, &Tensor, &Tensor, &Tensor),
+    params: &AttentionParams,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    const OP: &str = "attention_backward";
+    let ctx = q.context();
+    let dtype = q.dtype();
+    let (di, dd) = (dtype.index() - 1, usize::from(d.d == 128));
+    let (heads, padded) = (d.b * d.hq, attn_wg_padded_rows(d.sq));
+    let (delta, lse2) =
+        (Tensor::uninit(ctx, &[heads, padded], OP)?, Tensor::uninit(ctx, &[heads, padded], OP)?);
+    // d/8 threads a row (16-byte vectors).
+    let cfg = LaunchConfig::grid_stride(&stream.device.info, heads * padded * d.d / 8, ATTN_AUX_BLOCK, 4);
+    // SAFETY: `attention_bwd_stats_<dtype>(dout, out, lse, delta, lse2, sq, padded, heads, d)`:
+    // dout and out hold `heads · Sq` rows of D elements of the dtype and lse `heads · Sq` f32
+    // (checked against q, 16-byte aligned pool blocks with rows of 128 or 256 bytes), delta and
+    // lse2 are fresh f32 buffers of `heads · padded` rows, D is 64 or 128; any 1-D grid of whole
+    // warps is valid (the block is 256 threads).
+    let args = (dout.ptr(), out.ptr(), lse.ptr(), delta.ptr_mut(), lse2.ptr_mut(), d.sq, padded, heads, d.d);
+    unsafe { STATS_KERNELS[di].launch(stream, cfg, args)? };
+
+    // q, k, v, dout: (D, sequence, batch · heads), boxes of 64 columns × 64 rows.
+    let mut maps = Vec::with_capacity(64);
+    for (t, s, h) in [(q, d.sq, d.hq), (k, d.sk, d.hkv), (v, d.sk, d.hkv), (dout, d.sq, d.hq)] {
+        let map = tensor_map(dtype, t.device_ptr(), (d.d, s, d.b * h), s * d.d, (64, ATTN_WG_ROWS))?;
+        maps.extend_from_slice(&map.opaque);
+    }
+    let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, OP)?;
+    // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
+    // padding); the launches below are ordered after the copy on this stream.
+    unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+    let maps = maps_dev.dev_ptr();
+
+    let block_rows = ATTN_WG_ROWS * ATTN_WG_CONSUMERS;
+    // `keys`: the dQ kernel (keys streamed), else the dK/dV kernel.
+    let cfg = |rows: usize, keys: bool| -> Result<LaunchConfig> {
+        let mut cfg = block_grid(OP, &d, rows.div_ceil(block_rows), attn_wg_bwd_shared_bytes(d.d, keys))?;
+        cfg.block = (ATTN_WG_THREADS as u32, 1, 1);
+        Ok(cfg)
+    };
+    let scale = d.scale(params);
+    let scale_log2 = scale * std::f32::consts::LOG2_E;
+    let causal = u32::from(params.causal);
+    let dq = Tensor::uninit_as(ctx, q.shape(), dtype, OP)?;
+    // SAFETY (this launch and the next): `maps` holds the tensor maps of q, dout ([B, Hq, Sq,
+    // D]) and k, v ([B, Hkv, Sk, D]), live buffers of this stream whose shapes `dims()` checked,
+    // made above with 64 × 64 boxes and 128-byte swizzle; `maps_dev` returns to the
+    // stream-ordered pool after this call, so no later work reuses it before the kernels end; pool
+    // blocks are 256-byte aligned, so each map is 64-byte aligned (the kernels fence the
+    // tensor-map proxy, see `gemm_wgmma.rs`). lse2 and delta hold `padded` rows per (batch, query
+    // head), Hkv divides Hq, D is the kernel's; block, grid (x over 128-row tiles) and dynamic
+    // shared memory are the kernel's. Here `attention_bwd_wgmma_dq_<dtype>_d<D>(maps, lse2, delta,
+    // dq, sq, sk, hq, hkv, scale, scale_log2, causal)` with dq fresh [B, Hq, Sq, D].
+    let args =
+        (maps, lse2.ptr(), delta.ptr(), dq.ptr_mut(), d.sq, d.sk, d.hq, d.hkv, scale, scale_log2, causal);
+    unsafe { WGMMA_DQ_KERNELS[di][dd].launch(stream, cfg(d.sq, true)?, args)? };
+
+    let (dk, dv) =
+        (Tensor::uninit_as(ctx, k.shape(), dtype, OP)?, Tensor::uninit_as(ctx, v.shape(), dtype, OP)?);
+    let parts = if d.group() == 1 {
+        None
+    } else {
+        let shape = [d.b, d.hq, d.sk, d.d];
+        Some((Tensor::uninit(ctx, &shape, OP)?, Tensor::uninit(ctx, &shape, OP)?))
+    };
+    let (dk_f32, dv_f32, dk16, dv16) = match &parts {
+        Some((pk, pv)) => (pk.ptr_mut(), pv.ptr_mut(), DevPtrMut::null(), DevPtrMut::null()),
+        None => (DevPtrMut::null(), DevPtrMut::null(), dk.ptr_mut(), dv.ptr_mut()),
+    };
+    // SAFETY: as above, `attention_bwd_wgmma_dkdv_<dtype>_d<D>(maps, lse2, delta, dk, dv, dk16,
+    // dv16, sq, sk, hq, hkv, scale, scale_log2, causal)`: with GQA, dk and dv are fresh f32
+    // [B, Hq, Sk, D] buffers and dk16, dv16 null; else dk, dv null and dk16, dv16 the fresh
+    // [B, Hkv = Hq, Sk, D] outputs.
+    let args = (
+        maps,
+        lse2.ptr(),
+        delta.ptr(),
+        dk_f32,
+        dv_f32,
+        dk16,
+        dv16,
+        d.sq,
+        d.sk,
+        d.hq,
+        d.hkv,
+        scale,
+        scale_log2,
+        causal,
+    );
+    unsafe { WGMMA_DKDV_KERNELS[di][dd].launch(stream, cfg(d.sk, false)?, args)? };
+    if let Some((pk, pv)) = &parts {
+        sum_heads(stream, &d, [pk, pv], [&dk, &dv])?;
     }
     Ok((dq, dk, dv))
 }
@@ -504,6 +618,40 @@ const DKDV_KERNELS: [[Kernel<DkDvArgs>; 5]; 2] = [
 type DotArgs = (DevPtr<u16>, DevPtr<u16>, DevPtrMut<f32>, usize, usize);
 /// The f32 per-query-head gradient, the 16-bit per-KV-head one, n, per_head, hkv, group.
 type HeadsArgs = (DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize);
+/// dout, out, lse, delta, lse2, sq, padded, heads, D.
+type StatsArgs =
+    (DevPtr<u16>, DevPtr<u16>, DevPtr<f32>, DevPtrMut<f32>, DevPtrMut<f32>, usize, usize, usize, usize);
+const STATS_KERNELS: [Kernel<StatsArgs>; 2] =
+    [kernels::attention_bwd_stats_f16, kernels::attention_bwd_stats_bf16];
+/// maps, lse2, delta, dq, sq, sk, hq, hkv, scale, scale_log2, causal.
+type WgmmaDqArgs =
+    (DevPtr<u8>, DevPtr<f32>, DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize, f32, f32, u32);
+/// maps, lse2, delta, dk, dv (f32), dk, dv (dtype), sq, sk, hq, hkv, scale, scale_log2, causal.
+type WgmmaDkDvArgs = (
+    DevPtr<u8>,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<u16>,
+    DevPtrMut<u16>,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+);
+/// `[f16, bf16][D = 64, 128]`.
+const WGMMA_DQ_KERNELS: [[Kernel<WgmmaDqArgs>; 2]; 2] = [
+    [kernels::attention_bwd_wgmma_dq_f16_d64, kernels::attention_bwd_wgmma_dq_f16_d128],
+    [kernels::attention_bwd_wgmma_dq_bf16_d64, kernels::attention_bwd_wgmma_dq_bf16_d128],
+];
+const WGMMA_DKDV_KERNELS: [[Kernel<WgmmaDkDvArgs>; 2]; 2] = [
+    [kernels::attention_bwd_wgmma_dkdv_f16_d64, kernels::attention_bwd_wgmma_dkdv_f16_d128],
+    [kernels::attention_bwd_wgmma_dkdv_bf16_d64, kernels::attention_bwd_wgmma_dkdv_bf16_d128],
+];
 const DOT_KERNELS: [Kernel<DotArgs>; 2] = [kernels::attention_bwd_dot_f16, kernels::attention_bwd_dot_bf16];
 const HEADS_KERNELS: [Kernel<HeadsArgs>; 2] =
     [kernels::attention_bwd_heads_f16, kernels::attention_bwd_heads_bf16];
