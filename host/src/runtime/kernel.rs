@@ -4,11 +4,11 @@
 //! `kernels::add_f32` is a [`Kernel`] whose argument tuple is
 //! `(DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, usize)`: a call site that passes a wrong type, a
 //! wrong count, or a pointer of the wrong element type does not compile.
-use super::error::{DriverResultExt, Error, Result};
+use super::error::{Error, Result};
 use super::launch::LaunchConfig;
 use super::profiler::ProfiledKind;
 use super::stream::Stream;
-use cudarc::driver::{result, sys};
+use cudarc::driver::result;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
@@ -203,28 +203,8 @@ unsafe fn launch_raw(
     device.bind()?;
     let f = device.modules.function(kernel)?;
     // Static and dynamic shared memory together past 48 KiB only when the kernel opts in.
-    let static_bytes = if cfg.shared_bytes > 0 {
-        // SAFETY: `f` is a live kernel handle; the query reads one attribute.
-        unsafe {
-            result::function::get_function_attribute(
-                f.0,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-            )
-        }
-        .call("cuFuncGetAttribute")? as usize
-    } else {
-        0
-    };
-    if cfg.shared_bytes as usize + static_bytes > DEFAULT_SHARED_LIMIT {
-        // SAFETY: `f` is a live kernel handle; the attribute only raises a limit.
-        unsafe {
-            result::function::set_function_attribute(
-                f.0,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                cfg.shared_bytes as i32,
-            )
-        }
-        .call("cuFuncSetAttribute")?;
+    if cfg.shared_bytes > 0 && cfg.shared_bytes as usize + f.static_shared > DEFAULT_SHARED_LIMIT {
+        f.allow_dynamic_shared(cfg.shared_bytes)?;
     }
     let kind = || ProfiledKind::Kernel {
         name: kernel.name,
@@ -235,7 +215,7 @@ unsafe fn launch_raw(
     stream.profiled(kind, || {
         // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle in the
         // stream's context.
-        unsafe { result::launch_kernel(f.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args) }
+        unsafe { result::launch_kernel(f.raw.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args) }
             .map_err(|source| Error::Launch {
                 kernel: kernel.name,
                 grid: cfg.grid,

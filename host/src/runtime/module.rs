@@ -12,7 +12,8 @@ use super::kernel::KernelInfo;
 use crate::kernels::{KERNEL_COUNT, MODULES};
 use cudarc::driver::{result, sys};
 use std::ffi::CString;
-use std::sync::{Once, OnceLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Set to `1` to keep H100s on the portable modules (and so the mma.sync GEMMs).
@@ -54,11 +55,50 @@ unsafe impl Send for RawFunction {}
 // SAFETY: as above.
 unsafe impl Sync for RawFunction {}
 
+/// A kernel's handle and what its launches need to know about its shared memory, read or set once
+/// per device rather than on every launch.
+pub(crate) struct Function {
+    pub(crate) raw: RawFunction,
+    /// Its static shared memory (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
+    pub(crate) static_shared: usize,
+    /// The dynamic shared memory it may use, as last raised by [`Function::allow_dynamic_shared`]
+    /// (0: the driver's default, which needs no opt-in below the 48 KiB total).
+    opted_in: AtomicU32,
+    /// Serialises raises, so that a smaller request never lowers a larger one another thread set
+    /// (and relies on) in between.
+    raising: Mutex<()>,
+}
+
+impl Function {
+    /// Let launches take `bytes` of dynamic shared memory (`cuFuncSetAttribute`), once per larger
+    /// value; never lowers the limit.
+    pub(crate) fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        if self.opted_in.load(Ordering::Acquire) >= bytes {
+            return Ok(());
+        }
+        let _raising = self.raising.lock().unwrap_or_else(|p| p.into_inner());
+        if self.opted_in.load(Ordering::Acquire) >= bytes {
+            return Ok(());
+        }
+        // SAFETY: `raw` is a live kernel handle; the attribute only raises a limit.
+        unsafe {
+            result::function::set_function_attribute(
+                self.raw.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .call("cuFuncSetAttribute")?;
+        self.opted_in.store(bytes, Ordering::Release);
+        Ok(())
+    }
+}
+
 /// The modules loaded into one device's context, and its kernel handles.
 pub(crate) struct KernelModules {
     /// By `MODULES` index; `None` for a module this device does not use.
     modules: Vec<Option<RawModule>>,
-    functions: Box<[OnceLock<RawFunction>]>,
+    functions: Box<[OnceLock<Function>]>,
     pub(crate) load_time: Duration,
     pub(crate) source: ModuleSource,
     /// Whether the sm_90a modules (the `wgmma` kernels) are loaded.
@@ -129,20 +169,29 @@ impl KernelModules {
         })
     }
 
-    /// The handle of `kernel`, looked up once per device.
-    pub(crate) fn function(&self, kernel: KernelInfo) -> Result<RawFunction> {
+    /// The handle of `kernel` and its shared-memory facts, looked up once per device.
+    pub(crate) fn function(&self, kernel: KernelInfo) -> Result<&Function> {
         if let Some(f) = self.functions[kernel.index].get() {
-            return Ok(*f);
+            return Ok(f);
         }
         let Some(module) = self.modules[kernel.module] else {
             return Err(Error::KernelUnavailable { kernel: kernel.name, module: MODULES[kernel.module].0 });
         };
         let cname = CString::new(kernel.name).expect("kernel names have no NUL byte");
         // SAFETY: the module is loaded and never unloaded while the device is open.
-        let f = RawFunction(
+        let raw = RawFunction(
             unsafe { result::module::get_function(module.0, cname) }.call("cuModuleGetFunction")?,
         );
-        Ok(*self.functions[kernel.index].get_or_init(|| f))
+        // SAFETY: `raw` is a live kernel handle; the query reads one attribute.
+        let static_shared = unsafe {
+            result::function::get_function_attribute(
+                raw.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+            )
+        }
+        .call("cuFuncGetAttribute")? as usize;
+        let f = Function { raw, static_shared, opted_in: AtomicU32::new(0), raising: Mutex::new(()) };
+        Ok(self.functions[kernel.index].get_or_init(|| f))
     }
 }
 
