@@ -1,12 +1,15 @@
 //! The profiler: launches, copies and pool activity on one device, timed by CUDA events.
 //!
 //! Off (the default) it costs one relaxed atomic load per launch or copy. On, each launch and
-//! copy takes two events from the device's free list, records one before and one after itself on
-//! its own stream, and leaves a record; nothing is read back then. Elapsed times are resolved when
-//! a report is asked for (after a device synchronisation), or earlier for records whose end event
-//! has completed once the free list runs dry, so that the events in use stay about as many as the
-//! operations in flight. Every start is measured from a base event recorded (and waited for) when
-//! profiling was switched on, so all records sit on the device's one timeline.
+//! copy takes two events from the device's free list (a new one when the list is empty), records
+//! one before and one after itself on its own stream, and leaves a record; that is all the
+//! launching thread does. A harvester thread (one per device, running while profiling is on or
+//! records are pending) times the oldest records whose end event has completed, every
+//! millisecond, and gives their events back to the free list, so that the events in use stay
+//! about as many as the operations in flight and no timing call lands on the launch path. A
+//! report (after a device synchronisation) times whatever is left. Every start is measured from a
+//! base event recorded (and waited for) when profiling was switched on, so all records sit on the
+//! device's one timeline.
 //!
 //! The state belongs to the device: every context on it (clones, `new_stream` contexts) feeds the
 //! same profile, one trace thread per stream, as the pool's counters are the device's too.
@@ -20,8 +23,13 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::{self, Write as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the harvester looks for completed records.
+const HARVEST_PERIOD: Duration = Duration::from_millis(1);
+/// The most records the harvester takes out of the queue at once.
+const HARVEST_BATCH: usize = 4096;
 
 /// Which way a copy went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,12 +127,17 @@ struct State {
     /// In the order their records were queued.
     pending: VecDeque<Pending>,
     done: Vec<ProfiledOp>,
+    /// Whether the harvester thread runs.
+    harvesting: bool,
 }
 
 /// One device's profiler (see the module's documentation).
 pub(crate) struct Profiler {
     on: AtomicBool,
     state: Mutex<State>,
+    /// Held by whoever times pending records outside `state`'s lock (the harvester), and by
+    /// `report` and `reset`, so that no record is in neither queue while they look.
+    timing: Mutex<()>,
 }
 
 /// The two events around one operation in flight.
@@ -136,7 +149,7 @@ pub(crate) struct Span {
 
 impl Profiler {
     pub(crate) fn new() -> Self {
-        Self { on: AtomicBool::new(false), state: Mutex::new(State::default()) }
+        Self { on: AtomicBool::new(false), state: Mutex::new(State::default()), timing: Mutex::new(()) }
     }
 
     /// The whole cost of the profiler while it is off.
@@ -147,6 +160,10 @@ impl Profiler {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_timing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.timing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queue `queue` on `stream` between two events and keep its record (`kind` is only built
@@ -171,8 +188,23 @@ impl Profiler {
                 // Reset and switched off since the caller looked.
                 return Ok(None);
             };
-            let (start, end) = (take_event(&mut st)?, take_event(&mut st)?);
-            (start, end, host_base.elapsed().as_secs_f64() * 1e6)
+            (st.free.pop(), st.free.pop(), host_base.elapsed().as_secs_f64() * 1e6)
+        };
+        let (start, end) = match (start, end) {
+            (Some(start), Some(end)) => (start, end),
+            (taken, _) => {
+                let made = new_event().and_then(|a| match taken {
+                    Some(b) => Ok((a, b)),
+                    None => new_event().map(|b| (a, b)),
+                });
+                match made {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        self.lock().free.extend(taken);
+                        return Err(e);
+                    }
+                }
+            }
         };
         // SAFETY: `start` is a live event of this device's context; the stream is live.
         if let Err(e) = unsafe { result::event::record(start.0, stream.raw()) }.call("cuEventRecord") {
@@ -216,20 +248,33 @@ impl Profiler {
         }
     }
 
-    /// Switch on or off; the first switch on (or the first after a reset) opens the window.
+    /// Switch on or off; the first switch on (or the first after a reset) opens the window and,
+    /// where it is not running, starts the harvester.
     pub(crate) fn set(&self, on: bool, stream: &Stream) -> Result<()> {
         if on {
             let mut st = self.lock();
             if st.window.is_none() {
                 st.window = Some(open_window(&mut st, stream)?);
             }
+            if !st.harvesting {
+                let device = stream.device.clone();
+                // Without the thread the records are timed by the report.
+                st.harvesting = std::thread::Builder::new()
+                    .name("ferrocuda-profiler".into())
+                    .spawn(move || harvester(device))
+                    .is_ok();
+            }
+            // Under the lock, so that a harvester about to stop for want of work sees it.
+            self.on.store(true, Ordering::Relaxed);
+            return Ok(());
         }
-        self.on.store(on, Ordering::Relaxed);
+        self.on.store(false, Ordering::Relaxed);
         Ok(())
     }
 
     /// Forget every record; while on, a new window starts now.
     pub(crate) fn reset(&self, stream: &Stream) -> Result<()> {
+        let _timing = self.lock_timing();
         let mut st = self.lock();
         // Events still in flight may be recorded again: a record overwrites the event's state.
         let events: Vec<RawEvent> = st.pending.drain(..).flat_map(|p| [p.start, p.end]).collect();
@@ -246,6 +291,7 @@ impl Profiler {
 
     /// Every record so far, timed (waits for the device), and the pool's activity.
     pub(crate) fn report(&self, device: &CudaDevice) -> Result<ProfileReport> {
+        let _timing = self.lock_timing();
         let mut st = self.lock();
         let label = format!("cuda:{} {}", device.info.ordinal, device.info);
         let Some(window) = &st.window else {
@@ -272,36 +318,60 @@ impl Profiler {
         let wall_ms = host_base.elapsed().as_secs_f64() * 1e3;
         Ok(ProfileReport::new(label, device.info.ordinal, st.done.clone(), Some(pool), wall_ms))
     }
+
+    /// Time the oldest records whose end event has completed (outside the state's lock, so that
+    /// launches go on meanwhile) and give their events back. Whether there may be more to do:
+    /// false once the window is gone, or profiling is off and nothing is pending.
+    fn harvest(&self) -> bool {
+        let _timing = self.lock_timing();
+        let (base, mut batch) = {
+            let mut st = self.lock();
+            let Some(base) = st.window.as_ref().map(|w| w.base) else {
+                st.harvesting = false;
+                return false;
+            };
+            if st.pending.is_empty() && !self.is_on() {
+                st.harvesting = false;
+                return false;
+            }
+            let n = st.pending.len().min(HARVEST_BATCH);
+            (base, st.pending.drain(..n).collect::<Vec<_>>())
+        };
+        let mut timed = Vec::new();
+        if let Ok(elapsed) = elapsed_fn() {
+            for p in &batch {
+                // SAFETY: `end` is a live event of this device's context.
+                if unsafe { result::event::query(p.end.0) }.is_err() {
+                    break;
+                }
+                // A record that cannot be timed stays pending, for the report to say why.
+                let Ok(op) = resolve(elapsed, base, p) else { break };
+                timed.push(op);
+            }
+        }
+        let rest = batch.split_off(timed.len());
+        let mut st = self.lock();
+        for p in rest.into_iter().rev() {
+            st.pending.push_front(p);
+        }
+        st.free.extend(batch.iter().flat_map(|p| [p.start, p.end]));
+        st.done.extend(timed);
+        true
+    }
 }
 
-/// An event from the free list, or a new one.
-fn take_event(st: &mut State) -> Result<RawEvent> {
-    if st.free.is_empty() {
-        harvest(st);
-    }
-    match st.free.pop() {
-        Some(e) => Ok(e),
-        None => {
-            Ok(RawEvent(result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?))
-        }
+/// The harvester thread of `device`'s profiler (see the module's documentation).
+fn harvester(device: Arc<CudaDevice>) {
+    // Event queries and timings name their events' context; binding it keeps any driver that
+    // looks at the current one content.
+    let _ = device.bind();
+    while device.profiler.harvest() {
+        std::thread::sleep(HARVEST_PERIOD);
     }
 }
 
-/// Time the oldest records whose end event has completed and free their events. A record that
-/// cannot be timed stays pending, for the report to say why.
-fn harvest(st: &mut State) {
-    let State { window: Some(window), free, pending, done } = st else { return };
-    let Ok(elapsed) = elapsed_fn() else { return };
-    while let Some(p) = pending.front() {
-        // SAFETY: `end` is a live event of this device's context.
-        if unsafe { result::event::query(p.end.0) }.is_err() {
-            break;
-        }
-        let Ok(op) = resolve(elapsed, window.base, p) else { break };
-        done.push(op);
-        let p = pending.pop_front().expect("front exists");
-        free.extend([p.start, p.end]);
-    }
+fn new_event() -> Result<RawEvent> {
+    Ok(RawEvent(result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?))
 }
 
 fn resolve(elapsed: super::device::ElapsedFn, base: RawEvent, p: &Pending) -> Result<ProfiledOp> {
@@ -325,7 +395,10 @@ fn resolve(elapsed: super::device::ElapsedFn, base: RawEvent, p: &Pending) -> Re
 /// Record the base event on `stream` and wait for it, so that every later record starts after
 /// it on any stream; snapshot the pool.
 fn open_window(st: &mut State, stream: &Stream) -> Result<Window> {
-    let base = take_event(st)?;
+    let base = match st.free.pop() {
+        Some(e) => e,
+        None => new_event()?,
+    };
     // SAFETY: `base` is a live event of this device's context; the stream is live.
     let recorded = unsafe { result::event::record(base.0, stream.raw()) }
         .call("cuEventRecord")
