@@ -1,19 +1,23 @@
-//! The profiler: launches, copies and pool activity on one device, timed by CUDA events.
+//! The profiler: launches, copies and pool activity on one device, timed by CUPTI's activity
+//! records where libcupti loads (see `cupti.rs`), else by CUDA events.
 //!
-//! Off (the default) it costs one relaxed atomic load per launch or copy. On, each launch and
-//! copy takes two events from the device's free list (a new one when the list is empty), records
-//! one before and one after itself on its own stream, and leaves a record; that is all the
-//! launching thread does. A harvester thread (one per device, running while profiling is on or
-//! records are pending) times the oldest records whose end event has completed, every
-//! millisecond, and gives their events back to the free list, so that the events in use stay
-//! about as many as the operations in flight and no timing call lands on the launch path. A
-//! report (after a device synchronisation) times whatever is left. Every start is measured from a
-//! base event recorded (and waited for) when profiling was switched on, so all records sit on the
-//! device's one timeline.
+//! Off (the default) it costs one relaxed atomic load per launch or copy. On, with CUPTI, each
+//! launch and copy is tagged with an id (a push and a pop on libcupti's thread-local stack) and
+//! leaves a record; the device times arrive in CUPTI's buffers and are matched by id at the
+//! report. With events, each takes two events from the device's free list (a new one when the
+//! list is empty), records one before and one after itself on its own stream, and leaves a
+//! record; that is all the launching thread does. A harvester thread (one per device, running
+//! while profiling is on or records are pending) times the oldest records whose end event has
+//! completed, every millisecond, and gives their events back to the free list, so that the
+//! events in use stay about as many as the operations in flight and no timing call lands on the
+//! launch path. A report (after a device synchronisation) times whatever is left. Every start is
+//! measured from the moment profiling was switched on (CUPTI's timestamp then, or a base event
+//! recorded and waited for), so all records sit on the device's one timeline.
 //!
 //! The state belongs to the device: every context on it (clones, `new_stream` contexts) feeds the
 //! same profile, one trace thread per stream, as the pool's counters are the device's too.
 use super::context::{Backend, Context};
+use super::cupti;
 use super::device::{elapsed_fn, CudaDevice};
 use super::error::{DriverResultExt, Error, Result};
 use super::pool::PoolStats;
@@ -102,19 +106,50 @@ struct RawEvent(sys::CUevent);
 // SAFETY: events may be recorded, queried and destroyed from any thread.
 unsafe impl Send for RawEvent {}
 
+/// How a record's device times are found.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// Two events recorded around the operation on its stream.
+    Events { start: RawEvent, end: RawEvent },
+    /// CUPTI's records of the driver calls tagged with this id.
+    Cupti { id: u64 },
+}
+
 /// A record whose times have not been read yet.
 struct Pending {
     kind: ProfiledKind,
     stream: usize,
     host_us: f64,
-    start: RawEvent,
-    end: RawEvent,
+    timing: Timing,
+}
+
+impl Timing {
+    fn events(self) -> Option<[RawEvent; 2]> {
+        match self {
+            Timing::Events { start, end } => Some([start, end]),
+            Timing::Cupti { .. } => None,
+        }
+    }
+}
+
+impl Pending {
+    fn events(&self) -> Option<[RawEvent; 2]> {
+        self.timing.events()
+    }
+}
+
+/// The device clock records are measured on, from the moment profiling was switched on.
+#[derive(Clone, Copy)]
+enum Clock {
+    /// Recorded and completed before any record of the window was queued.
+    Event(RawEvent),
+    /// CUPTI's timestamp then, ns.
+    Cupti(u64),
 }
 
 /// What profiling measures from: set when it is switched on (or reset while on).
 struct Window {
-    /// Recorded and completed before any record of the window was queued.
-    base: RawEvent,
+    clock: Clock,
     host_base: Instant,
     pool_at_start: PoolStats,
 }
@@ -129,6 +164,10 @@ struct State {
     done: Vec<ProfiledOp>,
     /// Whether the harvester thread runs.
     harvesting: bool,
+    /// The next CUPTI tag.
+    next_tag: u64,
+    /// Records CUPTI had no times for at a report.
+    untimed: usize,
 }
 
 /// One device's profiler (see the module's documentation).
@@ -140,10 +179,9 @@ pub(crate) struct Profiler {
     timing: Mutex<()>,
 }
 
-/// The two events around one operation in flight.
+/// What one operation in flight is timed by.
 pub(crate) struct Span {
-    start: RawEvent,
-    end: RawEvent,
+    timing: Timing,
     host_us: f64,
 }
 
@@ -166,8 +204,9 @@ impl Profiler {
         self.timing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queue `queue` on `stream` between two events and keep its record (`kind` is only built
-    /// when it was queued). The device's context is current (every caller binds first).
+    /// Queue `queue` on `stream` between two events (or tagged for CUPTI) and keep its record
+    /// (`kind` is only built when it was queued). The device's context is current (every caller
+    /// binds first).
     #[inline(never)]
     pub(crate) fn around(
         &self,
@@ -182,15 +221,24 @@ impl Profiler {
     }
 
     fn begin(&self, stream: &Stream) -> Result<Option<Span>> {
-        let (start, end, host_us) = {
+        let (clock, first, second, host_us) = {
             let mut st = self.lock();
-            let Some(host_base) = st.window.as_ref().map(|w| w.host_base) else {
+            let Some((clock, host_base)) = st.window.as_ref().map(|w| (w.clock, w.host_base)) else {
                 // Reset and switched off since the caller looked.
                 return Ok(None);
             };
-            (st.free.pop(), st.free.pop(), host_base.elapsed().as_secs_f64() * 1e6)
+            let host_us = host_base.elapsed().as_secs_f64() * 1e6;
+            if let Clock::Cupti(_) = clock {
+                let id = st.next_tag;
+                st.next_tag += 1;
+                drop(st);
+                cupti::tag(id)?;
+                return Ok(Some(Span { timing: Timing::Cupti { id }, host_us }));
+            }
+            (clock, st.free.pop(), st.free.pop(), host_us)
         };
-        let (start, end) = match (start, end) {
+        debug_assert!(matches!(clock, Clock::Event(_)));
+        let (start, end) = match (first, second) {
             (Some(start), Some(end)) => (start, end),
             (taken, _) => {
                 let made = new_event().and_then(|a| match taken {
@@ -211,52 +259,54 @@ impl Profiler {
             self.lock().free.extend([start, end]);
             return Err(e);
         }
-        Ok(Some(Span { start, end, host_us }))
+        Ok(Some(Span { timing: Timing::Events { start, end }, host_us }))
     }
 
-    /// Record the span's end and keep the record; without a kind (the operation was not queued)
-    /// only give the events back.
+    /// Close the span (record its end event, or untag) and keep the record; without a kind (the
+    /// operation was not queued) only give the events back.
     fn end(&self, span: Span, stream: &Stream, kind: Option<ProfiledKind>) -> Result<()> {
-        let Some(kind) = kind else {
-            self.lock().free.extend([span.start, span.end]);
-            return Ok(());
-        };
-        // SAFETY: as in `begin`.
-        let recorded = unsafe { result::event::record(span.end.0, stream.raw()) }.call("cuEventRecord");
-        let mut st = self.lock();
-        match recorded {
-            // Reset and switched off meanwhile: the record belongs to no window.
-            Ok(()) if st.window.is_none() => {
-                st.free.extend([span.start, span.end]);
-                Ok(())
+        let closed = match span.timing {
+            Timing::Cupti { .. } => cupti::untag(),
+            // SAFETY: as in `begin`.
+            Timing::Events { end, .. } if kind.is_some() => {
+                unsafe { result::event::record(end.0, stream.raw()) }.call("cuEventRecord")
             }
-            Ok(()) => {
-                let record = Pending {
-                    kind,
-                    stream: stream.id(),
-                    host_us: span.host_us,
-                    start: span.start,
-                    end: span.end,
-                };
+            Timing::Events { .. } => Ok(()),
+        };
+        let mut st = self.lock();
+        match (closed, kind) {
+            // Queued, and the window (reset and switched off meanwhile) still there.
+            (Ok(()), Some(kind)) if st.window.is_some() => {
+                let record =
+                    Pending { kind, stream: stream.id(), host_us: span.host_us, timing: span.timing };
                 st.pending.push_back(record);
                 Ok(())
             }
-            Err(e) => {
-                st.free.extend([span.start, span.end]);
-                Err(e)
+            (closed, _) => {
+                st.free.extend(span.timing.events().into_iter().flatten());
+                closed
             }
         }
     }
 
     /// Switch on or off; the first switch on (or the first after a reset) opens the window and,
-    /// where it is not running, starts the harvester.
+    /// for event timing where it is not running, starts the harvester. CUPTI records only while
+    /// on.
     pub(crate) fn set(&self, on: bool, stream: &Stream) -> Result<()> {
-        if on {
-            let mut st = self.lock();
-            if st.window.is_none() {
-                st.window = Some(open_window(&mut st, stream)?);
+        let mut st = self.lock();
+        if !on {
+            if self.is_on() && matches!(st.window.as_ref().map(|w| w.clock), Some(Clock::Cupti(_))) {
+                cupti::enable(false)?;
             }
-            if !st.harvesting {
+            self.on.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
+        if st.window.is_none() {
+            st.window = Some(open_window(&mut st, stream)?);
+        }
+        match st.window.as_ref().map(|w| w.clock) {
+            Some(Clock::Cupti(_)) if !self.is_on() => cupti::enable(true)?,
+            Some(Clock::Event(_)) if !st.harvesting => {
                 let device = stream.device.clone();
                 // Without the thread the records are timed by the report.
                 st.harvesting = std::thread::Builder::new()
@@ -264,11 +314,10 @@ impl Profiler {
                     .spawn(move || harvester(device))
                     .is_ok();
             }
-            // Under the lock, so that a harvester about to stop for want of work sees it.
-            self.on.store(true, Ordering::Relaxed);
-            return Ok(());
+            _ => {}
         }
-        self.on.store(false, Ordering::Relaxed);
+        // Under the lock, so that a harvester about to stop for want of work sees it.
+        self.on.store(true, Ordering::Relaxed);
         Ok(())
     }
 
@@ -277,11 +326,13 @@ impl Profiler {
         let _timing = self.lock_timing();
         let mut st = self.lock();
         // Events still in flight may be recorded again: a record overwrites the event's state.
-        let events: Vec<RawEvent> = st.pending.drain(..).flat_map(|p| [p.start, p.end]).collect();
+        let events: Vec<RawEvent> = st.pending.drain(..).filter_map(|p| p.events()).flatten().collect();
         st.free.extend(events);
         st.done.clear();
-        if let Some(w) = st.window.take() {
-            st.free.push(w.base);
+        st.untimed = 0;
+        cupti::clear();
+        if let Some(Clock::Event(base)) = st.window.take().map(|w| w.clock) {
+            st.free.push(base);
         }
         if self.is_on() {
             st.window = Some(open_window(&mut st, stream)?);
@@ -298,12 +349,17 @@ impl Profiler {
             let note = "profiling was not switched on since the device was opened or the last reset";
             return Ok(ProfileReport::empty(label, device.info.ordinal, note));
         };
-        let (base, host_base, pool_at_start) = (window.base, window.host_base, window.pool_at_start);
-        // Every pending record's end event was recorded before it was pushed (under this lock).
+        let (clock, host_base, pool_at_start) = (window.clock, window.host_base, window.pool_at_start);
+        // Every pending record's end event was recorded (or its launch made) before it was
+        // pushed (under this lock).
         result::ctx::synchronize().call("cuCtxSynchronize")?;
-        let elapsed = elapsed_fn()?;
-        let resolved = st.pending.iter().map(|p| resolve(elapsed, base, p)).collect::<Result<Vec<_>>>()?;
-        let events: Vec<RawEvent> = st.pending.drain(..).flat_map(|p| [p.start, p.end]).collect();
+        if let Clock::Cupti(_) = clock {
+            cupti::flush()?;
+        }
+        let timed = st.pending.iter().map(|p| resolve(clock, p)).collect::<Result<Vec<_>>>()?;
+        st.untimed += timed.iter().filter(|op| op.is_none()).count();
+        let resolved: Vec<ProfiledOp> = timed.into_iter().flatten().collect();
+        let events: Vec<RawEvent> = st.pending.drain(..).filter_map(|p| p.events()).flatten().collect();
         st.free.extend(events);
         st.done.extend(resolved);
         let (now, peak) = device.pool.window_stats();
@@ -316,45 +372,49 @@ impl Profiler {
             bytes_in_use: now.bytes_in_use,
         };
         let wall_ms = host_base.elapsed().as_secs_f64() * 1e3;
-        Ok(ProfileReport::new(label, device.info.ordinal, st.done.clone(), Some(pool), wall_ms))
+        let mut report = ProfileReport::new(label, device.info.ordinal, st.done.clone(), Some(pool), wall_ms);
+        if st.untimed > 0 {
+            report.note =
+                Some(format!("{} operations left out: CUPTI delivered no record of them", st.untimed));
+        }
+        Ok(report)
     }
 
     /// Time the oldest records whose end event has completed (outside the state's lock, so that
     /// launches go on meanwhile) and give their events back. Whether there may be more to do:
-    /// false once the window is gone, or profiling is off and nothing is pending.
+    /// false once the window is gone or on CUPTI's clock, or profiling is off and nothing is
+    /// pending.
     fn harvest(&self) -> bool {
         let _timing = self.lock_timing();
-        let (base, mut batch) = {
+        let (clock, mut batch) = {
             let mut st = self.lock();
-            let Some(base) = st.window.as_ref().map(|w| w.base) else {
-                st.harvesting = false;
-                return false;
+            let clock = match st.window.as_ref().map(|w| w.clock) {
+                Some(clock @ Clock::Event(_)) if !st.pending.is_empty() || self.is_on() => clock,
+                _ => {
+                    st.harvesting = false;
+                    return false;
+                }
             };
-            if st.pending.is_empty() && !self.is_on() {
-                st.harvesting = false;
-                return false;
-            }
             let n = st.pending.len().min(HARVEST_BATCH);
-            (base, st.pending.drain(..n).collect::<Vec<_>>())
+            (clock, st.pending.drain(..n).collect::<Vec<_>>())
         };
         let mut timed = Vec::new();
-        if let Ok(elapsed) = elapsed_fn() {
-            for p in &batch {
-                // SAFETY: `end` is a live event of this device's context.
-                if unsafe { result::event::query(p.end.0) }.is_err() {
-                    break;
-                }
-                // A record that cannot be timed stays pending, for the report to say why.
-                let Ok(op) = resolve(elapsed, base, p) else { break };
-                timed.push(op);
+        for p in &batch {
+            let Some([_, end]) = p.events() else { break };
+            // SAFETY: `end` is a live event of this device's context.
+            if unsafe { result::event::query(end.0) }.is_err() {
+                break;
             }
+            // A record that cannot be timed stays pending, for the report to say why.
+            let Ok(Some(op)) = resolve(clock, p) else { break };
+            timed.push(op);
         }
         let rest = batch.split_off(timed.len());
         let mut st = self.lock();
         for p in rest.into_iter().rev() {
             st.pending.push_front(p);
         }
-        st.free.extend(batch.iter().flat_map(|p| [p.start, p.end]));
+        st.free.extend(batch.iter().filter_map(Pending::events).flatten());
         st.done.extend(timed);
         true
     }
@@ -374,42 +434,60 @@ fn new_event() -> Result<RawEvent> {
     Ok(RawEvent(result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?))
 }
 
-fn resolve(elapsed: super::device::ElapsedFn, base: RawEvent, p: &Pending) -> Result<ProfiledOp> {
-    let ms = |from: RawEvent, to: RawEvent| -> Result<f64> {
-        let mut ms = 0.0f32;
-        // SAFETY: `elapsed` is the driver's cuEventElapsedTime(_v2); both events are live, of this
-        // device, recorded and complete (the callers synchronised or queried); `ms` is writable.
-        unsafe { elapsed(&mut ms, from.0, to.0) }.result().call("cuEventElapsedTime")?;
-        Ok(ms as f64)
+/// The record's times on `clock`; `None` where CUPTI delivered no record of it.
+fn resolve(clock: Clock, p: &Pending) -> Result<Option<ProfiledOp>> {
+    let (start_us, dur_us) = match (clock, p.timing) {
+        (Clock::Event(base), Timing::Events { start, end }) => {
+            let elapsed = elapsed_fn()?;
+            let ms = |from: RawEvent, to: RawEvent| -> Result<f64> {
+                let mut ms = 0.0f32;
+                // SAFETY: `elapsed` is the driver's cuEventElapsedTime(_v2); both events are live,
+                // of this device, recorded and complete (the callers synchronised or queried);
+                // `ms` is writable.
+                unsafe { elapsed(&mut ms, from.0, to.0) }.result().call("cuEventElapsedTime")?;
+                Ok(ms as f64)
+            };
+            // The base completed before the start was queued; the clamp absorbs timer
+            // granularity.
+            ((ms(base, start)? * 1e3).max(0.0), ms(start, end)? * 1e3)
+        }
+        (Clock::Cupti(base), Timing::Cupti { id }) => match cupti::take(id) {
+            Some(span) => (
+                span.start.saturating_sub(base) as f64 / 1e3,
+                span.end.saturating_sub(span.start) as f64 / 1e3,
+            ),
+            None => return Ok(None),
+        },
+        // A window holds records of its own clock only (a reset empties the queue).
+        _ => return Ok(None),
     };
-    Ok(ProfiledOp {
-        kind: p.kind.clone(),
-        stream: p.stream,
-        // The base completed before the start was queued; the clamp absorbs timer granularity.
-        start_us: (ms(base, p.start)? * 1e3).max(0.0),
-        dur_us: ms(p.start, p.end)? * 1e3,
-        host_us: p.host_us,
-    })
+    Ok(Some(ProfiledOp { kind: p.kind.clone(), stream: p.stream, start_us, dur_us, host_us: p.host_us }))
 }
 
-/// Record the base event on `stream` and wait for it, so that every later record starts after
-/// it on any stream; snapshot the pool.
+/// Start the window's clock: CUPTI's timestamp where the profiler times with CUPTI, else a base
+/// event recorded on `stream` and waited for, so that every later record starts after it on any
+/// stream; snapshot the pool.
 fn open_window(st: &mut State, stream: &Stream) -> Result<Window> {
-    let base = match st.free.pop() {
-        Some(e) => e,
-        None => new_event()?,
+    let clock = if cupti::available() {
+        Clock::Cupti(cupti::timestamp()?)
+    } else {
+        let base = match st.free.pop() {
+            Some(e) => e,
+            None => new_event()?,
+        };
+        // SAFETY: `base` is a live event of this device's context; the stream is live.
+        let recorded = unsafe { result::event::record(base.0, stream.raw()) }
+            .call("cuEventRecord")
+            // SAFETY: as above, and recorded.
+            .and_then(|()| unsafe { result::event::synchronize(base.0) }.call("cuEventSynchronize"));
+        if let Err(e) = recorded {
+            st.free.push(base);
+            return Err(e);
+        }
+        Clock::Event(base)
     };
-    // SAFETY: `base` is a live event of this device's context; the stream is live.
-    let recorded = unsafe { result::event::record(base.0, stream.raw()) }
-        .call("cuEventRecord")
-        // SAFETY: as above, and recorded.
-        .and_then(|()| unsafe { result::event::synchronize(base.0) }.call("cuEventSynchronize"));
-    if let Err(e) = recorded {
-        st.free.push(base);
-        return Err(e);
-    }
     let pool_at_start = stream.device.pool.start_window();
-    Ok(Window { base, host_base: Instant::now(), pool_at_start })
+    Ok(Window { clock, host_base: Instant::now(), pool_at_start })
 }
 
 /// One kernel's row of a [`ProfileReport`].

@@ -1,0 +1,188 @@
+//! Device times of launches and copies from CUPTI's activity records, where libcupti loads (it
+//! is found like libcuda, by name on the library path; `FERROCUDA_PROFILER=events` keeps the
+//! profiler on CUDA events).
+//!
+//! The driver writes a kernel's or copy's start and end into a record without anything queued
+//! on the stream, so the launching thread only brackets each operation with an external
+//! correlation id (a push and a pop on a thread-local stack of libcupti); the records arrive in
+//! buffers that CUPTI hands back on its own thread, where they are reduced to times by
+//! correlation id until the profiler's report takes them.
+use super::error::{Error, Result};
+use cudarc::cupti::result::{activity, CuptiError};
+use cudarc::cupti::sys::{self, CUpti_ActivityKind as Kind, CUpti_ExternalCorrelationKind};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// Set to `events` to time with CUDA events even where libcupti loads.
+pub const PROFILER_VAR: &str = "FERROCUDA_PROFILER";
+
+const BUFFER_BYTES: usize = 4 << 20;
+const BUFFER_ALIGN: usize = 8;
+const EXTERNAL: CUpti_ExternalCorrelationKind =
+    CUpti_ExternalCorrelationKind::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+/// The activity kinds the profiler needs: launches, copies, and our ids for both.
+const KINDS: [Kind; 3] = [
+    Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    Kind::CUPTI_ACTIVITY_KIND_MEMCPY,
+    Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+];
+
+/// Start and end of one operation on the device, ns on CUPTI's clock ([`timestamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What the completed buffers held, by CUPTI's correlation id and by ours.
+#[derive(Default)]
+struct Collected {
+    spans: HashMap<u32, Span>,
+    correlation: HashMap<u64, u32>,
+}
+
+fn collected() -> std::sync::MutexGuard<'static, Collected> {
+    static COLLECTED: OnceLock<Mutex<Collected>> = OnceLock::new();
+    COLLECTED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn layout() -> std::alloc::Layout {
+    std::alloc::Layout::from_size_align(BUFFER_BYTES, BUFFER_ALIGN).expect("a valid layout")
+}
+
+unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+    // SAFETY: CUPTI passes writable out-pointers; the buffer is freed in `buffer_completed`.
+    unsafe {
+        *buffer = std::alloc::alloc(layout());
+        *size = if (*buffer).is_null() { 0 } else { BUFFER_BYTES };
+        *max_records = 0;
+    }
+}
+
+unsafe extern "C" fn buffer_completed(
+    _ctx: cudarc::driver::sys::CUcontext,
+    _stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    if buffer.is_null() {
+        return;
+    }
+    let mut found = Collected::default();
+    let mut record: *mut sys::CUpti_Activity = std::ptr::null_mut();
+    // SAFETY: `buffer` is one of ours with `valid` bytes of records; CUPTI walks them.
+    while unsafe { activity::get_next_record(buffer, valid, &mut record) }.is_ok() {
+        // SAFETY: every record starts with its kind (read as a plain u32: CUPTI may know kinds
+        // this build does not), and its layout is the one of that kind, whose leading fields
+        // read here are the same in every record version CUPTI 12 and 13 write.
+        unsafe { read_record(record.cast::<u8>(), &mut found) };
+    }
+    // SAFETY: allocated by `buffer_requested` with this layout; CUPTI is done with it.
+    unsafe { std::alloc::dealloc(buffer, layout()) };
+    let mut all = collected();
+    for (id, span) in found.spans {
+        all.spans.entry(id).and_modify(|s| *s = merge(*s, span)).or_insert(span);
+    }
+    all.correlation.extend(found.correlation);
+}
+
+/// A pageable copy may come in several records of one correlation id: their hull.
+fn merge(a: Span, b: Span) -> Span {
+    Span { start: a.start.min(b.start), end: a.end.max(b.end) }
+}
+
+/// # Safety
+/// `record` points at a complete activity record.
+unsafe fn read_record(record: *const u8, found: &mut Collected) {
+    // SAFETY: the caller's contract; each cast matches the kind just read.
+    unsafe {
+        let kind = record.cast::<u32>().read_unaligned();
+        if kind == Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL as u32
+            || kind == Kind::CUPTI_ACTIVITY_KIND_KERNEL as u32
+        {
+            let k = record.cast::<sys::CUpti_ActivityKernel10>().read_unaligned();
+            found.spans.insert(k.correlationId, Span { start: k.start, end: k.end });
+        } else if kind == Kind::CUPTI_ACTIVITY_KIND_MEMCPY as u32 {
+            let m = record.cast::<sys::CUpti_ActivityMemcpy6>().read_unaligned();
+            let span = Span { start: m.start, end: m.end };
+            found.spans.entry(m.correlationId).and_modify(|s| *s = merge(*s, span)).or_insert(span);
+        } else if kind == Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION as u32 {
+            let e = record.cast::<sys::CUpti_ActivityExternalCorrelation>().read_unaligned();
+            if e.externalKind as u32 == EXTERNAL as u32 {
+                found.correlation.insert(e.externalId, e.correlationId);
+            }
+        }
+    }
+}
+
+fn error(call: &'static str, e: CuptiError) -> Error {
+    Error::Profiler { call, reason: format!("{e:?}") }
+}
+
+/// Whether the profiler times with CUPTI: libcupti loads, its buffer callbacks are registered,
+/// and `FERROCUDA_PROFILER` is not `events`. Decided once per process.
+pub(crate) fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        if std::env::var(PROFILER_VAR).is_ok_and(|v| v == "events") {
+            return false;
+        }
+        // SAFETY: only probes whether the library loads.
+        if !unsafe { sys::is_culib_present() } {
+            return false;
+        }
+        activity::register_callbacks(Some(buffer_requested), Some(buffer_completed)).is_ok()
+    })
+}
+
+/// Start (or stop) recording launches and copies, process-wide.
+pub(crate) fn enable(on: bool) -> Result<()> {
+    for kind in KINDS {
+        let done = if on { activity::enable(kind) } else { activity::disable(kind) };
+        done.map_err(|e| error(if on { "cuptiActivityEnable" } else { "cuptiActivityDisable" }, e))?;
+    }
+    Ok(())
+}
+
+/// Now on the clock of the records' times, ns.
+pub(crate) fn timestamp() -> Result<u64> {
+    let mut t = 0u64;
+    // SAFETY: `t` is writable.
+    unsafe { sys::cuptiGetTimestamp(&mut t) }.result().map_err(|e| error("cuptiGetTimestamp", e))?;
+    Ok(t)
+}
+
+/// Tag the driver calls this thread makes until [`untag`] with `id`.
+pub(crate) fn tag(id: u64) -> Result<()> {
+    activity::push_external_correlation_id(EXTERNAL, id)
+        .map_err(|e| error("cuptiActivityPushExternalCorrelationId", e))
+}
+
+pub(crate) fn untag() -> Result<()> {
+    let mut last = 0u64;
+    // SAFETY: `last` is writable.
+    unsafe { activity::pop_external_correlation_id(EXTERNAL, &mut last) }
+        .map_err(|e| error("cuptiActivityPopExternalCorrelationId", e))
+}
+
+/// Hand every record CUPTI holds to the buffer callback (after a device synchronisation, all of
+/// the work queued so far).
+pub(crate) fn flush() -> Result<()> {
+    activity::flush_all(sys::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED as u32)
+        .map_err(|e| error("cuptiActivityFlushAll", e))
+}
+
+/// The span of the operation tagged `id`, once its records have arrived (taken out).
+pub(crate) fn take(id: u64) -> Option<Span> {
+    let mut all = collected();
+    let correlation = *all.correlation.get(&id)?;
+    let span = all.spans.remove(&correlation)?;
+    all.correlation.remove(&id);
+    Some(span)
+}
+
+/// Forget what arrived (a reset of the profile).
+pub(crate) fn clear() {
+    *collected() = Collected::default();
+}
