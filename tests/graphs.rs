@@ -189,10 +189,18 @@ fn replays_do_not_grow_the_pool(ctx: &Context) {
     assert_same("sum after 10^4 replays", &out.unwrap().1.to_vec().unwrap(), &want.to_vec().unwrap());
 }
 
+/// The op a refused capture names (also when a layer's op refused it).
 fn op_of(result: Result<Graph>) -> &'static str {
-    match result {
-        Err(Error::NotCapturable { op }) => op,
-        other => panic!("expected NotCapturable, got {other:?}"),
+    fn refused(e: &Error) -> Option<&'static str> {
+        match e {
+            Error::NotCapturable { op } => Some(op),
+            Error::Layer { source, .. } => refused(source),
+            _ => None,
+        }
+    }
+    match &result {
+        Err(e) => refused(e).unwrap_or_else(|| panic!("expected NotCapturable, got {result:?}")),
+        Ok(_) => panic!("expected NotCapturable, got {result:?}"),
     }
 }
 

@@ -20,11 +20,18 @@ const BUFFER_BYTES: usize = 4 << 20;
 const BUFFER_ALIGN: usize = 8;
 const EXTERNAL: CUpti_ExternalCorrelationKind =
     CUpti_ExternalCorrelationKind::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
-/// The activity kinds the profiler needs: launches, copies, and our ids for both.
-const KINDS: [Kind; 3] = [
+/// The activity kinds the profiler needs: launches, copies, and our ids for both (CUPTI writes an
+/// external correlation record only beside a driver API record, hence the driver API kind).
+const KINDS: [Kind; 4] = [
     Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
     Kind::CUPTI_ACTIVITY_KIND_MEMCPY,
+    Kind::CUPTI_ACTIVITY_KIND_DRIVER,
     Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+];
+/// Driver calls every launch makes besides the launch (binding the context): no records for them.
+const QUIET: [sys::CUpti_driver_api_trace_cbid_enum; 2] = [
+    sys::CUpti_driver_api_trace_cbid_enum::CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent,
+    sys::CUpti_driver_api_trace_cbid_enum::CUPTI_DRIVER_TRACE_CBID_cuCtxSetCurrent,
 ];
 
 /// Start and end of one operation on the device, ns on CUPTI's clock ([`timestamp`]).
@@ -141,6 +148,12 @@ pub(crate) fn enable(on: bool) -> Result<()> {
     for kind in KINDS {
         let done = if on { activity::enable(kind) } else { activity::disable(kind) };
         done.map_err(|e| error(if on { "cuptiActivityEnable" } else { "cuptiActivityDisable" }, e))?;
+    }
+    if on {
+        for cbid in QUIET {
+            // An older CUPTI without per-call filtering records them too: only slower.
+            let _ = activity::enable_driver_api(cbid as u32, 0);
+        }
     }
     Ok(())
 }
