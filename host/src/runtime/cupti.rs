@@ -102,22 +102,35 @@ fn merge(a: Span, b: Span) -> Span {
 /// # Safety
 /// `record` points at a complete activity record.
 unsafe fn read_record(record: *const u8, found: &mut Collected) {
-    // SAFETY: the caller's contract; each cast matches the kind just read.
+    use std::ptr::addr_of;
+    // SAFETY: the caller's contract. Each cast matches the kind just read, and only fields that
+    // sit at the same offsets in every version of the record CUPTI 12 and 13 write are read
+    // (through raw field addresses: the records are packed, and an older, shorter version may
+    // end where this build's struct goes on).
     unsafe {
         let kind = record.cast::<u32>().read_unaligned();
         if kind == Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL as u32
             || kind == Kind::CUPTI_ACTIVITY_KIND_KERNEL as u32
         {
-            let k = record.cast::<sys::CUpti_ActivityKernel10>().read_unaligned();
-            found.spans.insert(k.correlationId, Span { start: k.start, end: k.end });
+            let k = record.cast::<sys::CUpti_ActivityKernel10>();
+            let span = Span {
+                start: addr_of!((*k).start).read_unaligned(),
+                end: addr_of!((*k).end).read_unaligned(),
+            };
+            found.spans.insert(addr_of!((*k).correlationId).read_unaligned(), span);
         } else if kind == Kind::CUPTI_ACTIVITY_KIND_MEMCPY as u32 {
-            let m = record.cast::<sys::CUpti_ActivityMemcpy6>().read_unaligned();
-            let span = Span { start: m.start, end: m.end };
-            found.spans.entry(m.correlationId).and_modify(|s| *s = merge(*s, span)).or_insert(span);
+            let m = record.cast::<sys::CUpti_ActivityMemcpy6>();
+            let span = Span {
+                start: addr_of!((*m).start).read_unaligned(),
+                end: addr_of!((*m).end).read_unaligned(),
+            };
+            let id = addr_of!((*m).correlationId).read_unaligned();
+            found.spans.entry(id).and_modify(|s| *s = merge(*s, span)).or_insert(span);
         } else if kind == Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION as u32 {
-            let e = record.cast::<sys::CUpti_ActivityExternalCorrelation>().read_unaligned();
-            if e.externalKind as u32 == EXTERNAL as u32 {
-                found.correlation.insert(e.externalId, e.correlationId);
+            let e = record.cast::<sys::CUpti_ActivityExternalCorrelation>();
+            if addr_of!((*e).externalKind).cast::<u32>().read_unaligned() == EXTERNAL as u32 {
+                let id = addr_of!((*e).correlationId).read_unaligned();
+                found.correlation.insert(addr_of!((*e).externalId).read_unaligned(), id);
             }
         }
     }
