@@ -212,3 +212,47 @@ pub(crate) fn take(id: u64) -> Option<Span> {
 pub(crate) fn clear() {
     *collected() = Collected::default();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zeroed record of type `T` (all of CUPTI's record structs are plain data).
+    fn record<T>() -> T {
+        // SAFETY: the activity records are integers, enums whose 0 is a variant, and raw pointers.
+        unsafe { std::mem::zeroed() }
+    }
+
+    fn read<T>(r: &T, found: &mut Collected) {
+        // SAFETY: `r` is a complete record of the kind it says.
+        unsafe { read_record((r as *const T).cast(), found) }
+    }
+
+    #[test]
+    fn records_become_spans_by_correlation_id() {
+        let mut found = Collected::default();
+        let mut k: sys::CUpti_ActivityKernel10 = record();
+        k.kind = Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        (k.start, k.end, k.correlationId) = (1_000, 3_500, 7);
+        read(&k, &mut found);
+        // A pageable copy in two pieces under one correlation id: their hull.
+        let mut m: sys::CUpti_ActivityMemcpy6 = record();
+        m.kind = Kind::CUPTI_ACTIVITY_KIND_MEMCPY;
+        (m.start, m.end, m.correlationId) = (5_000, 6_000, 8);
+        read(&m, &mut found);
+        (m.start, m.end) = (6_100, 7_000);
+        read(&m, &mut found);
+        let mut e: sys::CUpti_ActivityExternalCorrelation = record();
+        e.kind = Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+        (e.externalKind, e.externalId, e.correlationId) = (EXTERNAL, 42, 8);
+        read(&e, &mut found);
+        // Another tool's external ids are not ours.
+        e.externalKind = CUpti_ExternalCorrelationKind::CUPTI_EXTERNAL_CORRELATION_KIND_OPENACC;
+        e.externalId = 43;
+        read(&e, &mut found);
+        assert_eq!(found.spans[&7], Span { start: 1_000, end: 3_500 });
+        assert_eq!(found.spans[&8], Span { start: 5_000, end: 7_000 });
+        assert_eq!(found.correlation.get(&42), Some(&8));
+        assert!(!found.correlation.contains_key(&43));
+    }
+}
