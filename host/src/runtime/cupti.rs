@@ -140,8 +140,8 @@ fn error(call: &'static str, e: CuptiError) -> Error {
     Error::Profiler { call, reason: format!("{e:?}") }
 }
 
-/// Whether the profiler times with CUPTI: libcupti loads, its buffer callbacks are registered,
-/// and `FERROCUDA_PROFILER` is not `events`. Decided once per process.
+/// Whether the profiler times with CUPTI: libcupti loads and `FERROCUDA_PROFILER` is not
+/// `events`. Decided once per process; loading the library attaches nothing.
 pub(crate) fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
@@ -149,24 +149,60 @@ pub(crate) fn available() -> bool {
             return false;
         }
         // SAFETY: only probes whether the library loads.
-        if !unsafe { sys::is_culib_present() } {
-            return false;
-        }
-        activity::register_callbacks(Some(buffer_requested), Some(buffer_completed)).is_ok()
+        unsafe { sys::is_culib_present() }
     })
 }
 
-/// Start (or stop) recording launches and copies, process-wide.
+/// Profilers recording now, and whether CUPTI is attached to the process (its buffer callbacks
+/// registered): attached, it hooks every launch even with no activity kind enabled, so it is
+/// detached once no profiler needs it.
+struct Attachment {
+    recording: usize,
+    attached: bool,
+}
+
+fn attachment() -> std::sync::MutexGuard<'static, Attachment> {
+    static ATTACHMENT: Mutex<Attachment> = Mutex::new(Attachment { recording: 0, attached: false });
+    ATTACHMENT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Start (or stop) one profiler's recording of launches and copies (the kinds are
+/// process-wide: on while any profiler records).
 pub(crate) fn enable(on: bool) -> Result<()> {
-    for kind in KINDS {
-        let done = if on { activity::enable(kind) } else { activity::disable(kind) };
-        done.map_err(|e| error(if on { "cuptiActivityEnable" } else { "cuptiActivityDisable" }, e))?;
-    }
+    let mut at = attachment();
     if on {
+        if !at.attached {
+            activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))
+                .map_err(|e| error("cuptiActivityRegisterCallbacks", e))?;
+            at.attached = true;
+        }
+        for kind in KINDS {
+            activity::enable(kind).map_err(|e| error("cuptiActivityEnable", e))?;
+        }
         for cbid in QUIET {
             // An older CUPTI without per-call filtering records them too: only slower.
             let _ = activity::enable_driver_api(cbid as u32, 0);
         }
+        at.recording += 1;
+        return Ok(());
+    }
+    at.recording = at.recording.saturating_sub(1);
+    if at.recording == 0 {
+        for kind in KINDS {
+            activity::disable(kind).map_err(|e| error("cuptiActivityDisable", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Detach CUPTI from the process when no profiler records (after the records wanted were
+/// flushed): launches cost what they cost without it again.
+pub(crate) fn detach() -> Result<()> {
+    let mut at = attachment();
+    if at.attached && at.recording == 0 {
+        flush()?;
+        cudarc::cupti::result::finalize().map_err(|e| error("cuptiFinalize", e))?;
+        at.attached = false;
     }
     Ok(())
 }

@@ -330,6 +330,9 @@ impl Profiler {
         st.free.extend(events);
         st.done.clear();
         st.untimed = 0;
+        if !self.is_on() {
+            cupti::detach()?;
+        }
         cupti::clear();
         if let Some(Clock::Event(base)) = st.window.take().map(|w| w.clock) {
             st.free.push(base);
@@ -372,11 +375,15 @@ impl Profiler {
             bytes_in_use: now.bytes_in_use,
         };
         let wall_ms = host_base.elapsed().as_secs_f64() * 1e3;
-        let mut report = ProfileReport::new(label, device.info.ordinal, st.done.clone(), Some(pool), wall_ms);
-        if st.untimed > 0 {
-            report.note =
-                Some(format!("{} operations left out: CUPTI delivered no record of them", st.untimed));
+        if !self.is_on() {
+            cupti::detach()?;
         }
+        let mut report = ProfileReport::new(label, device.info.ordinal, st.done.clone(), Some(pool), wall_ms);
+        report.timing = match clock {
+            Clock::Cupti(_) => "CUPTI activity records",
+            Clock::Event(_) => "CUDA events",
+        };
+        report.left_out = st.untimed;
         Ok(report)
     }
 
@@ -550,6 +557,10 @@ pub struct ProfileReport {
     copies: Vec<CopyStats>,
     pool: Option<PoolSummary>,
     wall_ms: f64,
+    /// What the device times came from.
+    timing: &'static str,
+    /// Operations profiled but without device times (CUPTI delivered no record of them).
+    left_out: usize,
 }
 
 impl ProfileReport {
@@ -609,7 +620,7 @@ impl ProfileReport {
         copies.sort_by_key(|c| (c.direction, c.pinned));
         let mut ops = ops;
         ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-        Self { device, ordinal, note: None, ops, kernels, copies, pool, wall_ms }
+        Self { device, ordinal, note: None, ops, kernels, copies, pool, wall_ms, timing: "", left_out: 0 }
     }
 
     /// One row per kernel, the most total time first.
@@ -642,6 +653,18 @@ impl ProfileReport {
         &self.device
     }
 
+    /// What the device times came from: "CUPTI activity records" or "CUDA events" (empty when
+    /// nothing was recorded).
+    pub fn timing(&self) -> &str {
+        self.timing
+    }
+
+    /// Operations that were profiled but have no device time (CUPTI delivered no record of
+    /// them, e.g. when its buffers overflowed); they are not in the tables.
+    pub fn left_out(&self) -> usize {
+        self.left_out
+    }
+
     /// Host milliseconds from switching profiling on (or the last reset) to this report.
     pub fn wall_ms(&self) -> f64 {
         self.wall_ms
@@ -653,8 +676,9 @@ impl ProfileReport {
         self.kernels.iter().fold(0.0, |sum, k| sum + k.total_ms)
     }
 
-    /// Every summary and record as JSON (one object: `device`, `note`, `wall_ms`, `kernel_ms`,
-    /// `kernels`, `copies`, `pool`, `ops`; times in ms for totals and µs per operation).
+    /// Every summary and record as JSON (one object: `device`, `note`, `timing`, `left_out`,
+    /// `wall_ms`, `kernel_ms`, `kernels`, `copies`, `pool`, `ops`; times in ms for totals and µs
+    /// per operation).
     pub fn to_json(&self) -> String {
         let mut s = String::from("{\"device\":");
         json_str(&mut s, &self.device);
@@ -663,9 +687,12 @@ impl ProfileReport {
             Some(n) => json_str(&mut s, n),
             None => s.push_str("null"),
         }
+        s.push_str(",\"timing\":");
+        json_str(&mut s, self.timing);
         let _ = write!(
             s,
-            ",\"wall_ms\":{},\"kernel_ms\":{},\"kernels\":[",
+            ",\"left_out\":{},\"wall_ms\":{},\"kernel_ms\":{},\"kernels\":[",
+            self.left_out,
             num(self.wall_ms),
             num(self.kernel_ms())
         );
@@ -842,11 +869,15 @@ impl fmt::Display for ProfileReport {
         let launches: usize = self.kernels.iter().map(|k| k.calls).sum();
         writeln!(
             f,
-            "profile of {}: {launches} launches, {:.3} ms of kernel time in {:.1} ms",
+            "profile of {}: {launches} launches, {:.3} ms of kernel time in {:.1} ms (timed by {})",
             self.device,
             self.kernel_ms(),
-            self.wall_ms
+            self.wall_ms,
+            self.timing
         )?;
+        if self.left_out > 0 {
+            writeln!(f, "{} operations left out: CUPTI delivered no record of them", self.left_out)?;
+        }
         if !self.kernels.is_empty() {
             let w = self.kernels.iter().map(|k| k.name.len()).max().unwrap_or(0).max(6);
             writeln!(
