@@ -4,7 +4,8 @@
 //! Off (the default) it costs one relaxed atomic load per launch or copy. On, with CUPTI, each
 //! launch and copy is tagged with an id (a push and a pop on libcupti's thread-local stack) and
 //! leaves a record; the device times arrive in CUPTI's buffers and are matched by id at the
-//! report. With events, each takes two events from the device's free list (a new one when the
+//! report (CUPTI is attached while a profiler records, and detached at the first report or reset
+//! after profiling stops, since attached it slows every launch). With events, each takes two events from the device's free list (a new one when the
 //! list is empty), records one before and one after itself on its own stream, and leaves a
 //! record; that is all the launching thread does. A harvester thread (one per device, running
 //! while profiling is on or records are pending) times the oldest records whose end event has
