@@ -23,25 +23,18 @@ fn main() -> Result<()> {
     println!("device: {}", ctx.device());
     println!(
         "driver loaded and initialised ({gpus} GPUs) in {:.1} ms; Context::new() then took {:.1} ms \
-         (total {:.1} ms){}",
+         (total {:.1} ms)",
         driver.as_secs_f64() * 1e3,
         (ready - driver).as_secs_f64() * 1e3,
         ready.as_secs_f64() * 1e3,
-        match (ctx.module_load_time(), ctx.module_source()) {
-            (Some(t), Some(source)) => format!(
-                " (kernel modules loaded in {:.1} ms from {})",
-                t.as_secs_f64() * 1e3,
-                match source {
-                    ferrocuda::ModuleSource::Cubin => "prebuilt cubins",
-                    ferrocuda::ModuleSource::JitPtx => "PTX compiled by the driver",
-                }
-            ),
-            _ => String::new(),
-        }
     );
     let first_op = Instant::now();
     ctx.full(&[1], 0.0)?.to_vec()?;
-    println!("first launch and read-back {:.1} ms", first_op.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "first launch and read-back {:.1} ms{}",
+        first_op.elapsed().as_secs_f64() * 1e3,
+        modules_loaded(&ctx)
+    );
     let cpu = Context::cpu();
     let a = ctx.randn(&shape, 7)?;
     let b = ctx.randn(&shape, 8)?.add_scalar(3.0)?;
@@ -92,6 +85,7 @@ fn main() -> Result<()> {
     if let Some(stats) = ctx.pool_stats() {
         println!("pool: {stats:?}");
     }
+    println!("after every op{}", modules_loaded(&ctx));
     if failures > 0 {
         eprintln!("{failures} ops disagree with the CPU reference");
         std::process::exit(1);
@@ -103,4 +97,19 @@ fn relative_error(got: &[f32], want: &[f32]) -> f64 {
     let num: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w as f64).powi(2)).sum();
     let den: f64 = want.iter().map(|&w| (w as f64).powi(2)).sum();
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// " (kernel modules loaded so far in N ms from ...)": each module loads at its first launch.
+fn modules_loaded(ctx: &Context) -> String {
+    match (ctx.module_load_time(), ctx.module_source()) {
+        (Some(t), Some(source)) => format!(
+            " (kernel modules loaded so far in {:.1} ms, from {})",
+            t.as_secs_f64() * 1e3,
+            match source {
+                ferrocuda::ModuleSource::Cubin => "prebuilt cubins",
+                ferrocuda::ModuleSource::JitPtx => "PTX compiled by the driver",
+            }
+        ),
+        _ => String::new(),
+    }
 }

@@ -3,7 +3,10 @@
 //! dropout and two linear layers; Adam, mini-batches of 64. Prints a progress bar, loss and test
 //! accuracy per epoch, the final accuracy and training samples/s, then the same throughput on the
 //! CPU backend (`--no-cpu` skips it), and writes the curves to `target/train_cnn.svg`. Runs on
-//! the GPU, or on the CPU backend where there is none (`--cpu` forces it).
+//! the GPU, or on the CPU backend where there is none (`--cpu` forces it). `--graph` captures the
+//! whole training step into a CUDA graph once and replays it for every batch (the dropout layer
+//! keeps its seed count on the device, so every replay draws a new mask, the same as eager
+//! training's).
 //! `--profile FILE` profiles the training run: the per-kernel table, copies and pool activity
 //! are printed at the end, the Chrome trace (Perfetto) goes to FILE and the JSON summary to FILE
 //! with `.json` replaced by `.summary.json`.
@@ -25,7 +28,7 @@ fn lenet(ctx: &Context) -> Result<Sequential> {
         .layer(Relu::new())
         .layer(MaxPool2d::new(2))
         .layer(Flatten::new())
-        .layer(Dropout::new(0.25, 3))
+        .layer(Dropout::new(0.25, 3).capturable(true))
         .layer(Linear::new(ctx, 128, 64, 4)?)
         .layer(Relu::new())
         .layer(Linear::new(ctx, 64, CLASSES, 5)?))
@@ -40,6 +43,5 @@ fn main() -> Result<()> {
         epochs: 20,
         learning_rate: 2e-3,
         target_accuracy: 0.95,
-        graphs: false,
     })
 }

@@ -31,6 +31,5 @@ fn main() -> Result<()> {
         epochs: 30,
         learning_rate: 3e-3,
         target_accuracy: 0.95,
-        graphs: true,
     })
 }

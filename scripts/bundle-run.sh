@@ -26,11 +26,20 @@ sanitize() {
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; status=1; return; }
   for tool in memcheck racecheck synccheck; do
+    # racecheck (2025.3) loses track of kernels launched from several host threads at once
+    # ("Internal Sanitizer Error: Detected a failure to track a kernel launch", counted as an
+    # error) also in a 40-line ctypes program without this crate (docs/perf-notes.md, Sanitizers);
+    # blocking launches avoid it, and racecheck's shared-memory hazards lie within one kernel.
+    local options=()
+    [ "$tool" = racecheck ] && options=(--force-blocking-launches)
     for t in "$here"/tests/*; do
       echo "=== $tool $(basename "$t")"
       # The out-of-memory test asks the driver for more than the device has on purpose, and
       # memcheck reports that refused cudaMalloc-style call as an error: run it outside.
-      "$sanitizer" --tool "$tool" --error-exitcode 99 --report-api-errors no "$t" || status=1
+      # The profiler times with events under the sanitizer (CUPTI and the sanitizer each
+      # want the driver's tool hooks).
+      FERROCUDA_PROFILER=events "$sanitizer" --tool "$tool" "${options[@]}" --error-exitcode 99 \
+        --report-api-errors no "$t" || status=1
     done
   done
 }
@@ -38,6 +47,10 @@ sanitize() {
 # cuBLAS for the matmul baselines: the CUDA toolkit's, or the one PyTorch ships.
 cublas_dir=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so* 2>/dev/null | head -1)" 2>/dev/null)
 [ -n "$cublas_dir" ] && export LD_LIBRARY_PATH="$cublas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libcupti for the profiler (else it times with CUDA events): the toolkit's, or the pip package's.
+cupti_lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so* 2>/dev/null | head -1)
+[ -n "$cupti_lib" ] || cupti_lib=$(python3 -c "import glob, site; print(next(iter(sorted(f for d in site.getsitepackages() for f in glob.glob(d + '/nvidia/**/libcupti.so*', recursive=True))), ''))" 2>/dev/null)
+[ -n "$cupti_lib" ] && export LD_LIBRARY_PATH="$(dirname "$cupti_lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 bench() {
   local out=${1:-$here/out}

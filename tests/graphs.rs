@@ -2,7 +2,7 @@
 //! memory, the typed errors of ops a capture cannot record, and the stream after a failed capture.
 mod common;
 use common::{assert_same, randn_host, run, Case};
-use ferrocuda::layers::{Linear, Relu};
+use ferrocuda::layers::{BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, Relu};
 use ferrocuda::{
     cross_entropy, cross_entropy_labels, Adam, Context, Error, Graph, Layer, Optimizer, Result, Sequential,
     Tensor,
@@ -38,11 +38,25 @@ fn chain_replay_matches_eager(ctx: &Context) {
     }
 }
 
-fn mlp(ctx: &Context) -> Sequential {
+/// 64 features → 128 → 10 (`capturable` has nothing to change).
+fn mlp(ctx: &Context, _capturable: bool) -> Sequential {
     Sequential::new()
         .layer(Linear::new(ctx, 64, 128, 11).unwrap())
         .layer(Relu::new())
         .layer(Linear::new(ctx, 128, 10, 12).unwrap())
+}
+
+/// [1, 8, 8] → conv → batch norm → ReLU → pool → dropout → 10: the CNN example's kinds of layer,
+/// with the dropout seed on the device when `capturable`.
+fn cnn(ctx: &Context, capturable: bool) -> Sequential {
+    Sequential::new()
+        .layer(Conv2d::new(ctx, 1, 4, 3, 13).unwrap().padding(1))
+        .layer(BatchNorm2d::new(ctx, 4).unwrap())
+        .layer(Relu::new())
+        .layer(MaxPool2d::new(2))
+        .layer(Flatten::new())
+        .layer(Dropout::new(0.3, 14).capturable(capturable))
+        .layer(Linear::new(ctx, 64, 10, 15).unwrap())
 }
 
 fn parameters(model: &mut Sequential) -> Vec<Vec<f32>> {
@@ -55,27 +69,29 @@ fn batch(step: u64, rows: usize) -> (Vec<f32>, Vec<u32>) {
     (x, labels)
 }
 
-/// N eager steps (host labels, host-side Adam count) against one eager warm-up step and N − 1
-/// replays of a captured step (static input, device labels, capturable Adam), on the same data.
-fn mlp_training_replay_matches_eager(ctx: &Context) {
+/// N eager steps (host labels, host-side Adam count, host-seeded dropout) against one eager
+/// warm-up step and N − 1 replays of a captured step (static input, device labels, capturable Adam
+/// and dropout), on the same data: the same losses and parameters, bit for bit.
+fn training_replay_matches_eager(ctx: &Context, build: fn(&Context, bool) -> Sequential, sample: &[usize]) {
     const STEPS: u64 = 6;
     let rows = 48;
-    let mut eager = mlp(ctx);
+    let shape: Vec<usize> = [rows].iter().chain(sample).copied().collect();
+    let mut eager = build(ctx, false);
     let mut adam = Adam::new(3e-3);
     let mut eager_losses = Vec::new();
     for step in 0..STEPS {
         let (x, labels) = batch(step, rows);
-        let logits = eager.forward(&ctx.from_slice(&x, &[rows, 64]).unwrap()).unwrap();
+        let logits = eager.forward(&ctx.from_slice(&x, &shape).unwrap()).unwrap();
         let (loss, dlogits) = cross_entropy(&logits, &labels).unwrap();
         eager.backward(&dlogits).unwrap();
         eager.step(&mut adam).unwrap();
         eager_losses.push(loss.to_vec().unwrap());
     }
 
-    let mut model = mlp(ctx);
+    let mut model = build(ctx, true);
     let mut adam = Adam::new(3e-3).capturable(true);
     let (x0, l0) = batch(0, rows);
-    let mut x = ctx.from_slice(&x0, &[rows, 64]).unwrap();
+    let mut x = ctx.from_slice(&x0, &shape).unwrap();
     let mut labels = ctx.labels(&l0, 10).unwrap();
     let step = |model: &mut Sequential, adam: &mut Adam, x: &Tensor, labels: &ferrocuda::Labels| {
         let logits = model.forward(x)?;
@@ -104,6 +120,31 @@ fn mlp_training_replay_matches_eager(ctx: &Context) {
     for (i, (got, want)) in parameters(&mut model).iter().zip(parameters(&mut eager)).enumerate() {
         assert_same(&format!("parameter {i} after {STEPS} steps"), got, &want);
     }
+}
+
+fn mlp_training_replay_matches_eager(ctx: &Context) {
+    training_replay_matches_eager(ctx, mlp, &[64]);
+}
+
+/// With dropout: each replay draws the next seed's mask, as the eager steps do.
+fn cnn_with_dropout_replay_matches_eager(ctx: &Context) {
+    training_replay_matches_eager(ctx, cnn, &[1, 8, 8]);
+}
+
+/// A host-seeded dropout refuses the capture; a capturable one refuses it before its first
+/// forward pass (the device-side count is uploaded then).
+fn dropout_capture_errors(ctx: &Context) {
+    let x = ctx.full(&[4, 64], 1.0).unwrap();
+    let mut host_seeded = Dropout::new(0.5, 1);
+    let op = op_of(ctx.capture(|| host_seeded.forward(&x).map(drop)));
+    assert!(op.contains("Dropout::capturable"), "{op}");
+    let mut fresh = Dropout::new(0.5, 1).capturable(true);
+    let op = op_of(ctx.capture(|| fresh.forward(&x).map(drop)));
+    assert!(op.contains("first forward pass"), "{op}");
+    fresh.forward(&x).unwrap();
+    let graph = ctx.capture(|| fresh.forward(&x).map(drop)).unwrap();
+    graph.launch().unwrap();
+    ctx.synchronize().unwrap();
 }
 
 /// Capturable Adam run eagerly is plain Adam, bit for bit (the device computes the bias
@@ -148,10 +189,18 @@ fn replays_do_not_grow_the_pool(ctx: &Context) {
     assert_same("sum after 10^4 replays", &out.unwrap().1.to_vec().unwrap(), &want.to_vec().unwrap());
 }
 
+/// The op a refused capture names (also when a layer's op refused it).
 fn op_of(result: Result<Graph>) -> &'static str {
-    match result {
-        Err(Error::NotCapturable { op }) => op,
-        other => panic!("expected NotCapturable, got {other:?}"),
+    fn refused(e: &Error) -> Option<&'static str> {
+        match e {
+            Error::NotCapturable { op } => Some(op),
+            Error::Layer { source, .. } => refused(source),
+            _ => None,
+        }
+    }
+    match &result {
+        Err(e) => refused(e).unwrap_or_else(|| panic!("expected NotCapturable, got {result:?}")),
+        Ok(_) => panic!("expected NotCapturable, got {result:?}"),
     }
 }
 
@@ -321,6 +370,8 @@ fn main() {
     run(&[
         ("chain_replay_matches_eager", Case::Gpu(chain_replay_matches_eager)),
         ("mlp_training_replay_matches_eager", Case::Gpu(mlp_training_replay_matches_eager)),
+        ("cnn_with_dropout_replay_matches_eager", Case::Gpu(cnn_with_dropout_replay_matches_eager)),
+        ("dropout_capture_errors", Case::Gpu(dropout_capture_errors)),
         ("capturable_adam_matches_adam", Case::Gpu(capturable_adam_matches_adam)),
         ("replays_do_not_grow_the_pool", Case::Gpu(replays_do_not_grow_the_pool)),
         ("host_synchronisation_is_not_capturable", Case::Gpu(host_synchronisation_is_not_capturable)),

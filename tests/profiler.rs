@@ -58,6 +58,7 @@ fn records_known_ops(gpu: &Context) {
     let r = gpu.profile_report().unwrap();
     println!("{r}");
     assert!(r.note().is_none(), "{:?}", r.note());
+    assert!(["CUPTI activity records", "CUDA events"].contains(&r.timing()) && r.left_out() == 0, "{r}");
 
     let gemm: Vec<&str> = r.kernels().iter().map(|k| k.name).filter(|n| n.starts_with("gemm_")).collect();
     let [gemm] = gemm[..] else { panic!("one GEMM kernel expected: {gemm:?}") };

@@ -321,9 +321,6 @@ pub struct Example {
     pub learning_rate: f32,
     /// The test accuracy the README promises; the example exits non-zero below it.
     pub target_accuracy: f64,
-    /// Whether `--graph` may capture the training step (a model with dropout may not: its seed
-    /// is a launch argument, which a replay repeats).
-    pub graphs: bool,
 }
 
 /// The examples' `main`: train on the GPU (or the CPU backend with `--cpu`, or without a
@@ -344,10 +341,6 @@ pub fn run(example: Example) -> Result<()> {
     let guard = profile.as_ref().map(|_| ctx.profiler_guard()).transpose()?;
     let schedule = (example.sample_shape, example.batch, example.epochs);
     let graphs = ctx.is_cuda() && args.iter().any(|a| a == "--graph");
-    if graphs && !example.graphs {
-        eprintln!("--graph: {} has dropout, whose per-step seed a CUDA graph would freeze", example.name);
-        std::process::exit(2);
-    }
     let history = if graphs {
         let mut adam = Adam::new(example.learning_rate).capturable(true);
         train_graph(&ctx, &mut model, &mut adam, &data, schedule, true)?

@@ -8,6 +8,11 @@
 //! elements): memory-bound; 2^26 elements → 0.18 ms at 3.0 TB/s.
 //! Launch: one thread per 16-byte vector (4 f32: one Philox call of 4; 8 16-bit values: two);
 //! the last, partial vector element by element.
+//!
+//! `dropout_dev_*` read the seed from device memory instead (`seeds[1]`), where `dropout_advance`
+//! put it: a CUDA graph replays launch arguments unchanged, so a seed that must change at every
+//! replay has to live on the device and be advanced by a captured launch. Same masks as
+//! `dropout_*` for the same seed.
 use crate::prelude::*;
 use crate::random::philox;
 
@@ -38,7 +43,7 @@ unsafe fn dropout<F: Float>(x: *const F::Raw, y: *mut F::Raw, n: usize, seed: u6
 }
 
 macro_rules! dropout_kernels {
-    ($($name:ident: $f:ty;)*) => {$(
+    ($($name:ident, $dev:ident: $f:ty;)*) => {$(
         /// Dropout; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
@@ -46,11 +51,32 @@ macro_rules! dropout_kernels {
         ) {
             dropout::<$f>(x, y, n, seed, p, scale)
         }
+
+        /// Dropout with the seed `seeds[1]` (see `dropout_advance`).
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $dev(
+            x: *const <$f as Float>::Raw, y: *mut <$f as Float>::Raw, n: usize, seeds: *const u64, p: f32,
+            scale: f32,
+        ) {
+            dropout::<$f>(x, y, n, *seeds.add(1), p, scale)
+        }
     )*};
 }
 
 dropout_kernels! {
-    dropout_f32: f32;
-    dropout_f16: F16;
-    dropout_bf16: BF16;
+    dropout_f32, dropout_dev_f32: f32;
+    dropout_f16, dropout_dev_f16: F16;
+    dropout_bf16, dropout_dev_bf16: BF16;
+}
+
+/// One thread: `seeds[1] ← seeds[0]` (the seed of this forward pass and of its backward), then
+/// `seeds[0] ← seeds[0] + 1` (the next pass's), as the host-seeded layer counts.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn dropout_advance(seeds: *mut u64) {
+    if global_x() != 0 {
+        return;
+    }
+    let next = *seeds;
+    *seeds.add(1) = next;
+    *seeds = next.wrapping_add(1);
 }

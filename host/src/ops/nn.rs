@@ -94,6 +94,8 @@ type LayerNormParamsArgs<T> = (
 pub(crate) type ColumnPartialsArgs<T> = (DevPtr<f32>, usize, usize, usize, usize, DevPtrMut<T>);
 /// Dropout: x, y, n, seed, p, scale.
 type DropoutArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, u64, f32, f32);
+/// Dropout with the seed on the device: x, y, n, seeds, p, scale.
+type DropoutDevArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, DevPtr<u64>, f32, f32);
 
 const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
     by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
@@ -115,6 +117,8 @@ const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<
     by_dtype!(layernorm_params_sum_f32, layernorm_params_sum_f16, layernorm_params_sum_bf16);
 const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> =
     by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
+const DROPOUT_DEV: ByDType<DropoutDevArgs<f32>, DropoutDevArgs<u16>> =
+    by_dtype!(dropout_dev_f32, dropout_dev_f16, dropout_dev_bf16);
 
 /// `(rows, cols)` of a tensor of any dtype viewed as rows of its last axis; rank ≥ 1.
 fn rows_cols_any(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
@@ -962,7 +966,57 @@ pub fn binary_cross_entropy_with_logits(logits: &Tensor, target: &Tensor) -> Res
     )
 }
 
-fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
+/// Where a dropout launch finds its seed.
+#[derive(Clone, Copy)]
+pub(crate) enum DropoutSeed<'a> {
+    /// A launch argument.
+    Host(u64),
+    /// The second u64 of a [`DropoutSeeds`] buffer, read when the kernel runs, so that each replay
+    /// of a CUDA graph draws the mask of the seed the buffer holds then.
+    Device(&'a DropoutSeeds),
+}
+
+/// Two u64 words on the device, `[next, current]`: [`DropoutSeeds::advance`] makes the next seed
+/// current and counts on, on the stream, so that a captured forward pass advances it at every
+/// replay.
+pub(crate) struct DropoutSeeds {
+    words: Tensor,
+}
+
+impl DropoutSeeds {
+    /// A counter on `ctx`'s device whose first [`DropoutSeeds::advance`] makes `next` current.
+    /// An upload: refused during a capture.
+    pub(crate) fn new(ctx: &Context, next: u64) -> Result<Self> {
+        let halves = [next as u32, (next >> 32) as u32, 0, 0].map(f32::from_bits);
+        Ok(Self { words: ctx.from_slice(&halves, &[4])? })
+    }
+
+    pub(crate) fn context(&self) -> &Context {
+        self.words.context()
+    }
+
+    fn ptr(&self) -> DevPtr<u64> {
+        DevPtr::new(self.words.device_ptr())
+    }
+
+    /// Queue `current ← next; next ← next + 1`.
+    pub(crate) fn advance(&self) -> Result<()> {
+        const OP: &str = "dropout";
+        let stream = self.context().stream(OP)?;
+        // SAFETY: `dropout_advance(seeds)`: the buffer holds 16 bytes (u64-aligned, as every pool
+        // block) of this stream's device; one thread works, any launch shape.
+        unsafe {
+            kernels::dropout_advance.launch(
+                stream,
+                LaunchConfig::covering(1, 32),
+                (DevPtrMut::new(self.words.device_ptr()),),
+            )
+        }
+    }
+}
+
+/// [`dropout`] (`op` "dropout") or [`dropout_backward`] ("dropout_backward") with the seed of `seed`.
+pub(crate) fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: DropoutSeed) -> Result<Tensor> {
     if !(0.0..1.0).contains(&p) {
         return Err(Error::InvalidArgument {
             op,
@@ -971,8 +1025,8 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
         });
     }
     let (scale, dtype) = (1.0 / (1.0 - p), x.dtype());
-    match x.storage() {
-        Storage::Cpu(v) => {
+    match (x.storage(), seed) {
+        (Storage::Cpu(v), DropoutSeed::Host(seed)) => {
             let mut out = vec![0.0f32; v.len()];
             out.par_chunks_mut(4).zip(v.par_chunks(4)).with_min_len(CPU_CHUNK / 4).enumerate().for_each(
                 |(group, (o, x))| {
@@ -984,21 +1038,42 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
             );
             Ok(Tensor::from_cpu_as(x.context(), x.shape(), dtype, out))
         }
-        Storage::Cuda(_) => {
+        (Storage::Cuda(_), _) => {
+            if let DropoutSeed::Device(seeds) = seed {
+                if !seeds.context().same_queue(x.context()) {
+                    return Err(Error::InvalidArgument {
+                        op,
+                        shape: x.shape().to_vec(),
+                        reason: "the dropout seed lives on another device or stream than the tensor".into(),
+                    });
+                }
+            }
             let out = Tensor::uninit_as(x.context(), x.shape(), dtype, op)?;
             let n = out.len();
             if n > 0 {
                 let stream = x.context().stream(op)?;
                 let per_thread = 16 / dtype.size_bytes();
                 let cfg = LaunchConfig::covering(n.div_ceil(per_thread), ELEMENTWISE_BLOCK);
-                launch_by_dtype!(DROPOUT, dtype, |k| {
-                    // SAFETY: `dropout_<dtype>(x, y, n, seed, p, scale)`: x and y hold n values of
-                    // the kernel's type (16-byte aligned); any grid.
-                    unsafe { k.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seed, p, scale)) }
-                })?;
+                match seed {
+                    DropoutSeed::Host(seed) => launch_by_dtype!(DROPOUT, dtype, |k| {
+                        // SAFETY: `dropout_<dtype>(x, y, n, seed, p, scale)`: x and y hold n values
+                        // of the kernel's type (16-byte aligned); any grid.
+                        unsafe { k.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seed, p, scale)) }
+                    })?,
+                    DropoutSeed::Device(seeds) => launch_by_dtype!(DROPOUT_DEV, dtype, |k| {
+                        // SAFETY: `dropout_dev_<dtype>(x, y, n, seeds, p, scale)`: as above, and
+                        // `seeds` is a 16-byte buffer of this stream (checked above).
+                        unsafe { k.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seeds.ptr(), p, scale)) }
+                    })?,
+                }
             }
             Ok(out)
         }
+        (Storage::Cpu(_), DropoutSeed::Device(_)) => Err(Error::InvalidArgument {
+            op,
+            shape: x.shape().to_vec(),
+            reason: "a device-side dropout seed for a CPU-backend tensor".into(),
+        }),
     }
 }
 
@@ -1006,13 +1081,13 @@ fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: u64) -> Result<Tenso
 /// `1/(1 - p)`, else zeroed. Element `i`'s mask depends only on `(seed, i)` (Philox, the numbers
 /// of `Context::rand`), identically on every backend.
 pub fn dropout(x: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
-    dropout_impl("dropout", x, p, seed)
+    dropout_impl("dropout", x, p, DropoutSeed::Host(seed))
 }
 
 /// The gradient of [`dropout`] with the same `p` and `seed`: the same mask, regenerated, applied
 /// to `dy`.
 pub fn dropout_backward(dy: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
-    dropout_impl("dropout_backward", dy, p, seed)
+    dropout_impl("dropout_backward", dy, p, DropoutSeed::Host(seed))
 }
 
 /// What [`batch_norm2d_train`] saves for [`batch_norm2d_backward`].

@@ -193,10 +193,11 @@ impl Context {
         }
     }
 
-    /// How long loading the kernel modules into this device took (CUDA only).
+    /// How long loading this device's kernel modules has taken so far (CUDA only): each is loaded
+    /// at the first launch of one of its kernels.
     pub fn module_load_time(&self) -> Option<Duration> {
         match &self.backend {
-            Backend::Cuda(s) => Some(s.device.modules.load_time),
+            Backend::Cuda(s) => Some(s.device.modules.load_time()),
             Backend::Cpu => None,
         }
     }

@@ -160,16 +160,7 @@ impl CudaDevice {
         // released (it lives as long as the process, like the runtime API's).
         let raw =
             RawContext(unsafe { result::primary_ctx::retain(handle) }.call("cuDevicePrimaryCtxRetain")?);
-        let modules = match bind(raw).and_then(|()| KernelModules::load(info.compute_capability)) {
-            Ok(modules) => modules,
-            Err(e) => {
-                // Nothing refers to the context yet: give the retain back, so that a failed open
-                // (a module the driver refuses) does not pin the device's context forever.
-                // SAFETY: retained once above; no handle made in it survives (the module failed).
-                let _ = unsafe { result::primary_ctx::release(handle) };
-                return Err(e);
-            }
-        };
+        let modules = KernelModules::new(info.compute_capability);
         let dev = Arc::new(CudaDevice {
             info,
             raw,

@@ -47,6 +47,8 @@ pub enum Error {
     /// upload from pageable memory, ...) was called on a stream while it was being captured.
     #[error("{op} cannot run while its stream is being captured into a CUDA graph (it would synchronise with the host, or a replay would read host memory that is gone); do it before the capture or between replays")]
     NotCapturable { op: &'static str },
+    #[error("CUPTI call {call} failed: {reason}")]
+    Profiler { call: &'static str, reason: String },
     #[error("{op}: {path}: {source}")]
     Io {
         op: &'static str,

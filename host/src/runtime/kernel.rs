@@ -4,11 +4,11 @@
 //! `kernels::add_f32` is a [`Kernel`] whose argument tuple is
 //! `(DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, usize)`: a call site that passes a wrong type, a
 //! wrong count, or a pointer of the wrong element type does not compile.
-use super::error::{DriverResultExt, Error, Result};
+use super::error::{Error, Result};
 use super::launch::LaunchConfig;
 use super::profiler::ProfiledKind;
 use super::stream::Stream;
-use cudarc::driver::{result, sys};
+use cudarc::driver::result;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
@@ -258,30 +258,10 @@ fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig) -> Result<sys:
     device.bind()?;
     let f = device.modules.function(kernel)?;
     // Static and dynamic shared memory together past 48 KiB only when the kernel opts in.
-    let static_bytes = if cfg.shared_bytes > 0 {
-        // SAFETY: `f` is a live kernel handle; the query reads one attribute.
-        unsafe {
-            result::function::get_function_attribute(
-                f.0,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-            )
-        }
-        .call("cuFuncGetAttribute")? as usize
-    } else {
-        0
-    };
-    if cfg.shared_bytes as usize + static_bytes > DEFAULT_SHARED_LIMIT {
-        // SAFETY: `f` is a live kernel handle; the attribute only raises a limit.
-        unsafe {
-            result::function::set_function_attribute(
-                f.0,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                cfg.shared_bytes as i32,
-            )
-        }
-        .call("cuFuncSetAttribute")?;
+    if cfg.shared_bytes > 0 && cfg.shared_bytes as usize + f.static_shared > DEFAULT_SHARED_LIMIT {
+        f.allow_dynamic_shared(cfg.shared_bytes)?;
     }
-    Ok(f.0)
+    Ok(f.raw.0)
 }
 
 /// # Safety

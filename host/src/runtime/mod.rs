@@ -1,6 +1,7 @@
 //! The host runtime: devices, streams and events, the memory pool, the kernel module, launches,
 //! the profiler.
 pub(crate) mod context;
+pub(crate) mod cupti;
 pub(crate) mod device;
 pub(crate) mod error;
 pub(crate) mod graph;

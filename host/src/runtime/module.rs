@@ -1,18 +1,22 @@
-//! The embedded kernel modules (one per `module` of `gpu-kernels/src/kernels.rs`), loaded into a
-//! device's context when it is opened, and the per-device cache of kernel handles.
+//! The embedded kernel modules (one per `module` of `gpu-kernels/src/kernels.rs`), each loaded
+//! into a device's context at the first launch of one of its kernels, and the per-device cache of
+//! kernel handles.
 //!
 //! Each module is embedded as a cubin (machine code, assembled by ptxas at build time) and, for the
 //! portable ones, as deflated PTX. A device loads the cubin when its architecture runs it (same
 //! major version and at least the cubin's minor; an `sm_90a` cubin only on compute capability
 //! 9.0): no compilation at run time. Elsewhere the driver JIT-compiles the PTX (tens of seconds the
 //! first time on a machine, then cached by the driver; said once on stderr). The sm_90a modules
-//! (wgmma, TMA) are loaded only on compute capability 9.0 and not with `FERROCUDA_DISABLE_SM90A=1`.
+//! (wgmma, TMA) are used only on compute capability 9.0 and not with `FERROCUDA_DISABLE_SM90A=1`.
+//! Opening a device loads nothing (a cubin takes ~0.5 ms to load, all of them ~5 ms on an H100);
+//! a stream capture loads every module first, so that no load happens inside one.
 use super::error::{DriverResultExt, Error, Result};
 use super::kernel::KernelInfo;
 use crate::kernels::{KERNEL_COUNT, MODULES};
 use cudarc::driver::{result, sys};
 use std::ffi::CString;
-use std::sync::{Once, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Set to `1` to keep H100s on the portable modules (and so the mma.sync GEMMs).
@@ -54,15 +58,67 @@ unsafe impl Send for RawFunction {}
 // SAFETY: as above.
 unsafe impl Sync for RawFunction {}
 
-/// The modules loaded into one device's context, and its kernel handles.
+/// A kernel's handle and what its launches need to know about its shared memory, read or set once
+/// per device rather than on every launch.
+pub(crate) struct Function {
+    pub(crate) raw: RawFunction,
+    /// Its static shared memory (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
+    pub(crate) static_shared: usize,
+    /// The dynamic shared memory it may use, as last raised by [`Function::allow_dynamic_shared`]
+    /// (0: the driver's default, which needs no opt-in below the 48 KiB total).
+    opted_in: AtomicU32,
+    /// Serialises raises, so that a smaller request never lowers a larger one another thread set
+    /// (and relies on) in between.
+    raising: Mutex<()>,
+}
+
+impl Function {
+    /// Let launches take `bytes` of dynamic shared memory (`cuFuncSetAttribute`), once per larger
+    /// value; never lowers the limit.
+    pub(crate) fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        if self.opted_in.load(Ordering::Acquire) >= bytes {
+            return Ok(());
+        }
+        let _raising = self.raising.lock().unwrap_or_else(|p| p.into_inner());
+        if self.opted_in.load(Ordering::Acquire) >= bytes {
+            return Ok(());
+        }
+        // SAFETY: `raw` is a live kernel handle; the attribute only raises a limit.
+        unsafe {
+            result::function::set_function_attribute(
+                self.raw.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .call("cuFuncSetAttribute")?;
+        self.opted_in.store(bytes, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The modules of one device's context (loaded on first use), and its kernel handles.
 pub(crate) struct KernelModules {
-    /// By `MODULES` index; `None` for a module this device does not use.
-    modules: Vec<Option<RawModule>>,
-    functions: Box<[OnceLock<RawFunction>]>,
-    pub(crate) load_time: Duration,
+    /// By `MODULES` index: what this device loads for the module (`None`: a module it does not
+    /// use), and the module once loaded.
+    plans: Vec<Option<Plan>>,
+    modules: Box<[OnceLock<RawModule>]>,
+    /// Held while a module loads, so that two threads never load one twice.
+    loading: Mutex<()>,
+    functions: Box<[OnceLock<Function>]>,
+    /// Time spent loading modules so far, ns.
+    load_ns: AtomicU64,
     pub(crate) source: ModuleSource,
-    /// Whether the sm_90a modules (the `wgmma` kernels) are loaded.
+    /// Whether the sm_90a modules (the `wgmma` kernels) are used.
     pub(crate) sm90a: bool,
+    compute_capability: (u32, u32),
+}
+
+/// How a device gets one module.
+#[derive(Clone, Copy)]
+enum Plan {
+    Cubin(&'static EmbeddedModule),
+    Ptx(&'static EmbeddedModule),
 }
 
 /// Whether machine code for `arch` (`sm_XY` or `sm_XYa`) runs on a device of `cc`.
@@ -82,67 +138,94 @@ fn cubin_runs_on(arch: &str, cc: (u32, u32)) -> bool {
 }
 
 impl KernelModules {
-    /// Load every module a device of `compute_capability` uses into the current context.
-    pub(crate) fn load(compute_capability: (u32, u32)) -> Result<Self> {
-        let started = Instant::now();
+    /// The modules a device of `compute_capability` uses, none loaded yet.
+    pub(crate) fn new(compute_capability: (u32, u32)) -> Self {
         let sm90a_wanted =
             compute_capability == (9, 0) && std::env::var(DISABLE_SM90A_VAR).map_or(true, |v| v != "1");
-        let mut source = ModuleSource::Cubin;
-        let mut modules = Vec::with_capacity(MODULES.len());
-        let mut loaded = Vec::new();
-        let result = (|| {
-            for &(name, arch) in MODULES {
-                let embedded = EMBEDDED_MODULES.iter().find(|m| m.name == name);
-                let module = match embedded {
-                    Some(_) if arch == "sm_90a" && !sm90a_wanted => None,
-                    Some(m) if !m.cubin.is_empty() && cubin_runs_on(m.arch, compute_capability) => {
-                        Some(load_image(m.cubin)?)
-                    }
-                    Some(m) if !m.ptx_deflated.is_empty() => {
-                        source = ModuleSource::JitPtx;
-                        jit_notice(m.arch, compute_capability);
-                        Some(load_ptx(m)?)
-                    }
-                    _ => None,
-                };
-                if let Some(raw) = module {
-                    loaded.push(raw);
+        let plans: Vec<Option<Plan>> = MODULES
+            .iter()
+            .map(|&(name, arch)| match EMBEDDED_MODULES.iter().find(|m| m.name == name) {
+                Some(_) if arch == "sm_90a" && !sm90a_wanted => None,
+                Some(m) if !m.cubin.is_empty() && cubin_runs_on(m.arch, compute_capability) => {
+                    Some(Plan::Cubin(m))
                 }
-                modules.push(module);
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            for raw in loaded {
-                // SAFETY: loaded above, no handle from it escaped.
-                let _ = unsafe { result::module::unload(raw.0) };
-            }
-            return Err(e);
-        }
-        let sm90a = MODULES.iter().zip(&modules).any(|(&(_, arch), m)| arch == "sm_90a" && m.is_some());
-        Ok(Self {
-            modules,
+                Some(m) if !m.ptx_deflated.is_empty() => Some(Plan::Ptx(m)),
+                _ => None,
+            })
+            .collect();
+        let source = match plans.iter().any(|p| matches!(p, Some(Plan::Ptx(_)))) {
+            true => ModuleSource::JitPtx,
+            false => ModuleSource::Cubin,
+        };
+        let sm90a = MODULES.iter().zip(&plans).any(|(&(_, arch), p)| arch == "sm_90a" && p.is_some());
+        Self {
+            modules: (0..plans.len()).map(|_| OnceLock::new()).collect(),
+            plans,
+            loading: Mutex::new(()),
             functions: (0..KERNEL_COUNT).map(|_| OnceLock::new()).collect(),
-            load_time: started.elapsed(),
+            load_ns: AtomicU64::new(0),
             source,
             sm90a,
-        })
+            compute_capability,
+        }
     }
 
-    /// The handle of `kernel`, looked up once per device.
-    pub(crate) fn function(&self, kernel: KernelInfo) -> Result<RawFunction> {
-        if let Some(f) = self.functions[kernel.index].get() {
-            return Ok(*f);
+    /// Time spent loading modules so far.
+    pub(crate) fn load_time(&self) -> Duration {
+        Duration::from_nanos(self.load_ns.load(Ordering::Relaxed))
+    }
+
+    /// Module `index` of `MODULES`, loaded into the current context (the device's) if it was not.
+    fn module(&self, index: usize) -> Result<Option<RawModule>> {
+        let Some(plan) = self.plans[index] else { return Ok(None) };
+        if let Some(m) = self.modules[index].get() {
+            return Ok(Some(*m));
         }
-        let Some(module) = self.modules[kernel.module] else {
+        let _loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = self.modules[index].get() {
+            return Ok(Some(*m));
+        }
+        let started = Instant::now();
+        let raw = match plan {
+            Plan::Cubin(m) => load_image(m.cubin)?,
+            Plan::Ptx(m) => {
+                jit_notice(m.arch, self.compute_capability);
+                load_ptx(m)?
+            }
+        };
+        self.load_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(Some(*self.modules[index].get_or_init(|| raw)))
+    }
+
+    /// Load every module this device uses (before a stream capture: a module load inside one is
+    /// not a captured operation, and may wait for the device).
+    pub(crate) fn load_all(&self) -> Result<()> {
+        (0..self.plans.len()).try_for_each(|i| self.module(i).map(drop))
+    }
+
+    /// The handle of `kernel` and its shared-memory facts, looked up once per device.
+    pub(crate) fn function(&self, kernel: KernelInfo) -> Result<&Function> {
+        if let Some(f) = self.functions[kernel.index].get() {
+            return Ok(f);
+        }
+        let Some(module) = self.module(kernel.module)? else {
             return Err(Error::KernelUnavailable { kernel: kernel.name, module: MODULES[kernel.module].0 });
         };
         let cname = CString::new(kernel.name).expect("kernel names have no NUL byte");
-        // SAFETY: the module is loaded and never unloaded while the device is open.
-        let f = RawFunction(
+        // SAFETY: the module is loaded and never unloaded (the device stays open for the process).
+        let raw = RawFunction(
             unsafe { result::module::get_function(module.0, cname) }.call("cuModuleGetFunction")?,
         );
-        Ok(*self.functions[kernel.index].get_or_init(|| f))
+        // SAFETY: `raw` is a live kernel handle; the query reads one attribute.
+        let static_shared = unsafe {
+            result::function::get_function_attribute(
+                raw.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+            )
+        }
+        .call("cuFuncGetAttribute")? as usize;
+        let f = Function { raw, static_shared, opted_in: AtomicU32::new(0), raising: Mutex::new(()) };
+        Ok(self.functions[kernel.index].get_or_init(|| f))
     }
 }
 

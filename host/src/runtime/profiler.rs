@@ -1,16 +1,24 @@
-//! The profiler: launches, copies and pool activity on one device, timed by CUDA events.
+//! The profiler: launches, copies and pool activity on one device, timed by CUPTI's activity
+//! records where libcupti loads (see `cupti.rs`), else by CUDA events.
 //!
-//! Off (the default) it costs one relaxed atomic load per launch or copy. On, each launch and
-//! copy takes two events from the device's free list, records one before and one after itself on
-//! its own stream, and leaves a record; nothing is read back then. Elapsed times are resolved when
-//! a report is asked for (after a device synchronisation), or earlier for records whose end event
-//! has completed once the free list runs dry, so that the events in use stay about as many as the
-//! operations in flight. Every start is measured from a base event recorded (and waited for) when
-//! profiling was switched on, so all records sit on the device's one timeline.
+//! Off (the default) it costs one relaxed atomic load per launch or copy. On, with CUPTI, each
+//! launch and copy is tagged with an id (a push and a pop on libcupti's thread-local stack) and
+//! leaves a record; the device times arrive in CUPTI's buffers and are matched by id at the
+//! report (CUPTI is attached while a profiler records, and detached at the first report or reset
+//! after profiling stops, since attached it slows every launch). With events, each takes two events from the device's free list (a new one when the
+//! list is empty), records one before and one after itself on its own stream, and leaves a
+//! record; that is all the launching thread does. A harvester thread (one per device, running
+//! while profiling is on or records are pending) times the oldest records whose end event has
+//! completed, every millisecond, and gives their events back to the free list, so that the
+//! events in use stay about as many as the operations in flight and no timing call lands on the
+//! launch path. A report (after a device synchronisation) times whatever is left. Every start is
+//! measured from the moment profiling was switched on (CUPTI's timestamp then, or a base event
+//! recorded and waited for), so all records sit on the device's one timeline.
 //!
 //! The state belongs to the device: every context on it (clones, `new_stream` contexts) feeds the
 //! same profile, one trace thread per stream, as the pool's counters are the device's too.
 use super::context::{Backend, Context};
+use super::cupti;
 use super::device::{elapsed_fn, CudaDevice};
 use super::error::{DriverResultExt, Error, Result};
 use super::pool::PoolStats;
@@ -20,8 +28,13 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::{self, Write as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the harvester looks for completed records.
+const HARVEST_PERIOD: Duration = Duration::from_millis(1);
+/// The most records the harvester takes out of the queue at once.
+const HARVEST_BATCH: usize = 4096;
 
 /// Which way a copy went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -94,19 +107,50 @@ struct RawEvent(sys::CUevent);
 // SAFETY: events may be recorded, queried and destroyed from any thread.
 unsafe impl Send for RawEvent {}
 
+/// How a record's device times are found.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// Two events recorded around the operation on its stream.
+    Events { start: RawEvent, end: RawEvent },
+    /// CUPTI's records of the driver calls tagged with this id.
+    Cupti { id: u64 },
+}
+
 /// A record whose times have not been read yet.
 struct Pending {
     kind: ProfiledKind,
     stream: usize,
     host_us: f64,
-    start: RawEvent,
-    end: RawEvent,
+    timing: Timing,
+}
+
+impl Timing {
+    fn events(self) -> Option<[RawEvent; 2]> {
+        match self {
+            Timing::Events { start, end } => Some([start, end]),
+            Timing::Cupti { .. } => None,
+        }
+    }
+}
+
+impl Pending {
+    fn events(&self) -> Option<[RawEvent; 2]> {
+        self.timing.events()
+    }
+}
+
+/// The device clock records are measured on, from the moment profiling was switched on.
+#[derive(Clone, Copy)]
+enum Clock {
+    /// Recorded and completed before any record of the window was queued.
+    Event(RawEvent),
+    /// CUPTI's timestamp then, ns.
+    Cupti(u64),
 }
 
 /// What profiling measures from: set when it is switched on (or reset while on).
 struct Window {
-    /// Recorded and completed before any record of the window was queued.
-    base: RawEvent,
+    clock: Clock,
     host_base: Instant,
     pool_at_start: PoolStats,
 }
@@ -119,24 +163,32 @@ struct State {
     /// In the order their records were queued.
     pending: VecDeque<Pending>,
     done: Vec<ProfiledOp>,
+    /// Whether the harvester thread runs.
+    harvesting: bool,
+    /// The next CUPTI tag.
+    next_tag: u64,
+    /// Records CUPTI had no times for at a report.
+    untimed: usize,
 }
 
 /// One device's profiler (see the module's documentation).
 pub(crate) struct Profiler {
     on: AtomicBool,
     state: Mutex<State>,
+    /// Held by whoever times pending records outside `state`'s lock (the harvester), and by
+    /// `report` and `reset`, so that no record is in neither queue while they look.
+    timing: Mutex<()>,
 }
 
-/// The two events around one operation in flight.
+/// What one operation in flight is timed by.
 pub(crate) struct Span {
-    start: RawEvent,
-    end: RawEvent,
+    timing: Timing,
     host_us: f64,
 }
 
 impl Profiler {
     pub(crate) fn new() -> Self {
-        Self { on: AtomicBool::new(false), state: Mutex::new(State::default()) }
+        Self { on: AtomicBool::new(false), state: Mutex::new(State::default()), timing: Mutex::new(()) }
     }
 
     /// The whole cost of the profiler while it is off.
@@ -149,8 +201,13 @@ impl Profiler {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queue `queue` on `stream` between two events and keep its record (`kind` is only built
-    /// when it was queued). The device's context is current (every caller binds first).
+    fn lock_timing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.timing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue `queue` on `stream` between two events (or tagged for CUPTI) and keep its record
+    /// (`kind` is only built when it was queued). The device's context is current (every caller
+    /// binds first).
     #[inline(never)]
     pub(crate) fn around(
         &self,
@@ -165,78 +222,121 @@ impl Profiler {
     }
 
     fn begin(&self, stream: &Stream) -> Result<Option<Span>> {
-        let (start, end, host_us) = {
+        let (clock, first, second, host_us) = {
             let mut st = self.lock();
-            let Some(host_base) = st.window.as_ref().map(|w| w.host_base) else {
+            let Some((clock, host_base)) = st.window.as_ref().map(|w| (w.clock, w.host_base)) else {
                 // Reset and switched off since the caller looked.
                 return Ok(None);
             };
-            let (start, end) = (take_event(&mut st)?, take_event(&mut st)?);
-            (start, end, host_base.elapsed().as_secs_f64() * 1e6)
+            let host_us = host_base.elapsed().as_secs_f64() * 1e6;
+            if let Clock::Cupti(_) = clock {
+                let id = st.next_tag;
+                st.next_tag += 1;
+                drop(st);
+                cupti::tag(id)?;
+                return Ok(Some(Span { timing: Timing::Cupti { id }, host_us }));
+            }
+            (clock, st.free.pop(), st.free.pop(), host_us)
+        };
+        debug_assert!(matches!(clock, Clock::Event(_)));
+        let (start, end) = match (first, second) {
+            (Some(start), Some(end)) => (start, end),
+            (taken, _) => {
+                let made = new_event().and_then(|a| match taken {
+                    Some(b) => Ok((a, b)),
+                    None => new_event().map(|b| (a, b)),
+                });
+                match made {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        self.lock().free.extend(taken);
+                        return Err(e);
+                    }
+                }
+            }
         };
         // SAFETY: `start` is a live event of this device's context; the stream is live.
         if let Err(e) = unsafe { result::event::record(start.0, stream.raw()) }.call("cuEventRecord") {
             self.lock().free.extend([start, end]);
             return Err(e);
         }
-        Ok(Some(Span { start, end, host_us }))
+        Ok(Some(Span { timing: Timing::Events { start, end }, host_us }))
     }
 
-    /// Record the span's end and keep the record; without a kind (the operation was not queued)
-    /// only give the events back.
+    /// Close the span (record its end event, or untag) and keep the record; without a kind (the
+    /// operation was not queued) only give the events back.
     fn end(&self, span: Span, stream: &Stream, kind: Option<ProfiledKind>) -> Result<()> {
-        let Some(kind) = kind else {
-            self.lock().free.extend([span.start, span.end]);
-            return Ok(());
-        };
-        // SAFETY: as in `begin`.
-        let recorded = unsafe { result::event::record(span.end.0, stream.raw()) }.call("cuEventRecord");
-        let mut st = self.lock();
-        match recorded {
-            // Reset and switched off meanwhile: the record belongs to no window.
-            Ok(()) if st.window.is_none() => {
-                st.free.extend([span.start, span.end]);
-                Ok(())
+        let closed = match span.timing {
+            Timing::Cupti { .. } => cupti::untag(),
+            // SAFETY: as in `begin`.
+            Timing::Events { end, .. } if kind.is_some() => {
+                unsafe { result::event::record(end.0, stream.raw()) }.call("cuEventRecord")
             }
-            Ok(()) => {
-                let record = Pending {
-                    kind,
-                    stream: stream.id(),
-                    host_us: span.host_us,
-                    start: span.start,
-                    end: span.end,
-                };
+            Timing::Events { .. } => Ok(()),
+        };
+        let mut st = self.lock();
+        match (closed, kind) {
+            // Queued, and the window (reset and switched off meanwhile) still there.
+            (Ok(()), Some(kind)) if st.window.is_some() => {
+                let record =
+                    Pending { kind, stream: stream.id(), host_us: span.host_us, timing: span.timing };
                 st.pending.push_back(record);
                 Ok(())
             }
-            Err(e) => {
-                st.free.extend([span.start, span.end]);
-                Err(e)
+            (closed, _) => {
+                st.free.extend(span.timing.events().into_iter().flatten());
+                closed
             }
         }
     }
 
-    /// Switch on or off; the first switch on (or the first after a reset) opens the window.
+    /// Switch on or off; the first switch on (or the first after a reset) opens the window and,
+    /// for event timing where it is not running, starts the harvester. CUPTI records only while
+    /// on.
     pub(crate) fn set(&self, on: bool, stream: &Stream) -> Result<()> {
-        if on {
-            let mut st = self.lock();
-            if st.window.is_none() {
-                st.window = Some(open_window(&mut st, stream)?);
+        let mut st = self.lock();
+        if !on {
+            if self.is_on() && matches!(st.window.as_ref().map(|w| w.clock), Some(Clock::Cupti(_))) {
+                cupti::enable(false)?;
             }
+            self.on.store(false, Ordering::Relaxed);
+            return Ok(());
         }
-        self.on.store(on, Ordering::Relaxed);
+        if st.window.is_none() {
+            st.window = Some(open_window(&mut st, stream)?);
+        }
+        match st.window.as_ref().map(|w| w.clock) {
+            Some(Clock::Cupti(_)) if !self.is_on() => cupti::enable(true)?,
+            Some(Clock::Event(_)) if !st.harvesting => {
+                let device = stream.device.clone();
+                // Without the thread the records are timed by the report.
+                st.harvesting = std::thread::Builder::new()
+                    .name("ferrocuda-profiler".into())
+                    .spawn(move || harvester(device))
+                    .is_ok();
+            }
+            _ => {}
+        }
+        // Under the lock, so that a harvester about to stop for want of work sees it.
+        self.on.store(true, Ordering::Relaxed);
         Ok(())
     }
 
     /// Forget every record; while on, a new window starts now.
     pub(crate) fn reset(&self, stream: &Stream) -> Result<()> {
+        let _timing = self.lock_timing();
         let mut st = self.lock();
         // Events still in flight may be recorded again: a record overwrites the event's state.
-        let events: Vec<RawEvent> = st.pending.drain(..).flat_map(|p| [p.start, p.end]).collect();
+        let events: Vec<RawEvent> = st.pending.drain(..).filter_map(|p| p.events()).flatten().collect();
         st.free.extend(events);
         st.done.clear();
-        if let Some(w) = st.window.take() {
-            st.free.push(w.base);
+        st.untimed = 0;
+        if !self.is_on() {
+            cupti::detach()?;
+        }
+        cupti::clear();
+        if let Some(Clock::Event(base)) = st.window.take().map(|w| w.clock) {
+            st.free.push(base);
         }
         if self.is_on() {
             st.window = Some(open_window(&mut st, stream)?);
@@ -246,18 +346,24 @@ impl Profiler {
 
     /// Every record so far, timed (waits for the device), and the pool's activity.
     pub(crate) fn report(&self, device: &CudaDevice) -> Result<ProfileReport> {
+        let _timing = self.lock_timing();
         let mut st = self.lock();
         let label = format!("cuda:{} {}", device.info.ordinal, device.info);
         let Some(window) = &st.window else {
             let note = "profiling was not switched on since the device was opened or the last reset";
             return Ok(ProfileReport::empty(label, device.info.ordinal, note));
         };
-        let (base, host_base, pool_at_start) = (window.base, window.host_base, window.pool_at_start);
-        // Every pending record's end event was recorded before it was pushed (under this lock).
+        let (clock, host_base, pool_at_start) = (window.clock, window.host_base, window.pool_at_start);
+        // Every pending record's end event was recorded (or its launch made) before it was
+        // pushed (under this lock).
         result::ctx::synchronize().call("cuCtxSynchronize")?;
-        let elapsed = elapsed_fn()?;
-        let resolved = st.pending.iter().map(|p| resolve(elapsed, base, p)).collect::<Result<Vec<_>>>()?;
-        let events: Vec<RawEvent> = st.pending.drain(..).flat_map(|p| [p.start, p.end]).collect();
+        if let Clock::Cupti(_) = clock {
+            cupti::flush()?;
+        }
+        let timed = st.pending.iter().map(|p| resolve(clock, p)).collect::<Result<Vec<_>>>()?;
+        st.untimed += timed.iter().filter(|op| op.is_none()).count();
+        let resolved: Vec<ProfiledOp> = timed.into_iter().flatten().collect();
+        let events: Vec<RawEvent> = st.pending.drain(..).filter_map(|p| p.events()).flatten().collect();
         st.free.extend(events);
         st.done.extend(resolved);
         let (now, peak) = device.pool.window_stats();
@@ -270,73 +376,126 @@ impl Profiler {
             bytes_in_use: now.bytes_in_use,
         };
         let wall_ms = host_base.elapsed().as_secs_f64() * 1e3;
-        Ok(ProfileReport::new(label, device.info.ordinal, st.done.clone(), Some(pool), wall_ms))
-    }
-}
-
-/// An event from the free list, or a new one.
-fn take_event(st: &mut State) -> Result<RawEvent> {
-    if st.free.is_empty() {
-        harvest(st);
-    }
-    match st.free.pop() {
-        Some(e) => Ok(e),
-        None => {
-            Ok(RawEvent(result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?))
+        if !self.is_on() {
+            cupti::detach()?;
         }
+        let mut report = ProfileReport::new(label, device.info.ordinal, st.done.clone(), Some(pool), wall_ms);
+        report.timing = match clock {
+            Clock::Cupti(_) => "CUPTI activity records",
+            Clock::Event(_) => "CUDA events",
+        };
+        report.left_out = st.untimed;
+        Ok(report)
     }
-}
 
-/// Time the oldest records whose end event has completed and free their events. A record that
-/// cannot be timed stays pending, for the report to say why.
-fn harvest(st: &mut State) {
-    let State { window: Some(window), free, pending, done } = st else { return };
-    let Ok(elapsed) = elapsed_fn() else { return };
-    while let Some(p) = pending.front() {
-        // SAFETY: `end` is a live event of this device's context.
-        if unsafe { result::event::query(p.end.0) }.is_err() {
-            break;
+    /// Time the oldest records whose end event has completed (outside the state's lock, so that
+    /// launches go on meanwhile) and give their events back. Whether there may be more to do:
+    /// false once the window is gone or on CUPTI's clock, or profiling is off and nothing is
+    /// pending.
+    fn harvest(&self) -> bool {
+        let _timing = self.lock_timing();
+        let (clock, mut batch) = {
+            let mut st = self.lock();
+            let clock = match st.window.as_ref().map(|w| w.clock) {
+                Some(clock @ Clock::Event(_)) if !st.pending.is_empty() || self.is_on() => clock,
+                _ => {
+                    st.harvesting = false;
+                    return false;
+                }
+            };
+            let n = st.pending.len().min(HARVEST_BATCH);
+            (clock, st.pending.drain(..n).collect::<Vec<_>>())
+        };
+        let mut timed = Vec::new();
+        for p in &batch {
+            let Some([_, end]) = p.events() else { break };
+            // SAFETY: `end` is a live event of this device's context.
+            if unsafe { result::event::query(end.0) }.is_err() {
+                break;
+            }
+            // A record that cannot be timed stays pending, for the report to say why.
+            let Ok(Some(op)) = resolve(clock, p) else { break };
+            timed.push(op);
         }
-        let Ok(op) = resolve(elapsed, window.base, p) else { break };
-        done.push(op);
-        let p = pending.pop_front().expect("front exists");
-        free.extend([p.start, p.end]);
+        let rest = batch.split_off(timed.len());
+        let mut st = self.lock();
+        for p in rest.into_iter().rev() {
+            st.pending.push_front(p);
+        }
+        st.free.extend(batch.iter().filter_map(Pending::events).flatten());
+        st.done.extend(timed);
+        true
     }
 }
 
-fn resolve(elapsed: super::device::ElapsedFn, base: RawEvent, p: &Pending) -> Result<ProfiledOp> {
-    let ms = |from: RawEvent, to: RawEvent| -> Result<f64> {
-        let mut ms = 0.0f32;
-        // SAFETY: `elapsed` is the driver's cuEventElapsedTime(_v2); both events are live, of this
-        // device, recorded and complete (the callers synchronised or queried); `ms` is writable.
-        unsafe { elapsed(&mut ms, from.0, to.0) }.result().call("cuEventElapsedTime")?;
-        Ok(ms as f64)
+/// The harvester thread of `device`'s profiler (see the module's documentation).
+fn harvester(device: Arc<CudaDevice>) {
+    // Event queries and timings name their events' context; binding it keeps any driver that
+    // looks at the current one content.
+    let _ = device.bind();
+    while device.profiler.harvest() {
+        std::thread::sleep(HARVEST_PERIOD);
+    }
+}
+
+fn new_event() -> Result<RawEvent> {
+    Ok(RawEvent(result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).call("cuEventCreate")?))
+}
+
+/// The record's times on `clock`; `None` where CUPTI delivered no record of it.
+fn resolve(clock: Clock, p: &Pending) -> Result<Option<ProfiledOp>> {
+    let (start_us, dur_us) = match (clock, p.timing) {
+        (Clock::Event(base), Timing::Events { start, end }) => {
+            let elapsed = elapsed_fn()?;
+            let ms = |from: RawEvent, to: RawEvent| -> Result<f64> {
+                let mut ms = 0.0f32;
+                // SAFETY: `elapsed` is the driver's cuEventElapsedTime(_v2); both events are live,
+                // of this device, recorded and complete (the callers synchronised or queried);
+                // `ms` is writable.
+                unsafe { elapsed(&mut ms, from.0, to.0) }.result().call("cuEventElapsedTime")?;
+                Ok(ms as f64)
+            };
+            // The base completed before the start was queued; the clamp absorbs timer
+            // granularity.
+            ((ms(base, start)? * 1e3).max(0.0), ms(start, end)? * 1e3)
+        }
+        (Clock::Cupti(base), Timing::Cupti { id }) => match cupti::take(id) {
+            Some(span) => (
+                span.start.saturating_sub(base) as f64 / 1e3,
+                span.end.saturating_sub(span.start) as f64 / 1e3,
+            ),
+            None => return Ok(None),
+        },
+        // A window holds records of its own clock only (a reset empties the queue).
+        _ => return Ok(None),
     };
-    Ok(ProfiledOp {
-        kind: p.kind.clone(),
-        stream: p.stream,
-        // The base completed before the start was queued; the clamp absorbs timer granularity.
-        start_us: (ms(base, p.start)? * 1e3).max(0.0),
-        dur_us: ms(p.start, p.end)? * 1e3,
-        host_us: p.host_us,
-    })
+    Ok(Some(ProfiledOp { kind: p.kind.clone(), stream: p.stream, start_us, dur_us, host_us: p.host_us }))
 }
 
-/// Record the base event on `stream` and wait for it, so that every later record starts after
-/// it on any stream; snapshot the pool.
+/// Start the window's clock: CUPTI's timestamp where the profiler times with CUPTI, else a base
+/// event recorded on `stream` and waited for, so that every later record starts after it on any
+/// stream; snapshot the pool.
 fn open_window(st: &mut State, stream: &Stream) -> Result<Window> {
-    let base = take_event(st)?;
-    // SAFETY: `base` is a live event of this device's context; the stream is live.
-    let recorded = unsafe { result::event::record(base.0, stream.raw()) }
-        .call("cuEventRecord")
-        // SAFETY: as above, and recorded.
-        .and_then(|()| unsafe { result::event::synchronize(base.0) }.call("cuEventSynchronize"));
-    if let Err(e) = recorded {
-        st.free.push(base);
-        return Err(e);
-    }
+    let clock = if cupti::available() {
+        Clock::Cupti(cupti::timestamp()?)
+    } else {
+        let base = match st.free.pop() {
+            Some(e) => e,
+            None => new_event()?,
+        };
+        // SAFETY: `base` is a live event of this device's context; the stream is live.
+        let recorded = unsafe { result::event::record(base.0, stream.raw()) }
+            .call("cuEventRecord")
+            // SAFETY: as above, and recorded.
+            .and_then(|()| unsafe { result::event::synchronize(base.0) }.call("cuEventSynchronize"));
+        if let Err(e) = recorded {
+            st.free.push(base);
+            return Err(e);
+        }
+        Clock::Event(base)
+    };
     let pool_at_start = stream.device.pool.start_window();
-    Ok(Window { base, host_base: Instant::now(), pool_at_start })
+    Ok(Window { clock, host_base: Instant::now(), pool_at_start })
 }
 
 /// One kernel's row of a [`ProfileReport`].
@@ -399,6 +558,10 @@ pub struct ProfileReport {
     copies: Vec<CopyStats>,
     pool: Option<PoolSummary>,
     wall_ms: f64,
+    /// What the device times came from.
+    timing: &'static str,
+    /// Operations profiled but without device times (CUPTI delivered no record of them).
+    left_out: usize,
 }
 
 impl ProfileReport {
@@ -458,7 +621,7 @@ impl ProfileReport {
         copies.sort_by_key(|c| (c.direction, c.pinned));
         let mut ops = ops;
         ops.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-        Self { device, ordinal, note: None, ops, kernels, copies, pool, wall_ms }
+        Self { device, ordinal, note: None, ops, kernels, copies, pool, wall_ms, timing: "", left_out: 0 }
     }
 
     /// One row per kernel, the most total time first.
@@ -491,6 +654,18 @@ impl ProfileReport {
         &self.device
     }
 
+    /// What the device times came from: "CUPTI activity records" or "CUDA events" (empty when
+    /// nothing was recorded).
+    pub fn timing(&self) -> &str {
+        self.timing
+    }
+
+    /// Operations that were profiled but have no device time (CUPTI delivered no record of
+    /// them, e.g. when its buffers overflowed); they are not in the tables.
+    pub fn left_out(&self) -> usize {
+        self.left_out
+    }
+
     /// Host milliseconds from switching profiling on (or the last reset) to this report.
     pub fn wall_ms(&self) -> f64 {
         self.wall_ms
@@ -502,8 +677,9 @@ impl ProfileReport {
         self.kernels.iter().fold(0.0, |sum, k| sum + k.total_ms)
     }
 
-    /// Every summary and record as JSON (one object: `device`, `note`, `wall_ms`, `kernel_ms`,
-    /// `kernels`, `copies`, `pool`, `ops`; times in ms for totals and µs per operation).
+    /// Every summary and record as JSON (one object: `device`, `note`, `timing`, `left_out`,
+    /// `wall_ms`, `kernel_ms`, `kernels`, `copies`, `pool`, `ops`; times in ms for totals and µs
+    /// per operation).
     pub fn to_json(&self) -> String {
         let mut s = String::from("{\"device\":");
         json_str(&mut s, &self.device);
@@ -512,9 +688,12 @@ impl ProfileReport {
             Some(n) => json_str(&mut s, n),
             None => s.push_str("null"),
         }
+        s.push_str(",\"timing\":");
+        json_str(&mut s, self.timing);
         let _ = write!(
             s,
-            ",\"wall_ms\":{},\"kernel_ms\":{},\"kernels\":[",
+            ",\"left_out\":{},\"wall_ms\":{},\"kernel_ms\":{},\"kernels\":[",
+            self.left_out,
             num(self.wall_ms),
             num(self.kernel_ms())
         );
@@ -691,11 +870,15 @@ impl fmt::Display for ProfileReport {
         let launches: usize = self.kernels.iter().map(|k| k.calls).sum();
         writeln!(
             f,
-            "profile of {}: {launches} launches, {:.3} ms of kernel time in {:.1} ms",
+            "profile of {}: {launches} launches, {:.3} ms of kernel time in {:.1} ms (timed by {})",
             self.device,
             self.kernel_ms(),
-            self.wall_ms
+            self.wall_ms,
+            self.timing
         )?;
+        if self.left_out > 0 {
+            writeln!(f, "{} operations left out: CUPTI delivered no record of them", self.left_out)?;
+        }
         if !self.kernels.is_empty() {
             let w = self.kernels.iter().map(|k| k.name.len()).max().unwrap_or(0).max(6);
             writeln!(

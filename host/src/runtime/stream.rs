@@ -77,6 +77,7 @@ impl Stream {
         // Made now: its first use allocates and clears it synchronously.
         self.reduce_counter()?;
         self.device.bind()?;
+        self.device.modules.load_all()?;
         // SAFETY: `raw` is a live stream, not being captured (checked above; every capture of it
         // goes through this function).
         unsafe {
