@@ -4,11 +4,11 @@
 //! `kernels::add_f32` is a [`Kernel`] whose argument tuple is
 //! `(DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, usize)`: a call site that passes a wrong type, a
 //! wrong count, or a pointer of the wrong element type does not compile.
-use super::error::{Error, Result};
+use super::error::{DriverResultExt, Error, Result};
 use super::launch::LaunchConfig;
 use super::profiler::ProfiledKind;
 use super::stream::Stream;
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
