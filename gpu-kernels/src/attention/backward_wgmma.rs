@@ -100,7 +100,7 @@ fn a_operand<E: WgmmaHalf, S: HeadTile>(x: &S) -> S::Operand {
     unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
         if j < S::COLS / 16 {
             unroll!(r in [0, 1, 2, 3] => {
-                a[j][r] = pack_rn::<E>(x[8 * j + 2 * r], x[8 * j + 2 * r + 1]);
+                a[j][r] = pack_half2::<E>(x[8 * j + 2 * r], x[8 * j + 2 * r + 1]);
             });
         }
     });

@@ -336,7 +336,7 @@ where
 fn probabilities<E: WgmmaHalf>(sc: &[f32; 64]) -> [[u32; 4]; 8] {
     let mut pa = [[0u32; 4]; 8];
     unroll!(jj in [0, 1, 2, 3, 4, 5, 6, 7] => {
-        let x = |i: usize| pack_rn_half2::<E>(sc[8 * jj + 2 * i], sc[8 * jj + 2 * i + 1]);
+        let x = |i: usize| pack_half2::<E>(sc[8 * jj + 2 * i], sc[8 * jj + 2 * i + 1]);
         pa[jj] = [x(0), x(1), x(2), x(3)];
     });
     pa

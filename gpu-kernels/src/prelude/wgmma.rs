@@ -565,25 +565,6 @@ impl WgmmaInput for Tf32 {
     }
 }
 
-/// Two f32 rounded (to nearest even) to 16-bit `E` and packed in one `cvt` (`cvt.rn.f16x2.f32`,
-/// `cvt.rn.bf16x2.f32`), `lo` in the low half: a `wgmma` register A operand from f32 values in
-/// one instruction where two conversions and a permute would take three.
-#[inline(always)]
-pub fn pack_rn_half2<E: super::WgmmaHalf>(lo: f32, hi: f32) -> u32 {
-    let d: u32;
-    // SAFETY: pure conversion.
-    unsafe {
-        if E::IS_BF16 {
-            asm!("cvt.rn.bf16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
-                 options(pure, nomem, nostack));
-        } else {
-            asm!("cvt.rn.f16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
-                 options(pure, nomem, nostack));
-        }
-    }
-    d
-}
-
 /// Make every value of `v` computed here: an empty `asm!` that reads and writes them. LLVM
 /// otherwise sinks pure arithmetic (a softmax) to its first use, which may lie past a wait that
 /// the arithmetic was meant to overlap. Emits no instruction.

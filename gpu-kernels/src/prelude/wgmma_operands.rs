@@ -1,6 +1,6 @@
 //! Hopper pieces of the attention backward beside `wgmma.rs` and `wgmma_tile.rs`: the bulk copy
 //! (TMA without a tensor map) that moves per-row statistics, the `wgmma.fence` that orders
-//! register A operands, and the one-instruction f32 pair → 16-bit pair rounding that builds them.
+//! register A operands.
 //!
 //! Compiled only into sm_90a modules (cargo feature `sm90a`).
 use core::arch::asm;
@@ -51,23 +51,4 @@ impl RegisterOperand for [[u32; 4]; 8] {
             asm!("wgmma.fence.sync.aligned; // {0} {1} {2} {3} {4} {5} {6} {7} {8} {9} {10} {11} {12} {13} {14} {15} {16} {17} {18} {19} {20} {21} {22} {23} {24} {25} {26} {27} {28} {29} {30} {31}", inout(reg32) self[0][0], inout(reg32) self[0][1], inout(reg32) self[0][2], inout(reg32) self[0][3], inout(reg32) self[1][0], inout(reg32) self[1][1], inout(reg32) self[1][2], inout(reg32) self[1][3], inout(reg32) self[2][0], inout(reg32) self[2][1], inout(reg32) self[2][2], inout(reg32) self[2][3], inout(reg32) self[3][0], inout(reg32) self[3][1], inout(reg32) self[3][2], inout(reg32) self[3][3], inout(reg32) self[4][0], inout(reg32) self[4][1], inout(reg32) self[4][2], inout(reg32) self[4][3], inout(reg32) self[5][0], inout(reg32) self[5][1], inout(reg32) self[5][2], inout(reg32) self[5][3], inout(reg32) self[6][0], inout(reg32) self[6][1], inout(reg32) self[6][2], inout(reg32) self[6][3], inout(reg32) self[7][0], inout(reg32) self[7][1], inout(reg32) self[7][2], inout(reg32) self[7][3], options(nostack))
         }
     }
-}
-
-/// Two f32 rounded to nearest into the two 16-bit halves of a register (`lo` in the low half) in
-/// one `cvt.rn.{bf16x2,f16x2}.f32`: a register A operand element pair. Two scalar conversions
-/// and a byte permute cost three instructions, two of them on the pipe that also runs `ex2`.
-#[inline(always)]
-pub fn pack_rn<E: WgmmaHalf>(lo: f32, hi: f32) -> u32 {
-    let d: u32;
-    // SAFETY: a register-only conversion.
-    unsafe {
-        if E::IS_BF16 {
-            asm!("cvt.rn.bf16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
-                 options(pure, nomem, nostack));
-        } else {
-            asm!("cvt.rn.f16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
-                 options(pure, nomem, nostack));
-        }
-    }
-    d
 }

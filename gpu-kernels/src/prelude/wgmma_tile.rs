@@ -55,10 +55,23 @@ pub trait WgmmaTile {
     unsafe fn mma_rs<E: WgmmaHalf, const TB: u32>(&mut self, a: [u32; 4], b: u64, accumulate: bool);
 }
 
-/// Pack two f32 into the two 16-bit halves of an RS A-operand register (`lo` in the low half).
+/// Two f32 rounded to nearest into the two 16-bit halves of a register (`lo` in the low half), an
+/// RS A-operand element pair, in one `cvt.rn.{bf16x2,f16x2}.f32`: two scalar conversions and a
+/// byte permute would take three instructions, two of them on the pipe that also runs `ex2`.
 #[inline(always)]
-pub fn pack_half2<E: HalfFloat>(lo: f32, hi: f32) -> u32 {
-    E::from_f32(lo) as u32 | (E::from_f32(hi) as u32) << 16
+pub fn pack_half2<E: WgmmaHalf>(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        if E::IS_BF16 {
+            asm!("cvt.rn.bf16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
+                 options(pure, nomem, nostack));
+        } else {
+            asm!("cvt.rn.f16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
+                 options(pure, nomem, nostack));
+        }
+    }
+    d
 }
 
 /// `asm!` with the tile's registers bound as the positional operands `{0}`, `{1}`, … (listed in
