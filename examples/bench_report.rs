@@ -2,7 +2,10 @@
 //! device-to-device copy bandwidth measured in the same run, and the ratio to PyTorch when given
 //! the JSON of `torch_ref.py` (and `torch_extra.py`) run in the same device call.
 //!
-//!     bench_report [--json OUT.json] [torch.json ...]
+//!     bench_report [--json OUT.json] [--only OP,OP,...] [torch.json ...]
+//!
+//! `--only` measures only the rows whose op contains one of the given names (and the copy
+//! row), as `torch_ref.py --only` selects its rows.
 //!
 //! Ratio = PyTorch ms / ferrocuda ms: above 1.0 means ferrocuda is faster. `--json` writes the
 //! rows (op, shape, ms, GB/s, torch ms, ratio), which `scripts/ratio_gate.py` compares with the
@@ -10,9 +13,18 @@
 use ferrocuda::timing::{gb_per_s, median_ms};
 use ferrocuda::{Context, DType, Optimizer, Result, Tensor};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 const WARMUP: usize = 10;
 const REPS: usize = 50;
+
+/// The `--only` names (empty: every row).
+static ONLY: OnceLock<Vec<String>> = OnceLock::new();
+
+fn wanted(op: &str) -> bool {
+    let only = ONLY.get().map_or(&[][..], Vec::as_slice);
+    op == "copy" || only.is_empty() || only.iter().any(|k| op.contains(k.as_str()))
+}
 
 struct Row {
     op: &'static str,
@@ -72,8 +84,12 @@ fn measure_as(
     f: impl Fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Row> {
     let n: usize = shape.iter().product();
-    let x = ctx.randn(shape, 11)?.to_dtype(dtype)?;
-    let ms = median_ms(ctx, WARMUP, REPS, || f(&x).map(drop))?;
+    let ms = if wanted(op) {
+        let x = ctx.randn(shape, 11)?.to_dtype(dtype)?;
+        median_ms(ctx, WARMUP, REPS, || f(&x).map(drop))?
+    } else {
+        f64::NAN
+    };
     let big = n >= 1 << 26;
     // Row ops past L2 (50 MB on the H100) hold 85% of copy whatever their shape (issue 10).
     let past_l2 = n * dtype.size_bytes() > 50 << 20;
@@ -103,6 +119,12 @@ fn main() -> Result<()> {
         args.drain(i..i + 2);
         path
     });
+    let only = args.iter().position(|a| a == "--only").map(|i| {
+        let list = args.get(i + 1).cloned().unwrap_or_else(|| panic!("--only needs a list"));
+        args.drain(i..i + 2);
+        list.split(',').filter(|k| !k.is_empty()).map(str::to_string).collect()
+    });
+    ONLY.set(only.unwrap_or_default()).expect("set once");
     let torch = torch_times(&args);
     let ctx = Context::new()?;
     println!("# ferrocuda bench_report on {}", ctx.device());
@@ -125,7 +147,7 @@ fn main() -> Result<()> {
     rows.push(measure(&ctx, "sum_rows", &[4096, 4096], true, 4, Tensor::sum_last)?);
     rows.push(measure(&ctx, "transpose", &[4096, 4096], true, 8, Tensor::transpose)?);
     let n = 1 << 24;
-    for (name, bytes_per_param) in [("adam", 28), ("sgd_momentum", 20)] {
+    for (name, bytes_per_param) in [("adam", 28), ("sgd_momentum", 20)].into_iter().filter(|r| wanted(r.0)) {
         let mut params = [ctx.randn(&[n], 15)?];
         let grads = [ctx.randn(&[n], 16)?];
         let mut adam = ferrocuda::Adam::new(1e-3);
@@ -185,16 +207,19 @@ fn main() -> Result<()> {
     // output row once (torch_ref's bytes); its backward (no PyTorch twin) reads dy and writes the
     // dense table gradient.
     let (n, vocab, width) = (16384, 50257, 768);
-    let table = ctx.randn(&[vocab, width], 21)?;
-    let ids: Vec<u32> = (0..n).map(|i| (i * 7919 % vocab) as u32).collect();
-    let ids = ctx.labels(&ids, vocab)?;
-    let ms = median_ms(&ctx, WARMUP, REPS, || ferrocuda::embedding(&table, &ids, None).map(drop))?;
-    let shape = py_shape(&[n, vocab, width], true);
-    rows.push(Row { op: "embedding", shape: shape.clone(), ms, bytes: n * width * 8, target: None });
-    let dy = ctx.randn(&[n, width], 22)?;
-    let ms =
-        median_ms(&ctx, WARMUP, REPS, || ferrocuda::embedding_backward(&dy, &ids, vocab, None).map(drop))?;
-    rows.push(Row { op: "embedding_backward", shape, ms, bytes: (n + vocab) * width * 4, target: None });
+    if wanted("embedding") {
+        let table = ctx.randn(&[vocab, width], 21)?;
+        let ids: Vec<u32> = (0..n).map(|i| (i * 7919 % vocab) as u32).collect();
+        let ids = ctx.labels(&ids, vocab)?;
+        let ms = median_ms(&ctx, WARMUP, REPS, || ferrocuda::embedding(&table, &ids, None).map(drop))?;
+        let shape = py_shape(&[n, vocab, width], true);
+        rows.push(Row { op: "embedding", shape: shape.clone(), ms, bytes: n * width * 8, target: None });
+        let dy = ctx.randn(&[n, width], 22)?;
+        let ms = median_ms(&ctx, WARMUP, REPS, || {
+            ferrocuda::embedding_backward(&dy, &ids, vocab, None).map(drop)
+        })?;
+        rows.push(Row { op: "embedding_backward", shape, ms, bytes: (n + vocab) * width * 4, target: None });
+    }
     // Bytes as torch_ref counts them: pools read 4 and write 1 per input element (ferrocuda's
     // max pool also writes a 1-byte argmax per output, not counted); batch norm 8 per element.
     let images = [32, 64, 128, 128];
@@ -203,20 +228,22 @@ fn main() -> Result<()> {
         ferrocuda::max_pool2d(x, pool).map(|(y, _)| y)
     })?);
     rows.push(measure(&ctx, "avgpool2x2", &images, true, 5, |x| ferrocuda::avg_pool2d(x, pool))?);
-    let (gamma, beta) = (ctx.randn(&[64], 17)?, ctx.randn(&[64], 18)?);
-    let (mut running_mean, mut running_var) = (ctx.zeros(&[64])?, ctx.full(&[64], 1.0)?);
-    let x = ctx.randn(&[32, 64, 32, 32], 19)?;
-    let ms = median_ms(&ctx, WARMUP, REPS, || {
-        ferrocuda::batch_norm2d_train(&x, &gamma, &beta, &mut running_mean, &mut running_var, 0.1, 1e-5)
-            .map(drop)
-    })?;
-    rows.push(Row {
-        op: "batchnorm_train",
-        shape: py_shape(x.shape(), true),
-        ms,
-        bytes: x.len() * 8,
-        target: None,
-    });
+    if wanted("batchnorm_train") {
+        let (gamma, beta) = (ctx.randn(&[64], 17)?, ctx.randn(&[64], 18)?);
+        let (mut running_mean, mut running_var) = (ctx.zeros(&[64])?, ctx.full(&[64], 1.0)?);
+        let x = ctx.randn(&[32, 64, 32, 32], 19)?;
+        let ms = median_ms(&ctx, WARMUP, REPS, || {
+            ferrocuda::batch_norm2d_train(&x, &gamma, &beta, &mut running_mean, &mut running_var, 0.1, 1e-5)
+                .map(drop)
+        })?;
+        rows.push(Row {
+            op: "batchnorm_train",
+            shape: py_shape(x.shape(), true),
+            ms,
+            bytes: x.len() * 8,
+            target: None,
+        });
+    }
 
     println!(
         "# copy bandwidth (read + write, 2^28 f32): {copy_gbs:.0} GB/s; ratio = PyTorch ms / ferrocuda ms"
@@ -227,7 +254,7 @@ fn main() -> Result<()> {
     );
     let mut missed = 0;
     let mut json_rows = Vec::new();
-    for r in &rows {
+    for r in rows.iter().filter(|r| !r.ms.is_nan()) {
         let gbs = gb_per_s(r.bytes, r.ms);
         let frac = gbs / copy_gbs;
         let torch_ms = torch.get(&(r.op.to_string(), r.shape.clone())).copied();

@@ -223,19 +223,34 @@ kernel_table! {
             ](saved: *const u16, dy: *const u16, dx: *mut u16, n: usize);
         }
         nn::softmax {
-            [softmax_f32, log_softmax_f32](
+            [
+                softmax_f32, log_softmax_f32, softmax_v16_f32, log_softmax_v16_f32, softmax_v8_f32,
+                log_softmax_v8_f32
+            ](
                 x: *const f32, out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32
             );
-            [softmax_f16, log_softmax_f16, softmax_bf16, log_softmax_bf16](
+            [
+                softmax_f16, log_softmax_f16, softmax_bf16, log_softmax_bf16, softmax_v16_f16,
+                log_softmax_v16_f16, softmax_v16_bf16, log_softmax_v16_bf16, softmax_v8_f16,
+                log_softmax_v8_f16, softmax_v8_bf16, log_softmax_v8_bf16
+            ](
                 x: *const u16, out: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32
             );
-            [softmax_bwd_f32, log_softmax_bwd_f32](
+            [
+                softmax_bwd_f32, log_softmax_bwd_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32,
+                softmax_bwd_v8_f32, log_softmax_bwd_v8_f32
+            ](
                 y: *const f32, dy: *const f32, dx: *mut f32, partials: *mut f32, rows: usize, cols: usize,
                 team: usize, chunk: usize, mode: u32
             );
-            [softmax_bwd_f16, log_softmax_bwd_f16, softmax_bwd_bf16, log_softmax_bwd_bf16](
+            [
+                softmax_bwd_f16, log_softmax_bwd_f16, softmax_bwd_bf16, log_softmax_bwd_bf16,
+                softmax_bwd_v16_f16, log_softmax_bwd_v16_f16, softmax_bwd_v16_bf16,
+                log_softmax_bwd_v16_bf16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16, softmax_bwd_v8_bf16,
+                log_softmax_bwd_v8_bf16
+            ](
                 y: *const u16, dy: *const u16, dx: *mut u16, partials: *mut f32, rows: usize, cols: usize,
                 team: usize, chunk: usize, mode: u32
             );
@@ -285,12 +300,12 @@ kernel_table! {
             );
         }
         nn::layernorm {
-            [layernorm_fwd_f32](
+            [layernorm_fwd_f32, layernorm_fwd_v16_f32, layernorm_fwd_v8_f32](
                 x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32, eps: f32
             );
-            [layernorm_bwd_dx_f32](
+            [layernorm_bwd_dx_f32, layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v8_f32](
                 x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
                 dx: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32
@@ -308,12 +323,18 @@ kernel_table! {
             [layernorm_params_sum_f32](
                 partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut f32
             );
-            [layernorm_fwd_f16, layernorm_fwd_bf16](
+            [
+                layernorm_fwd_f16, layernorm_fwd_bf16, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16,
+                layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16
+            ](
                 x: *const u16, gamma: *const u16, beta: *const u16, y: *mut u16, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32, eps: f32
             );
-            [layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16](
+            [
+                layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16, layernorm_bwd_dx_v16_f16,
+                layernorm_bwd_dx_v16_bf16, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16
+            ](
                 x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,
                 dx: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32
@@ -458,11 +479,19 @@ kernel_table! {
             );
         }
         reduce::rows {
-            [sum_rows_f32, max_rows_f32, min_rows_f32](
+            [
+                sum_rows_f32, max_rows_f32, min_rows_f32, sum_rows_v16_f32, max_rows_v16_f32,
+                min_rows_v16_f32, sum_rows_v8_f32, max_rows_v8_f32, min_rows_v8_f32
+            ](
                 x: *const f32, partials: *mut f32, out: *mut f32, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32, scale: f32
             );
-            [sum_rows_f16, max_rows_f16, min_rows_f16, sum_rows_bf16, max_rows_bf16, min_rows_bf16](
+            [
+                sum_rows_f16, max_rows_f16, min_rows_f16, sum_rows_bf16, max_rows_bf16, min_rows_bf16,
+                sum_rows_v16_f16, max_rows_v16_f16, min_rows_v16_f16, sum_rows_v16_bf16, max_rows_v16_bf16,
+                min_rows_v16_bf16, sum_rows_v8_f16, max_rows_v8_f16, min_rows_v8_f16, sum_rows_v8_bf16,
+                max_rows_v8_bf16, min_rows_v8_bf16
+            ](
                 x: *const u16, partials: *mut f32, out: *mut u16, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32, scale: f32
             );

@@ -4,10 +4,11 @@
 //! Floor: forward reads x and writes y (8 B per f32 element, 4 B per 16-bit one; mean, rstd, γ, β
 //! are noise); backward reads x and dy and writes dx (12 B / 6 B), and the parameter gradients
 //! read x and dy once more.
-//! Forward: a row team (see `prelude::rows`) holds its row in registers: the exact two-pass
-//! mean and M2 over the team (two plain sums), then `y = (x - mean) · rstd · γ + β` from the
-//! registers; one read, one write. Rows split across blocks merge the chunks' (count, mean, M2)
-//! by Chan's formula in a second launch that re-reads its chunk.
+//! Forward: a row team (see `prelude::rows`) holds its row in registers: each thread's exact
+//! two-pass (count, mean, M2) over its values, merged over the team by Chan's formula (one team
+//! reduction), then `y = (x - mean) · rstd · γ + β` from the registers; one read, one write. Rows
+//! split across blocks merge the chunks' (count, mean, M2) the same way in a second launch that
+//! re-reads its chunk.
 //! Backward, per row with x̂ = (x - mean)·rstd and g = dy·γ:
 //! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`, the two sums merged the same way; per column
 //! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds
@@ -17,10 +18,10 @@
 use crate::prelude::*;
 use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_PARTIAL};
 
-/// Forward; `gamma`/`beta` may be null (no affine part).
+/// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_rows<F: Float>(
+unsafe fn layernorm_rows<F: Float, const K: usize>(
     x: *const F::Raw,
     gamma: *const F::Raw,
     beta: *const F::Raw,
@@ -33,19 +34,13 @@ unsafe fn layernorm_rows<F: Float>(
 ) {
     let t = RowTeam::new::<F>(rows, cols, team, chunk);
     let offset = t.row * cols;
-    let v = t.load::<F>(x.wrapping_add(offset), 0.0);
-    // Whole rows and chunks: the exact two-pass mean and M2 over the values held (two plain
-    // reductions); only the merge of a split row's chunks takes Chan's formula.
+    let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
+    // Each thread's exact two-pass (count, mean, M2) over its registers, merged over the team
+    // (and, for a split row, over its chunks) by Chan's formula: one team reduction.
     let stat = if mode == ROW_APPLY {
         t.merge_partials::<Welford>(partials)
     } else {
-        let n = (t.end - t.begin) as f32;
-        let mean = t.combine(Folded::<Sum>::new(sum_slots(&t, &v))).0 / n;
-        Welford(
-            n,
-            mean,
-            t.combine(Folded::<Sum>::new(fold_slots::<Sum>(&t, &v, |e| (e - mean) * (e - mean)))).0,
-        )
+        t.combine(welford_slots::<K>(&t, &v))
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, stat);
@@ -56,7 +51,7 @@ unsafe fn layernorm_rows<F: Float>(
         store_f32(mean_out.add(t.row), mean);
         store_f32(rstd_out.add(t.row), rstd);
     }
-    t.store::<F>(
+    t.store_first::<F, K>(
         y.wrapping_add(offset),
         #[inline(always)]
         |k| {
@@ -147,10 +142,10 @@ unsafe fn store_dx<F: Float, const K: usize>(
     );
 }
 
-/// `dx`; `gamma` may be null.
+/// `dx`; `gamma` may be null. Each thread holds its first `K` chunks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_bwd_dx_rows<F: Float>(
+unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
     x: *const F::Raw,
     gamma: *const F::Raw,
     dy: *const F::Raw,
@@ -164,18 +159,18 @@ unsafe fn layernorm_bwd_dx_rows<F: Float>(
     let offset = t.row * cols;
     let active = t.begin < t.end;
     let stat = if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
-    let v = t.load::<F>(x.wrapping_add(offset), 0.0);
-    let d = t.load::<F>(dy.wrapping_add(offset), 0.0);
-    let w = gamma_slots::<F, SLOTS>(&t, gamma);
+    let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
+    let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
+    let w = gamma_slots::<F, K>(&t, gamma);
     let sums = if mode == ROW_APPLY {
         t.merge_partials(partials)
     } else {
-        t.combine(dx_row_sums::<SLOTS>(&t, (&v, &d), &w, stat))
+        t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat))
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, sums);
     }
-    store_dx::<F, SLOTS>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
+    store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
 }
 
 // build.rs reads shared sizes as literals: 2 · LAYERNORM_FUSED_COLS.
@@ -328,8 +323,8 @@ unsafe fn layernorm_bwd_params_cols<F: Float>(
     );
 }
 
-macro_rules! layernorm_kernels {
-    ($($fwd:ident, $dx:ident, $fused:ident, $params:ident, $params_sum:ident: $f:ty;)*) => {$(
+macro_rules! layernorm_row_kernels {
+    ($($fwd:ident, $dx:ident: $f:ty, $k:literal;)*) => {$(
         /// Layer norm forward; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
@@ -338,7 +333,7 @@ macro_rules! layernorm_kernels {
             rows: usize, cols: usize, team: usize, chunk: usize, mode: u32, eps: f32,
         ) {
             let shape = (rows, cols, team, chunk, mode);
-            layernorm_rows::<$f>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
+            layernorm_rows::<$f, $k>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
         }
         /// `dx` of layer norm.
         #[no_mangle]
@@ -348,8 +343,25 @@ macro_rules! layernorm_kernels {
             rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
             let shape = (rows, cols, team, chunk, mode);
-            layernorm_bwd_dx_rows::<$f>(x, gamma, dy, mean, rstd, dx, partials, shape)
+            layernorm_bwd_dx_rows::<$f, $k>(x, gamma, dy, mean, rstd, dx, partials, shape)
         }
+    )*};
+}
+
+layernorm_row_kernels! {
+    layernorm_fwd_f32, layernorm_bwd_dx_f32: f32, 4;
+    layernorm_fwd_f16, layernorm_bwd_dx_f16: F16, 4;
+    layernorm_fwd_bf16, layernorm_bwd_dx_bf16: BF16, 4;
+    layernorm_fwd_v16_f32, layernorm_bwd_dx_v16_f32: f32, 2;
+    layernorm_fwd_v16_f16, layernorm_bwd_dx_v16_f16: F16, 2;
+    layernorm_fwd_v16_bf16, layernorm_bwd_dx_v16_bf16: BF16, 2;
+    layernorm_fwd_v8_f32, layernorm_bwd_dx_v8_f32: f32, 1;
+    layernorm_fwd_v8_f16, layernorm_bwd_dx_v8_f16: F16, 1;
+    layernorm_fwd_v8_bf16, layernorm_bwd_dx_v8_bf16: BF16, 1;
+}
+
+macro_rules! layernorm_kernels {
+    ($($fused:ident, $params:ident, $params_sum:ident: $f:ty;)*) => {$(
         /// The whole layer-norm backward in one launch, rows of up to `LAYERNORM_FUSED_COLS`.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fused(
@@ -385,7 +397,7 @@ macro_rules! layernorm_kernels {
 }
 
 layernorm_kernels! {
-    layernorm_fwd_f32, layernorm_bwd_dx_f32, layernorm_bwd_f32, layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
-    layernorm_fwd_f16, layernorm_bwd_dx_f16, layernorm_bwd_f16, layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
-    layernorm_fwd_bf16, layernorm_bwd_dx_bf16, layernorm_bwd_bf16, layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
+    layernorm_bwd_f32, layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
+    layernorm_bwd_f16, layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
+    layernorm_bwd_bf16, layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
 }

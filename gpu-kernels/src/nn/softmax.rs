@@ -17,7 +17,7 @@ use crate::shapes::{NN_ROW_BLOCK as BLOCK, ROW_APPLY, ROW_PARTIAL};
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_rows<F: Float, const LOG: bool>(
+unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
     x: *const F::Raw,
     out: *mut F::Raw,
     partials: *mut f32,
@@ -29,20 +29,20 @@ unsafe fn softmax_rows<F: Float, const LOG: bool>(
 ) {
     let t = RowTeam::new::<F>(rows, cols, team, chunk);
     let offset = t.row * cols;
-    let v = t.load::<F>(x.wrapping_add(offset), f32::NEG_INFINITY);
+    let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
     // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
     // reductions); only the merge of a split row's chunks takes the online form.
     let MaxSumExp(m, s) = if mode == ROW_APPLY {
         t.merge_partials(partials)
     } else {
-        let m = t.combine(Folded::<Max>::new(fold_slots::<Max>(&t, &v, |e| e))).0;
-        MaxSumExp(m, t.combine(Folded::<Sum>::new(fold_slots::<Sum>(&t, &v, |e| exp_fast(e - m)))).0)
+        let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
+        MaxSumExp(m, t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(&t, &v, |e| exp_fast(e - m)))).0)
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, MaxSumExp(m, s));
     }
     let (shift, inv) = (m + ln_fast(s), 1.0 / s);
-    t.store::<F>(
+    t.store_first::<F, K>(
         out.wrapping_add(offset),
         #[inline(always)]
         |k| v[k].map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }),
@@ -52,7 +52,7 @@ unsafe fn softmax_rows<F: Float, const LOG: bool>(
 /// Backward of softmax (`LOG = false`: `dx = y (dy - Σ dy·y)`) or log-softmax (`dx = dy - e^y Σ dy`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_bwd_rows<F: Float, const LOG: bool>(
+unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize>(
     y: *const F::Raw,
     dy: *const F::Raw,
     dx: *mut F::Raw,
@@ -65,20 +65,20 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool>(
 ) {
     let t = RowTeam::new::<F>(rows, cols, team, chunk);
     let offset = t.row * cols;
-    let p = t.load::<F>(y.wrapping_add(offset), 0.0);
-    let g = t.load::<F>(dy.wrapping_add(offset), 0.0);
+    let p = t.load_first::<F, K>(y.wrapping_add(offset), 0.0);
+    let g = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
     let total = if mode == ROW_APPLY {
         t.merge_partials::<Folded<Sum>>(partials)
     } else {
         let mut acc = 0.0f32;
-        t.each(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
+        t.each_first::<K>(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
         t.combine(Folded::<Sum>::new(acc))
     };
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, total);
     }
     let total = total.0;
-    t.store::<F>(
+    t.store_first::<F, K>(
         dx.wrapping_add(offset),
         #[inline(always)]
         |k| {
@@ -93,14 +93,14 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool>(
 }
 
 macro_rules! softmax_kernels {
-    ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty;)*) => {$(
+    ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty, $k:literal;)*) => {$(
         /// Softmax of each row; see the module documentation for the launch.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_rows::<$f, false>(x, out, partials, rows, cols, team, chunk, mode)
+            softmax_rows::<$f, false, $k>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Log-softmax of each row.
         #[no_mangle]
@@ -108,7 +108,7 @@ macro_rules! softmax_kernels {
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_rows::<$f, true>(x, out, partials, rows, cols, team, chunk, mode)
+            softmax_rows::<$f, true, $k>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
         #[no_mangle]
@@ -116,7 +116,7 @@ macro_rules! softmax_kernels {
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
             partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_bwd_rows::<$f, false>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+            softmax_bwd_rows::<$f, false, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
         #[no_mangle]
@@ -124,13 +124,19 @@ macro_rules! softmax_kernels {
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
             partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_bwd_rows::<$f, true>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+            softmax_bwd_rows::<$f, true, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
     )*};
 }
 
 softmax_kernels! {
-    softmax_f32, log_softmax_f32, softmax_bwd_f32, log_softmax_bwd_f32: f32;
-    softmax_f16, log_softmax_f16, softmax_bwd_f16, log_softmax_bwd_f16: F16;
-    softmax_bf16, log_softmax_bf16, softmax_bwd_bf16, log_softmax_bwd_bf16: BF16;
+    softmax_f32, log_softmax_f32, softmax_bwd_f32, log_softmax_bwd_f32: f32, 4;
+    softmax_f16, log_softmax_f16, softmax_bwd_f16, log_softmax_bwd_f16: F16, 4;
+    softmax_bf16, log_softmax_bf16, softmax_bwd_bf16, log_softmax_bwd_bf16: BF16, 4;
+    softmax_v16_f32, log_softmax_v16_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32: f32, 2;
+    softmax_v16_f16, log_softmax_v16_f16, softmax_bwd_v16_f16, log_softmax_bwd_v16_f16: F16, 2;
+    softmax_v16_bf16, log_softmax_v16_bf16, softmax_bwd_v16_bf16, log_softmax_bwd_v16_bf16: BF16, 2;
+    softmax_v8_f32, log_softmax_v8_f32, softmax_bwd_v8_f32, log_softmax_bwd_v8_f32: f32, 1;
+    softmax_v8_f16, log_softmax_v8_f16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16: F16, 1;
+    softmax_v8_bf16, log_softmax_v8_bf16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16: BF16, 1;
 }

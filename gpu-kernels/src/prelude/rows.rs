@@ -601,18 +601,29 @@ fn block_combine<S: RowStat>(s: S) -> S {
     total
 }
 
-/// Sum of `f(value)` over this thread's values in range.
+/// The fold by `R` of `f(value)` over this thread's values in range (its first `K` chunks).
 #[inline(always)]
-pub fn fold_slots<R: ReduceOp>(t: &RowTeam, v: &Slots, f: impl Fn(f32) -> f32) -> f32 {
+pub fn fold_slots<R: ReduceOp, const K: usize>(t: &RowTeam, v: &Slots, f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = R::IDENTITY;
-    t.each(|k, e| acc = R::combine(acc, f(v[k][e])));
+    t.each_first::<K>(|k, e| acc = R::combine(acc, f(v[k][e])));
     acc
 }
 
-/// Σ of this thread's values in range.
+/// This thread's exact `(count, mean, M2)` of its values in range (its first `K` chunks): two
+/// passes over the registers, so that a team merges them once (Chan's formula) instead of
+/// reducing the mean and then the squares.
 #[inline(always)]
-pub fn sum_slots(t: &RowTeam, v: &Slots) -> f32 {
-    fold_slots::<Sum>(t, v, |x| x)
+pub fn welford_slots<const K: usize>(t: &RowTeam, v: &Slots) -> Welford {
+    let (mut n, mut sum) = (0u32, 0.0f32);
+    t.each_first::<K>(|k, e| {
+        n += 1;
+        sum += v[k][e];
+    });
+    if n == 0 {
+        return Welford::EMPTY;
+    }
+    let mean = sum / n as f32;
+    Welford(n as f32, mean, fold_slots::<Sum, K>(t, v, |e| (e - mean) * (e - mean)))
 }
 
 /// Column teams: a reduction over the leading rows of `[rows, cols]` (`Σ_r f(r, c)`), for the

@@ -12,7 +12,7 @@ use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn reduce_rows<F: Float, R: ReduceOp>(
+unsafe fn reduce_rows<F: Float, R: ReduceOp, const K: usize>(
     x: *const F::Raw,
     partials: *mut f32,
     out: *mut F::Raw,
@@ -21,12 +21,12 @@ unsafe fn reduce_rows<F: Float, R: ReduceOp>(
 ) {
     let (t, v) = if mode == ROW_APPLY {
         let t = RowTeam::new::<f32>(rows, cols, team, chunk);
-        (t, t.load::<f32>(partials.wrapping_add(t.row * cols), R::IDENTITY))
+        (t, t.load_first::<f32, K>(partials.wrapping_add(t.row * cols), R::IDENTITY))
     } else {
         let t = RowTeam::new::<F>(rows, cols, team, chunk);
-        (t, t.load::<F>(x.wrapping_add(t.row * cols), R::IDENTITY))
+        (t, t.load_first::<F, K>(x.wrapping_add(t.row * cols), R::IDENTITY))
     };
-    let total = t.combine(Folded::<R>::new(fold_slots::<R>(&t, &v, |e| e)));
+    let total = t.combine(Folded::<R>::new(fold_slots::<R, K>(&t, &v, |e| e)));
     if mode == ROW_PARTIAL {
         return t.write_partial(partials, total);
     }
@@ -36,26 +36,44 @@ unsafe fn reduce_rows<F: Float, R: ReduceOp>(
 }
 
 macro_rules! reduce_rows_kernels {
-    ($($name:ident: $f:ty, $op:ty;)*) => {$(
+    ($($name:ident: $f:ty, $op:ty, $k:literal;)*) => {$(
         /// Row reduction; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             x: *const <$f as Float>::Raw, partials: *mut f32, out: *mut <$f as Float>::Raw, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32, scale: f32,
         ) {
-            reduce_rows::<$f, $op>(x, partials, out, (rows, cols, team, chunk, mode), scale)
+            reduce_rows::<$f, $op, $k>(x, partials, out, (rows, cols, team, chunk, mode), scale)
         }
     )*};
 }
 
 reduce_rows_kernels! {
-    sum_rows_f32: f32, Sum;
-    max_rows_f32: f32, Max;
-    min_rows_f32: f32, Min;
-    sum_rows_f16: F16, Sum;
-    max_rows_f16: F16, Max;
-    min_rows_f16: F16, Min;
-    sum_rows_bf16: BF16, Sum;
-    max_rows_bf16: BF16, Max;
-    min_rows_bf16: BF16, Min;
+    sum_rows_f32: f32, Sum, 4;
+    max_rows_f32: f32, Max, 4;
+    min_rows_f32: f32, Min, 4;
+    sum_rows_f16: F16, Sum, 4;
+    max_rows_f16: F16, Max, 4;
+    min_rows_f16: F16, Min, 4;
+    sum_rows_bf16: BF16, Sum, 4;
+    max_rows_bf16: BF16, Max, 4;
+    min_rows_bf16: BF16, Min, 4;
+    sum_rows_v16_f32: f32, Sum, 2;
+    max_rows_v16_f32: f32, Max, 2;
+    min_rows_v16_f32: f32, Min, 2;
+    sum_rows_v16_f16: F16, Sum, 2;
+    max_rows_v16_f16: F16, Max, 2;
+    min_rows_v16_f16: F16, Min, 2;
+    sum_rows_v16_bf16: BF16, Sum, 2;
+    max_rows_v16_bf16: BF16, Max, 2;
+    min_rows_v16_bf16: BF16, Min, 2;
+    sum_rows_v8_f32: f32, Sum, 1;
+    max_rows_v8_f32: f32, Max, 1;
+    min_rows_v8_f32: f32, Min, 1;
+    sum_rows_v8_f16: F16, Sum, 1;
+    max_rows_v8_f16: F16, Max, 1;
+    min_rows_v8_f16: F16, Min, 1;
+    sum_rows_v8_bf16: BF16, Sum, 1;
+    max_rows_v8_bf16: BF16, Max, 1;
+    min_rows_v8_bf16: BF16, Min, 1;
 }

@@ -2,7 +2,7 @@
 //! norm; the elementwise losses (MSE, binary cross-entropy), dropout, and batch norm over
 //! channels; forward and backward. Kernels: `gpu-kernels/src/nn/`.
 use super::random::philox;
-use super::rows::{ColumnPlan, RowPlan};
+use super::rows::{ColumnPlan, RowKernels, RowPlan};
 use super::CPU_CHUNK;
 use crate::kernels;
 use crate::runtime::context::{Backend, Context};
@@ -97,18 +97,37 @@ type DropoutArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, u64, f32, f32);
 /// Dropout with the seed on the device: x, y, n, seeds, p, scale.
 type DropoutDevArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, DevPtr<u64>, f32, f32);
 
-const SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
-    by_dtype!(softmax_f32, softmax_f16, softmax_bf16);
-const LOG_SOFTMAX: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
-    by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16);
-const SOFTMAX_BWD: ByDType<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> =
-    by_dtype!(softmax_bwd_f32, softmax_bwd_f16, softmax_bwd_bf16);
-const LOG_SOFTMAX_BWD: ByDType<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> =
-    by_dtype!(log_softmax_bwd_f32, log_softmax_bwd_f16, log_softmax_bwd_bf16);
-const LAYERNORM_FWD: ByDType<LayerNormArgs<f32>, LayerNormArgs<u16>> =
-    by_dtype!(layernorm_fwd_f32, layernorm_fwd_f16, layernorm_fwd_bf16);
-const LAYERNORM_DX: ByDType<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> =
-    by_dtype!(layernorm_bwd_dx_f32, layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16);
+// Row kernels by the values a thread holds (`RowLaunch::variant`: 32, 16, 8).
+const SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
+    by_dtype!(softmax_f32, softmax_f16, softmax_bf16),
+    by_dtype!(softmax_v16_f32, softmax_v16_f16, softmax_v16_bf16),
+    by_dtype!(softmax_v8_f32, softmax_v8_f16, softmax_v8_bf16),
+];
+const LOG_SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
+    by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16),
+    by_dtype!(log_softmax_v16_f32, log_softmax_v16_f16, log_softmax_v16_bf16),
+    by_dtype!(log_softmax_v8_f32, log_softmax_v8_f16, log_softmax_v8_bf16),
+];
+const SOFTMAX_BWD: RowKernels<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> = [
+    by_dtype!(softmax_bwd_f32, softmax_bwd_f16, softmax_bwd_bf16),
+    by_dtype!(softmax_bwd_v16_f32, softmax_bwd_v16_f16, softmax_bwd_v16_bf16),
+    by_dtype!(softmax_bwd_v8_f32, softmax_bwd_v8_f16, softmax_bwd_v8_bf16),
+];
+const LOG_SOFTMAX_BWD: RowKernels<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> = [
+    by_dtype!(log_softmax_bwd_f32, log_softmax_bwd_f16, log_softmax_bwd_bf16),
+    by_dtype!(log_softmax_bwd_v16_f32, log_softmax_bwd_v16_f16, log_softmax_bwd_v16_bf16),
+    by_dtype!(log_softmax_bwd_v8_f32, log_softmax_bwd_v8_f16, log_softmax_bwd_v8_bf16),
+];
+const LAYERNORM_FWD: RowKernels<LayerNormArgs<f32>, LayerNormArgs<u16>> = [
+    by_dtype!(layernorm_fwd_f32, layernorm_fwd_f16, layernorm_fwd_bf16),
+    by_dtype!(layernorm_fwd_v16_f32, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16),
+    by_dtype!(layernorm_fwd_v8_f32, layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16),
+];
+const LAYERNORM_DX: RowKernels<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> = [
+    by_dtype!(layernorm_bwd_dx_f32, layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16),
+    by_dtype!(layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v16_f16, layernorm_bwd_dx_v16_bf16),
+    by_dtype!(layernorm_bwd_dx_v8_f32, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16),
+];
 const LAYERNORM_BWD: ByDType<LayerNormBwdArgs<f32>, LayerNormBwdArgs<u16>> =
     by_dtype!(layernorm_bwd_f32, layernorm_bwd_f16, layernorm_bwd_bf16);
 const LAYERNORM_PARAMS: ByDType<LayerNormParamsArgs<f32>, LayerNormParamsArgs<u16>> =
@@ -172,7 +191,7 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
             let table = if log { LOG_SOFTMAX } else { SOFTMAX };
             plan.run(op, stream, 2, |l, partials| {
                 let at = l.row0 * cols;
-                launch_by_dtype!(table, dtype, |k| {
+                launch_by_dtype!(table[l.variant()], dtype, |k| {
                     let args = (
                         x.ptr().offset(at),
                         out.ptr_mut().offset(at),
@@ -229,7 +248,7 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
             let table = if log { LOG_SOFTMAX_BWD } else { SOFTMAX_BWD };
             plan.run(op, stream, 1, |l, partials| {
                 let at = l.row0 * cols;
-                launch_by_dtype!(table, dtype, |k| {
+                launch_by_dtype!(table[l.variant()], dtype, |k| {
                     let (y, dy, dx) = (y.ptr().offset(at), dy.ptr().offset(at), dx.ptr_mut().offset(at));
                     let args = (y, dy, dx, partials, l.rows, cols, l.team, l.chunk, l.mode);
                     // SAFETY: `<log_>softmax_bwd_<dtype>`: y, dy, dx hold rows·cols values of the
@@ -665,7 +684,7 @@ pub fn layer_norm(
                     RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
                     let at = l.row0 * cols;
-                    launch_by_dtype!(LAYERNORM_FWD, dtype, |k| {
+                    launch_by_dtype!(LAYERNORM_FWD[l.variant()], dtype, |k| {
                         let args = (
                             x.ptr().offset(at),
                             Tensor::ptr_or_null(gamma),
@@ -804,7 +823,7 @@ pub fn layer_norm_backward(
                 let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?;
                 plan.run(OP, stream, 2, |l, partials| {
                     let at = l.row0 * cols;
-                    launch_by_dtype!(LAYERNORM_DX, dtype, |k| {
+                    launch_by_dtype!(LAYERNORM_DX[l.variant()], dtype, |k| {
                         let args = (
                             x.ptr().offset(at),
                             Tensor::ptr_or_null(gamma),

@@ -5,7 +5,7 @@
 //! device; the CPU folds fixed chunks in f64 and combines them in order. Sum of nothing is 0 and
 //! mean of nothing NaN (as in PyTorch); max and min of nothing are errors.
 use super::nn::ColumnPartialsArgs;
-use super::rows::{ColumnPlan, RowPlan};
+use super::rows::{ColumnPlan, RowKernels, RowPlan};
 use super::CPU_CHUNK;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut};
@@ -58,11 +58,23 @@ impl Reduce {
     }
 
     /// The row kernels of this combine.
-    fn rows_kernels(self) -> ByDType<RowsArgs<f32>, RowsArgs<u16>> {
+    fn rows_kernels(self) -> RowKernels<RowsArgs<f32>, RowsArgs<u16>> {
         match self {
-            Reduce::Sum | Reduce::Mean => by_dtype!(sum_rows_f32, sum_rows_f16, sum_rows_bf16),
-            Reduce::Max => by_dtype!(max_rows_f32, max_rows_f16, max_rows_bf16),
-            Reduce::Min => by_dtype!(min_rows_f32, min_rows_f16, min_rows_bf16),
+            Reduce::Sum | Reduce::Mean => [
+                by_dtype!(sum_rows_f32, sum_rows_f16, sum_rows_bf16),
+                by_dtype!(sum_rows_v16_f32, sum_rows_v16_f16, sum_rows_v16_bf16),
+                by_dtype!(sum_rows_v8_f32, sum_rows_v8_f16, sum_rows_v8_bf16),
+            ],
+            Reduce::Max => [
+                by_dtype!(max_rows_f32, max_rows_f16, max_rows_bf16),
+                by_dtype!(max_rows_v16_f32, max_rows_v16_f16, max_rows_v16_bf16),
+                by_dtype!(max_rows_v8_f32, max_rows_v8_f16, max_rows_v8_bf16),
+            ],
+            Reduce::Min => [
+                by_dtype!(min_rows_f32, min_rows_f16, min_rows_bf16),
+                by_dtype!(min_rows_v16_f32, min_rows_v16_f16, min_rows_v16_bf16),
+                by_dtype!(min_rows_v8_f32, min_rows_v8_f16, min_rows_v8_bf16),
+            ],
         }
     }
 
@@ -186,7 +198,7 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
                 } else {
                     (*l, cols)
                 };
-                launch_by_dtype!(kernels, dtype, |k| {
+                launch_by_dtype!(kernels[launch.variant()], dtype, |k| {
                     let at = l.row0 * cols;
                     let (x, out) = (x.ptr().offset(at), out.ptr_mut().offset(l.row0));
                     let args = (x, partials, out, l.rows, width, launch.team, launch.chunk, l.mode, scale);

@@ -14,7 +14,7 @@
 //!   that the second launch re-reads its inputs from L2, not DRAM.
 use crate::runtime::device::DeviceInfo;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::kernel::DevPtrMut;
+use crate::runtime::kernel::{ByDType, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
@@ -27,6 +27,16 @@ const WARP_ROW_MAX: usize = 32 * ROW_THREAD_VALUES;
 const BLOCK_CHUNK_MAX: usize = NN_ROW_BLOCK * ROW_THREAD_VALUES;
 /// Narrowest chunk a row is split into to give more SMs work.
 const MIN_SPLIT_CHUNK: usize = 2048;
+/// Chunks of 8 values a thread of a split row holds.
+const SLOTS: usize = ROW_THREAD_VALUES / 8;
+
+/// Values a thread of a team wider than a warp aims to hold.
+fn thread_values() -> usize {
+    std::env::var("FERROCUDA_ROW_VALUES").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
+}
+
+/// A row kernel's three builds, by the values a thread holds: 32 (four chunks of 8), 16, 8.
+pub(crate) type RowKernels<A, B> = [ByDType<A, B>; 3];
 
 /// One launch of a row kernel over rows `[row0, row0 + rows)`.
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +47,19 @@ pub(crate) struct RowLaunch {
     pub team: usize,
     pub chunk: usize,
     pub mode: u32,
+    /// Chunks of 8 values a thread holds: 4, 2 or 1.
+    pub slots: usize,
+}
+
+impl RowLaunch {
+    /// The index in a [`RowKernels`] of the build this launch needs.
+    pub(crate) fn variant(&self) -> usize {
+        match self.slots {
+            1 => 2,
+            2 => 1,
+            _ => 0,
+        }
+    }
 }
 
 /// How rows of `cols` values run; see the module documentation.
@@ -50,6 +73,8 @@ pub(crate) struct RowPlan {
     pub chunks: usize,
     /// Rows per pair of split launches (all rows when not split).
     pub group_rows: usize,
+    /// Chunks of 8 values a thread holds (1, 2 or 4).
+    slots: usize,
 }
 
 impl RowPlan {
@@ -84,14 +109,23 @@ impl RowPlan {
         }
         let group_rows =
             if chunks == 1 { rows } else { (info.l2_bytes / 3 / (cols * elem_bytes)).clamp(1, rows) };
-        Ok(Self { rows, team: NN_ROW_BLOCK, chunk, chunks, group_rows })
+        Ok(Self { rows, team: NN_ROW_BLOCK, chunk, chunks, group_rows, slots: SLOTS })
     }
 
-    /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row.
+    /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row. Rows of up to 8
+    /// values a lane of a warp take teams of `next_pow2(⌈cols/8⌉)` lanes holding one chunk each;
+    /// wider rows a team of about `cols / THREAD_VALUES` threads (a warp to a block), each holding
+    /// the fewest chunks (1, 2, 4) that cover the row. Fewer values a thread is fewer registers,
+    /// so more warps an SM to wait for memory.
     pub(crate) fn whole_rows(rows: usize, cols: usize) -> Self {
-        let team =
-            if cols <= WARP_ROW_MAX { cols.div_ceil(8).next_power_of_two().min(32) } else { NN_ROW_BLOCK };
-        Self { rows, team, chunk: cols.next_multiple_of(8), chunks: 1, group_rows: rows }
+        let values = thread_values();
+        let team = if cols <= 8 * 32 {
+            cols.div_ceil(8).next_power_of_two()
+        } else {
+            cols.div_ceil(values).next_power_of_two().clamp(32, NN_ROW_BLOCK)
+        };
+        let slots = cols.div_ceil(8 * team).next_power_of_two();
+        Self { rows, team, chunk: cols.next_multiple_of(8), chunks: 1, group_rows: rows, slots }
     }
 
     /// The plan with every row in one group: for ops whose second pass reads only the partials
@@ -130,6 +164,7 @@ impl RowPlan {
             team: self.team,
             chunk: self.chunk,
             mode,
+            slots: self.slots,
         };
         if !self.split() {
             return vec![launch(0, self.rows, ROW_WHOLE)];
