@@ -32,36 +32,37 @@ unsafe fn layernorm_rows<F: Float, const K: usize>(
     (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
     eps: f32,
 ) {
-    let t = RowTeam::new::<F>(rows, cols, team, chunk);
-    let offset = t.row * cols;
-    let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
-    // Each thread's exact two-pass (count, mean, M2) over its registers, merged over the team
-    // (and, for a split row, over its chunks) by Chan's formula: one team reduction.
-    let stat = if mode == ROW_APPLY {
-        t.merge_partials::<Welford>(partials)
-    } else {
-        t.combine(welford_slots::<K>(&t, &v))
-    };
-    if mode == ROW_PARTIAL {
-        return t.write_partial(partials, stat);
-    }
-    let Welford(n, mean, m2) = stat;
-    let rstd = 1.0 / sqrt_rn(m2 / n + eps);
-    if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
-        store_f32(mean_out.add(t.row), mean);
-        store_f32(rstd_out.add(t.row), rstd);
-    }
-    t.store_first::<F, K>(
-        y.wrapping_add(offset),
-        #[inline(always)]
-        |k| {
-            let g = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
-            let b = if beta.is_null() { [0.0; 8] } else { t.load_chunk::<F>(beta, k, 0.0) };
-            let mut out = [0.0f32; 8];
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { out[e] = (v[k][e] - mean) * rstd * g[e] + b[e]; });
-            out
-        },
-    );
+    row_items::<F, Welford, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
+        let offset = t.row * cols;
+        let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
+        // Each thread's exact two-pass (count, mean, M2) over its registers, merged over the team
+        // (and, for a split row, over its chunks) by Chan's formula: one team reduction.
+        let stat = if mode == ROW_APPLY {
+            t.merge_partials::<Welford>(partials)
+        } else {
+            t.combine(welford_slots::<K>(&t, &v))
+        };
+        if mode == ROW_PARTIAL {
+            return t.write_partial(partials, stat);
+        }
+        let Welford(n, mean, m2) = stat;
+        let rstd = 1.0 / sqrt_rn(m2 / n + eps);
+        if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
+            store_f32(mean_out.add(t.row), mean);
+            store_f32(rstd_out.add(t.row), rstd);
+        }
+        t.store_first::<F, K>(
+            y.wrapping_add(offset),
+            #[inline(always)]
+            |k| {
+                let g = if gamma.is_null() { [1.0; 8] } else { t.load_chunk::<F>(gamma, k, 1.0) };
+                let b = if beta.is_null() { [0.0; 8] } else { t.load_chunk::<F>(beta, k, 0.0) };
+                let mut out = [0.0f32; 8];
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { out[e] = (v[k][e] - mean) * rstd * g[e] + b[e]; });
+                out
+            },
+        );
+    });
 }
 
 /// Chunk `k` of g = dy·γ, with `w` this thread's γ (ones without an affine part).
@@ -155,22 +156,24 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
     partials: *mut f32,
     (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
 ) {
-    let t = RowTeam::new::<F>(rows, cols, team, chunk);
-    let offset = t.row * cols;
-    let active = t.begin < t.end;
-    let stat = if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
-    let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
-    let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
-    let w = gamma_slots::<F, K>(&t, gamma);
-    let sums = if mode == ROW_APPLY {
-        t.merge_partials(partials)
-    } else {
-        t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat))
-    };
-    if mode == ROW_PARTIAL {
-        return t.write_partial(partials, sums);
-    }
-    store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
+    row_items::<F, Sum2, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
+        let offset = t.row * cols;
+        let active = t.begin < t.end;
+        let stat =
+            if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
+        let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
+        let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
+        let w = gamma_slots::<F, K>(&t, gamma);
+        let sums = if mode == ROW_APPLY {
+            t.merge_partials(partials)
+        } else {
+            t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat))
+        };
+        if mode == ROW_PARTIAL {
+            return t.write_partial(partials, sums);
+        }
+        store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
+    });
 }
 
 // build.rs reads shared sizes as literals: 2 · LAYERNORM_FUSED_COLS.

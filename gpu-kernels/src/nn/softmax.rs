@@ -12,7 +12,7 @@
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
 //! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;
-use crate::shapes::{NN_ROW_BLOCK as BLOCK, ROW_APPLY, ROW_PARTIAL};
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
@@ -27,26 +27,27 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
     chunk: usize,
     mode: u32,
 ) {
-    let t = RowTeam::new::<F>(rows, cols, team, chunk);
-    let offset = t.row * cols;
-    let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
-    // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
-    // reductions); only the merge of a split row's chunks takes the online form.
-    let MaxSumExp(m, s) = if mode == ROW_APPLY {
-        t.merge_partials(partials)
-    } else {
-        let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
-        MaxSumExp(m, t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(&t, &v, |e| exp_fast(e - m)))).0)
-    };
-    if mode == ROW_PARTIAL {
-        return t.write_partial(partials, MaxSumExp(m, s));
-    }
-    let (shift, inv) = (m + ln_fast(s), 1.0 / s);
-    t.store_first::<F, K>(
-        out.wrapping_add(offset),
-        #[inline(always)]
-        |k| v[k].map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }),
-    );
+    row_items::<F, MaxSumExp, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
+        let offset = t.row * cols;
+        let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
+        // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
+        // reductions); only the merge of a split row's chunks takes the online form.
+        let MaxSumExp(m, s) = if mode == ROW_APPLY {
+            t.merge_partials(partials)
+        } else {
+            let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
+            MaxSumExp(m, t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(&t, &v, |e| exp_fast(e - m)))).0)
+        };
+        if mode == ROW_PARTIAL {
+            return t.write_partial(partials, MaxSumExp(m, s));
+        }
+        let (shift, inv) = (m + ln_fast(s), 1.0 / s);
+        t.store_first::<F, K>(
+            out.wrapping_add(offset),
+            #[inline(always)]
+            |k| v[k].map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }),
+        );
+    });
 }
 
 /// Backward of softmax (`LOG = false`: `dx = y (dy - Σ dy·y)`) or log-softmax (`dx = dy - e^y Σ dy`).
@@ -63,33 +64,34 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize>(
     chunk: usize,
     mode: u32,
 ) {
-    let t = RowTeam::new::<F>(rows, cols, team, chunk);
-    let offset = t.row * cols;
-    let p = t.load_first::<F, K>(y.wrapping_add(offset), 0.0);
-    let g = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
-    let total = if mode == ROW_APPLY {
-        t.merge_partials::<Folded<Sum>>(partials)
-    } else {
-        let mut acc = 0.0f32;
-        t.each_first::<K>(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
-        t.combine(Folded::<Sum>::new(acc))
-    };
-    if mode == ROW_PARTIAL {
-        return t.write_partial(partials, total);
-    }
-    let total = total.0;
-    t.store_first::<F, K>(
-        dx.wrapping_add(offset),
-        #[inline(always)]
-        |k| {
-            let mut d = [0.0f32; 8];
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                let (pe, ge) = (p[k][e], g[k][e]);
-                d[e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
-            });
-            d
-        },
-    );
+    row_items::<F, Folded<Sum>, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
+        let offset = t.row * cols;
+        let p = t.load_first::<F, K>(y.wrapping_add(offset), 0.0);
+        let g = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
+        let total = if mode == ROW_APPLY {
+            t.merge_partials::<Folded<Sum>>(partials)
+        } else {
+            let mut acc = 0.0f32;
+            t.each_first::<K>(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
+            t.combine(Folded::<Sum>::new(acc))
+        };
+        if mode == ROW_PARTIAL {
+            return t.write_partial(partials, total);
+        }
+        let total = total.0;
+        t.store_first::<F, K>(
+            dx.wrapping_add(offset),
+            #[inline(always)]
+            |k| {
+                let mut d = [0.0f32; 8];
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    let (pe, ge) = (p[k][e], g[k][e]);
+                    d[e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
+                });
+                d
+            },
+        );
+    });
 }
 
 macro_rules! softmax_kernels {

@@ -16,8 +16,9 @@ use super::index::{block_dim_x, block_x, block_y, grid_dim_y, lane, thread_x, wa
 use super::math::exp_fast;
 use super::memory::*;
 use super::shared::shared_ptr;
-use super::sync::sync_threads;
+use super::sync::{atomic_add_u32, fence_gpu, load_acquire_u32, sync_threads};
 use super::warp::shfl_xor;
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE};
 use core::marker::PhantomData;
 
 /// Chunks of 8 values each thread of a team holds.
@@ -167,8 +168,10 @@ pub struct RowTeam {
     pub size: usize,
     pub begin: usize,
     pub end: usize,
-    /// The chunk's index along the row (`blockIdx.y`).
+    /// The chunk's index along the row (`blockIdx.y`, or the pipelined item's).
     pub chunk: usize,
+    /// Chunks per row (`gridDim.y`, or the pipelined launch's).
+    chunks: usize,
     /// Values per 16-byte vector, or 0 where rows are not 16-byte aligned (scalar accesses).
     vec: u32,
     /// `begin`, `end`, `lane`, `size` in 32 bits (rows are below 2^26 values): the per-value
@@ -192,7 +195,18 @@ impl RowTeam {
         let end = if row < rows { cols.min(begin + chunk) } else { begin };
         let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
         let narrow = [begin as u32, end as u32, lane as u32, size as u32];
-        RowTeam { row, lane, size, begin, end, chunk: block_y(), vec, narrow }
+        RowTeam { row, lane, size, begin, end, chunk: block_y(), chunks: grid_dim_y(), vec, narrow }
+    }
+
+    /// The block as the team of chunk `c` (of `chunks` of `chunk` values) of row `row`: an item
+    /// of a pipelined launch (see [`pipelined_items`]).
+    #[inline(always)]
+    fn block_item<F: Float>(cols: usize, chunk: usize, chunks: usize, row: usize, c: usize) -> Self {
+        let (lane, size, begin) = (thread_x(), block_dim_x(), c * chunk);
+        let end = cols.min(begin + chunk);
+        let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
+        let narrow = [begin as u32, end as u32, lane as u32, size as u32];
+        RowTeam { row, lane, size, begin, end, chunk: c, chunks, vec, narrow }
     }
 
     /// The same lanes on row `row` of whole (unsplit) rows of `cols` values: for kernels whose
@@ -406,7 +420,7 @@ impl RowTeam {
     /// `partials` holds those statistics for every row; every thread of the block calls it.
     #[inline(always)]
     pub unsafe fn merge_partials<S: RowStat>(&self, partials: *const f32) -> S {
-        let chunks = grid_dim_y();
+        let chunks = self.chunks;
         let mut s = S::EMPTY;
         let mut c = self.lane;
         while self.begin < self.end && c < chunks {
@@ -423,7 +437,103 @@ impl RowTeam {
     #[inline(always)]
     pub unsafe fn write_partial<S: RowStat>(&self, partials: *mut f32, s: S) {
         if self.lane == 0 && self.begin < self.end {
-            s.write(partials.add((self.row * grid_dim_y() + self.chunk) * S::WIDTH));
+            s.write(partials.add((self.row * self.chunks + self.chunk) * S::WIDTH));
+        }
+    }
+}
+
+shared_array!(static ROW_TICKET: [u32; 1]);
+
+/// The row items of a launch: `body(team, mode)` once for this block's team when `mode` is
+/// `ROW_WHOLE`, `ROW_PARTIAL` or `ROW_APPLY` (a launch per mode), or, for `ROW_PIPELINE`, for
+/// each item the block draws; see [`pipelined_items`]. Only the builds whose threads hold all
+/// `SLOTS` chunks (`K`) split rows, so only they carry the pipeline's code and registers.
+///
+/// # Safety
+/// As [`pipelined_items`] for `ROW_PIPELINE`; otherwise `partials` as the modes need.
+#[inline(always)]
+pub unsafe fn row_items<F: Float, S: RowStat, const K: usize>(
+    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
+    partials: *mut f32,
+    body: impl FnMut(&RowTeam, u32),
+) {
+    let mut body = body;
+    if K == SLOTS && mode == ROW_PIPELINE {
+        pipelined_items::<F, S>((rows, cols, team, chunk), partials, body);
+    } else {
+        body(&RowTeam::new::<F>(rows, cols, team, chunk), mode);
+    }
+}
+
+/// Split rows in one launch: rows of `chunks = ⌈cols/chunk⌉` chunks, in groups of `group_rows`
+/// rows; an item is one chunk of one row in one of the two modes (`ROW_PARTIAL`: write the
+/// chunk's statistic; `ROW_APPLY`: merge the row's and write the chunk's outputs). Blocks draw
+/// items in the order P(0), P(1), A(0), P(2), A(1), … A(last) (P: a group's partial items, A: its
+/// apply items), one at a time from a counter, so that a group's apply items re-read chunks that
+/// the group's partial items read a group earlier (from L2, where two groups fit), and start
+/// only once every partial item of their group has counted itself done. An item waits only
+/// for items drawn before it, each held by a running block that never waits for a later one:
+/// no deadlock, whatever number of blocks is resident.
+///
+/// `partials` holds `rows · chunks` statistics, then the counters: the draw, then one per
+/// group, zero at launch.
+///
+/// # Safety
+/// The block is the team (every thread calls this); `partials` as above; `body` reads and
+/// writes only its team's chunk and row statistic.
+#[inline(always)]
+unsafe fn pipelined_items<F: Float, S: RowStat>(
+    (rows, cols, group_rows, chunk): (usize, usize, usize, usize),
+    partials: *mut f32,
+    mut body: impl FnMut(&RowTeam, u32),
+) {
+    let chunks = cols.div_ceil(chunk);
+    let groups = rows.div_ceil(group_rows);
+    let stage = group_rows * chunks;
+    let items = (2 * groups + 1) * stage;
+    let draw = partials.add(rows * chunks * S::WIDTH) as *mut u32;
+    let done = draw.add(1);
+    let slot = shared_ptr(&raw mut ROW_TICKET);
+    loop {
+        if thread_x() == 0 {
+            *slot = atomic_add_u32(draw, 1);
+        }
+        sync_threads();
+        let ticket = *slot as usize;
+        // Nobody may draw the next ticket into the slot before all have read this one.
+        sync_threads();
+        if ticket >= items {
+            return;
+        }
+        // Stage 0 is P(0); stage 2g - 1 is P(g), stage 2g + 2 is A(g) (stage 2·groups - 1 is empty).
+        let (s, i) = (ticket / stage, ticket % stage);
+        let (apply, g) = if s == 0 {
+            (false, 0)
+        } else if s % 2 == 1 {
+            (false, (s + 1) / 2)
+        } else {
+            (true, s / 2 - 1)
+        };
+        let row = g * group_rows + i / chunks;
+        if g >= groups || row >= rows {
+            continue;
+        }
+        let t = RowTeam::block_item::<F>(cols, chunk, chunks, row, i % chunks);
+        let counter = done.add(g);
+        if apply {
+            if thread_x() == 0 {
+                let expected = (group_rows.min(rows - g * group_rows) * chunks) as u32;
+                while load_acquire_u32(counter) < expected {}
+            }
+            sync_threads();
+            body(&t, ROW_APPLY);
+        } else {
+            body(&t, ROW_PARTIAL);
+            // Thread 0 wrote the chunk's statistic (`write_partial`): publish it.
+            if thread_x() == 0 {
+                fence_gpu();
+                atomic_add_u32(counter, 1);
+            }
         }
     }
 }

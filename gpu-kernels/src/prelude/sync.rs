@@ -29,6 +29,18 @@ pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `ld.acquire.gpu` of a `u32`: what another block wrote before its release (or its fence and
+/// atomic) on this address happens before what this thread does after.
+///
+/// # Safety
+/// `p` points to a live, 4-byte-aligned `u32` in global memory.
+#[inline(always)]
+pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
+    let v: u32;
+    asm!("ld.acquire.gpu.global.u32 {v}, [{p}];", p = in(reg64) p, v = out(reg32) v, options(nostack));
+    v
+}
+
 /// Abort the kernel (a launch failure on the host).
 #[inline(always)]
 pub fn trap() -> ! {

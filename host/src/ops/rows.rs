@@ -18,7 +18,7 @@ use crate::runtime::kernel::{ByDType, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
-use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_THREAD_VALUES, ROW_WHOLE};
+use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE, ROW_THREAD_VALUES, ROW_WHOLE};
 use std::sync::Arc;
 
 /// Widest row a team of at most a warp takes.
@@ -29,6 +29,8 @@ const BLOCK_CHUNK_MAX: usize = NN_ROW_BLOCK * ROW_THREAD_VALUES;
 const MIN_SPLIT_CHUNK: usize = 2048;
 /// Chunks of 8 values a thread of a split row holds.
 const SLOTS: usize = ROW_THREAD_VALUES / 8;
+/// Threads an SM holds (every GPU since Volta; Hopper's too).
+const MAX_THREADS_PER_SM: usize = 2048;
 
 /// Values a thread of a team wider than a warp aims to hold.
 fn thread_values() -> usize {
@@ -75,6 +77,11 @@ pub(crate) struct RowPlan {
     pub group_rows: usize,
     /// Chunks of 8 values a thread holds (1, 2 or 4).
     slots: usize,
+    /// Split rows run as one `ROW_PIPELINE` launch (else two launches per row group).
+    pipeline: bool,
+    /// Blocks an SM holds at most (the pipelined launch's grid is this many per SM).
+    blocks_per_sm: usize,
+    sm_count: usize,
 }
 
 impl RowPlan {
@@ -107,9 +114,20 @@ impl RowPlan {
             // The partials of a row must fit one block's registers for the reductions' last pass.
             return Err(too_big("rows longer than 2^26 values"));
         }
-        let group_rows =
-            if chunks == 1 { rows } else { (info.l2_bytes / 3 / (cols * elem_bytes)).clamp(1, rows) };
-        Ok(Self { rows, team: NN_ROW_BLOCK, chunk, chunks, group_rows, slots: SLOTS })
+        // The pipelined launch keeps two groups in L2 (one being read, one re-read) beside the
+        // outputs streaming through it.
+        let group_rows = (info.l2_bytes / 4 / (cols * elem_bytes)).clamp(1, rows);
+        Ok(Self {
+            rows,
+            team: NN_ROW_BLOCK,
+            chunk,
+            chunks,
+            group_rows,
+            slots: SLOTS,
+            pipeline: true,
+            blocks_per_sm: MAX_THREADS_PER_SM / NN_ROW_BLOCK,
+            sm_count: info.sm_count as usize,
+        })
     }
 
     /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row. Rows of up to 8
@@ -125,13 +143,24 @@ impl RowPlan {
             cols.div_ceil(values).next_power_of_two().clamp(32, NN_ROW_BLOCK)
         };
         let slots = cols.div_ceil(8 * team).next_power_of_two();
-        Self { rows, team, chunk: cols.next_multiple_of(8), chunks: 1, group_rows: rows, slots }
+        let chunk = cols.next_multiple_of(8);
+        Self {
+            rows,
+            team,
+            chunk,
+            chunks: 1,
+            group_rows: rows,
+            slots,
+            pipeline: false,
+            blocks_per_sm: 0,
+            sm_count: 0,
+        }
     }
 
-    /// The plan with every row in one group: for ops whose second pass reads only the partials
-    /// (the reductions), where smaller groups would only add launches.
-    pub(crate) fn one_group(self) -> Self {
-        Self { group_rows: self.rows, ..self }
+    /// Split rows as two launches over all rows (a partial pass, then one that reads only the
+    /// partials): for the reductions, whose second pass re-reads no input.
+    pub(crate) fn two_launches(self) -> Self {
+        Self { group_rows: self.rows, pipeline: false, ..self }
     }
 
     /// Rows run split (two launches per row group).
@@ -139,12 +168,18 @@ impl RowPlan {
         self.chunks > 1
     }
 
-    /// Floats of partial statistics a row group needs, for statistics of `width` floats.
+    /// Row groups of the pipelined launch.
+    fn groups(&self) -> usize {
+        self.rows.div_ceil(self.group_rows)
+    }
+
+    /// Floats of partial statistics (of `width` floats each) a launch needs; the pipelined
+    /// launch's counters (the draw, one per group) follow them.
     pub(crate) fn partials_len(&self, width: usize) -> usize {
-        if self.split() {
-            self.group_rows * self.chunks * width
-        } else {
-            0
+        match (self.split(), self.pipeline) {
+            (false, _) => 0,
+            (true, false) => self.group_rows * self.chunks * width,
+            (true, true) => self.rows * self.chunks * width + 1 + self.groups(),
         }
     }
 
@@ -168,6 +203,16 @@ impl RowPlan {
         };
         if !self.split() {
             return vec![launch(0, self.rows, ROW_WHOLE)];
+        }
+        if self.pipeline {
+            // Every item of every stage (see `pipelined_items`), drawn by at most as many blocks
+            // as the device holds at once; `team` carries the rows per group.
+            let items = (2 * self.groups() + 1) * self.group_rows * self.chunks;
+            let blocks = items.min(self.blocks_per_sm * self.sm_count);
+            let mut l = launch(0, self.rows, ROW_PIPELINE);
+            l.cfg.grid = (blocks as u32, 1, 1);
+            l.team = self.group_rows;
+            return vec![l];
         }
         (0..self.rows)
             .step_by(self.group_rows)
@@ -260,7 +305,14 @@ impl RowPlan {
         mut launch: impl FnMut(&RowLaunch, DevPtrMut<f32>) -> Result<()>,
     ) -> Result<()> {
         let partials = if self.split() {
-            Some(stream.device.pool.alloc(stream, self.partials_len(width) * 4, op)?)
+            let buf = stream.device.pool.alloc(stream, self.partials_len(width) * 4, op)?;
+            if self.pipeline {
+                let counters = self.rows * self.chunks * width;
+                // SAFETY: the counters lie inside the buffer, which the pool keeps until this
+                // stream's work on it is done.
+                unsafe { stream.zero_async(buf.ptr() + 4 * counters as u64, 4 * (1 + self.groups()))? };
+            }
+            Some(buf)
         } else {
             None
         };

@@ -122,6 +122,17 @@ impl Stream {
         unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
     }
 
+    /// Zero `bytes` bytes at `ptr` in stream order (a memset node when captured).
+    ///
+    /// # Safety
+    /// `ptr` is device memory of this stream's device, allocated for at least `bytes` bytes until
+    /// the stream's work on it is done (as pool buffers are).
+    pub(crate) unsafe fn zero_async(&self, ptr: sys::CUdeviceptr, bytes: usize) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the caller's contract; `raw` is a live stream of the bound context.
+        unsafe { result::memset_d8_async(ptr, 0, bytes, self.raw) }.call("cuMemsetD8Async")
+    }
+
     pub(crate) fn reduce_counter(&self) -> Result<sys::CUdeviceptr> {
         if let Some(p) = self.reduce_counter.get() {
             return Ok(*p);
