@@ -904,6 +904,24 @@ fn layer_norm_gradients_are_deterministic(gpu: &Context) {
     }
 }
 
+/// Split rows (the pipelined launch: blocks draw items, apply items wait for their group's
+/// partial items) give the same bits on every run, whichever block drew which item: softmax and
+/// layer norm over several L2-sized groups.
+fn split_rows_are_deterministic(gpu: &Context) {
+    let shape = if under_sanitizer() { [5, 1 << 15] } else { [5, (1 << 22) + 8] };
+    let x = gpu.randn(&shape, 41).unwrap();
+    let bits = |t: &Tensor| t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let run = || {
+        let y = x.softmax().unwrap();
+        let (z, saved) = layer_norm(&x, None, None, 1e-5).unwrap();
+        (bits(&y), bits(&z), bits(&saved.mean), bits(&saved.rstd))
+    };
+    let first = run();
+    for _ in 0..3 {
+        assert!(run() == first, "a split row op changed between runs");
+    }
+}
+
 /// Mixed dtypes are `DTypeMismatch`; the saved statistics must be f32.
 fn row_ops_dtype_errors_on(ctx: &Context) {
     let h = ctx.full_as(&[4, 10], 1.0, DType::F16).unwrap();
@@ -1027,6 +1045,7 @@ fn main() {
         ("gpu_nn_layer_ops_bad_input", Case::Gpu(gpu_layer_ops_bad_input)),
         ("gpu_row_ops_every_dtype_and_branch_match_cpu", Case::Gpu(row_ops_every_dtype_and_branch_match_cpu)),
         ("gpu_layer_norm_gradients_are_deterministic", Case::Gpu(layer_norm_gradients_are_deterministic)),
+        ("gpu_split_rows_are_deterministic", Case::Gpu(split_rows_are_deterministic)),
         ("gpu_row_ops_dtype_errors", Case::Gpu(gpu_row_ops_dtype_errors)),
         ("cpu_row_ops_dtype_errors", Case::Cpu(cpu_row_ops_dtype_errors)),
         ("cpu_row_ops_16_bit", Case::Cpu(cpu_row_ops_16_bit)),

@@ -163,9 +163,12 @@ pub fn under_sanitizer() -> bool {
 }
 
 /// `[rows, cols]` shapes that reach every branch of the row kernels' dispatch: one value; one
-/// long row (split over blocks); rows of 2^22 (split, L2-sized groups); narrow rows (several per
-/// warp); a warp per row; a block per row split for want of rows; GPT-2's vocabulary; whole rows
-/// on blocks of 64 (unaligned), 128 and 256 threads.
+/// long row (split over blocks); rows of 2^22 (split, one row per L2-sized group of the
+/// pipelined launch); narrow rows (several per warp, one chunk a lane); a warp per row; a block
+/// per row split for want of rows; GPT-2's vocabulary (two groups, the last partial); whole rows
+/// on blocks of 64 (unaligned), 128 and 256 threads holding 8, 16 or 32 values a thread; rows
+/// around the boundaries: the widest of one chunk a lane (256), the narrowest past it (264), a
+/// split unaligned row (4099) for want of rows, a row one past a block's 8192.
 pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
     let mut shapes = if under_sanitizer() {
         vec![[1, 1], [1, (1 << 16) + 3], [3, 1 << 16], [1000, 31], [1003, 16], [31, 1000], [8, 50257]]
@@ -181,6 +184,7 @@ pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
         ]
     };
     shapes.extend([[300, 1501], [270, 4000], [265, 8192], [5003, 384], [1001, 257], [129, 512]]);
+    shapes.extend([[7, 8], [33, 256], [33, 264], [200, 4099], [5, 8193]]);
     shapes
 }
 
