@@ -54,11 +54,17 @@ impl Elem for F32 {
     }
 }
 
+/// One 16-byte vector of 16-bit values as four words (two values each, the lower first): packed
+/// and unpacked a word at a time, without byte permutes.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+pub struct Words(pub [u32; 4]);
+
 macro_rules! half_elem {
     ($($h:ty),*) => {$(
         impl Elem for $h {
             type Bits = u16;
-            type Vector = U16x8;
+            type Vector = Words;
             const VEC: usize = 8;
             #[inline(always)]
             unsafe fn load(p: *const u16) -> f32 {
@@ -69,20 +75,24 @@ macro_rules! half_elem {
                 store_u16(p, <$h>::from_f32(v))
             }
             #[inline(always)]
-            unsafe fn load_vector(p: *const u16) -> U16x8 {
-                load_u16x8(p)
+            unsafe fn load_vector(p: *const u16) -> Words {
+                Words(load_u32x4(p as *const u32))
             }
             #[inline(always)]
-            unsafe fn store_vector(p: *mut u16, v: U16x8) {
-                store_u16x8(p, v)
+            unsafe fn store_vector(p: *mut u16, v: Words) {
+                store_u32x4(p as *mut u32, v.0)
             }
             #[inline(always)]
-            fn unpack(v: U16x8) -> [f32; 8] {
-                v.0.map(<$h>::to_f32)
+            fn unpack(v: Words) -> [f32; 8] {
+                let mut out = [0.0f32; 8];
+                for (i, &w) in v.0.iter().enumerate() {
+                    (out[2 * i], out[2 * i + 1]) = <$h>::unpack2(w);
+                }
+                out
             }
             #[inline(always)]
-            fn pack(v: [f32; 8]) -> U16x8 {
-                U16x8(v.map(<$h>::from_f32))
+            fn pack(v: [f32; 8]) -> Words {
+                Words([0, 1, 2, 3].map(|i| <$h>::pack2(v[2 * i], v[2 * i + 1])))
             }
         }
     )*};

@@ -5,6 +5,15 @@ use core::arch::asm;
 pub trait HalfFloat {
     fn to_f32(bits: u16) -> f32;
     fn from_f32(x: f32) -> u16;
+    /// Two values rounded into one word (`lo` in the low half): one `cvt.rn.{f16x2,bf16x2}.f32`
+    /// where two scalar conversions and a byte permute would take three instructions, two of
+    /// them on the pipe that also runs `ex2`.
+    fn pack2(lo: f32, hi: f32) -> u32;
+    /// The two values of a word (the low half first).
+    #[inline(always)]
+    fn unpack2(w: u32) -> (f32, f32) {
+        (Self::to_f32(w as u16), Self::to_f32((w >> 16) as u16))
+    }
 }
 
 /// IEEE binary16.
@@ -31,6 +40,16 @@ impl HalfFloat for F16 {
         };
         h
     }
+    #[inline(always)]
+    fn pack2(lo: f32, hi: f32) -> u32 {
+        let d: u32;
+        // SAFETY: pure conversion, round to nearest even.
+        unsafe {
+            asm!("cvt.rn.f16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
+                 options(pure, nomem, nostack))
+        };
+        d
+    }
 }
 
 impl HalfFloat for BF16 {
@@ -46,5 +65,19 @@ impl HalfFloat for BF16 {
             asm!("cvt.rn.bf16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack))
         };
         h
+    }
+    #[inline(always)]
+    fn pack2(lo: f32, hi: f32) -> u32 {
+        let d: u32;
+        // SAFETY: pure conversion, round to nearest even (sm_80 and up).
+        unsafe {
+            asm!("cvt.rn.bf16x2.f32 {d}, {hi}, {lo};", d = out(reg32) d, hi = in(reg32) hi, lo = in(reg32) lo,
+                 options(pure, nomem, nostack))
+        };
+        d
+    }
+    #[inline(always)]
+    fn unpack2(w: u32) -> (f32, f32) {
+        (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000))
     }
 }

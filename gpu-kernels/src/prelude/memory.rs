@@ -53,11 +53,20 @@ pub unsafe fn load_f32x4(p: *const f32) -> F32x4 {
 /// As [`load_f32x4`].
 #[inline(always)]
 pub unsafe fn load_u16x8(p: *const u16) -> U16x8 {
+    unpack_u16x8(load_u32x4(p as *const u32))
+}
+
+/// `ld.global.v4.u32` through the coherent path: 16 bytes as four words.
+///
+/// # Safety
+/// As [`load_f32x4`].
+#[inline(always)]
+pub unsafe fn load_u32x4(p: *const u32) -> [u32; 4] {
     let (a, b, c, d): (u32, u32, u32, u32);
     asm!("ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
          p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
          options(readonly, nostack));
-    unpack_u16x8([a, b, c, d])
+    [a, b, c, d]
 }
 
 /// `ld.global.f32` (coherent).
@@ -183,8 +192,18 @@ fn unpack_u16x8(w: [u32; 4]) -> U16x8 {
 #[inline(always)]
 pub unsafe fn store_u16x8(p: *mut u16, v: U16x8) {
     let w = |i: usize| v.0[2 * i] as u32 | (v.0[2 * i + 1] as u32) << 16;
+    store_u32x4(p as *mut u32, [w(0), w(1), w(2), w(3)]);
+}
+
+/// `st.global.v4.u32`.
+///
+/// # Safety
+/// As [`store_f32x4`].
+#[inline(always)]
+pub unsafe fn store_u32x4(p: *mut u32, w: [u32; 4]) {
+    let [a, b, c, d] = w;
     asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
-         p = in(reg64) p, a = in(reg32) w(0), b = in(reg32) w(1), c = in(reg32) w(2), d = in(reg32) w(3),
+         p = in(reg64) p, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, d = in(reg32) d,
          options(nostack));
 }
 

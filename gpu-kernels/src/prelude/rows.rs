@@ -129,7 +129,7 @@ macro_rules! half_float {
             }
             #[inline(always)]
             unsafe fn store_vec(p: *mut u16, v: [f32; 8]) {
-                store_u16x8(p, U16x8(v.map(<$h as HalfFloat>::from_f32)))
+                store_u32x4(p as *mut u32, [0, 1, 2, 3].map(|i| <$h as HalfFloat>::pack2(v[2 * i], v[2 * i + 1])))
             }
             #[inline(always)]
             unsafe fn load8_raw(p: *const u16, _second: usize) -> [u32; 8] {
@@ -138,8 +138,11 @@ macro_rules! half_float {
             }
             #[inline(always)]
             fn widen8(raw: [u32; 8]) -> [f32; 8] {
-                let half = |i: usize| <$h as HalfFloat>::to_f32((raw[i / 2] >> (16 * (i % 2))) as u16);
-                [half(0), half(1), half(2), half(3), half(4), half(5), half(6), half(7)]
+                let mut v = [0.0f32; 8];
+                for i in 0..4 {
+                    (v[2 * i], v[2 * i + 1]) = <$h as HalfFloat>::unpack2(raw[i]);
+                }
+                v
             }
         }
     )*};
