@@ -188,7 +188,10 @@ kernel_table! {
             );
         }
         conv::backward_data {
-            [conv2d_bwd_data_f32_large, conv2d_bwd_data_f32_medium, conv2d_bwd_data_f32_small, conv2d_bwd_data_tf32](
+            [
+                conv2d_bwd_data_f32_large, conv2d_bwd_data_f32_medium, conv2d_bwd_data_f32_small,
+                conv2d_bwd_data_tf32
+            ](
                 a: *const f32, b: *const f32, bias: *const f32, out: *mut f32, n: usize, c: usize,
                 h: usize, w: usize, k: usize, r: usize, s: usize, p: usize, q: usize, stride_h: usize,
                 stride_w: usize, pad_h: usize, pad_w: usize, dil_h: usize, dil_w: usize, k_chunk: usize
@@ -225,34 +228,36 @@ kernel_table! {
         nn::softmax {
             [
                 softmax_f32, log_softmax_f32, softmax_v16_f32, log_softmax_v16_f32, softmax_v8_f32,
-                log_softmax_v8_f32
+                log_softmax_v8_f32, softmax_split_f32, log_softmax_split_f32
             ](
                 x: *const f32, out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize,
-                chunk: usize, mode: u32
+                chunk: usize
             );
             [
                 softmax_f16, log_softmax_f16, softmax_bf16, log_softmax_bf16, softmax_v16_f16,
                 log_softmax_v16_f16, softmax_v16_bf16, log_softmax_v16_bf16, softmax_v8_f16,
-                log_softmax_v8_f16, softmax_v8_bf16, log_softmax_v8_bf16
+                log_softmax_v8_f16, softmax_v8_bf16, log_softmax_v8_bf16, softmax_split_f16,
+                log_softmax_split_f16, softmax_split_bf16, log_softmax_split_bf16
             ](
                 x: *const u16, out: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize,
-                chunk: usize, mode: u32
+                chunk: usize
             );
             [
                 softmax_bwd_f32, log_softmax_bwd_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32,
-                softmax_bwd_v8_f32, log_softmax_bwd_v8_f32
+                softmax_bwd_v8_f32, log_softmax_bwd_v8_f32, softmax_bwd_split_f32, log_softmax_bwd_split_f32
             ](
                 y: *const f32, dy: *const f32, dx: *mut f32, partials: *mut f32, rows: usize, cols: usize,
-                team: usize, chunk: usize, mode: u32
+                team: usize, chunk: usize
             );
             [
                 softmax_bwd_f16, log_softmax_bwd_f16, softmax_bwd_bf16, log_softmax_bwd_bf16,
-                softmax_bwd_v16_f16, log_softmax_bwd_v16_f16, softmax_bwd_v16_bf16,
-                log_softmax_bwd_v16_bf16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16, softmax_bwd_v8_bf16,
-                log_softmax_bwd_v8_bf16
+                softmax_bwd_v16_f16, log_softmax_bwd_v16_f16, softmax_bwd_v16_bf16, log_softmax_bwd_v16_bf16,
+                softmax_bwd_v8_f16, log_softmax_bwd_v8_f16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16,
+                softmax_bwd_split_f16, log_softmax_bwd_split_f16, softmax_bwd_split_bf16,
+                log_softmax_bwd_split_bf16
             ](
                 y: *const u16, dy: *const u16, dx: *mut u16, partials: *mut f32, rows: usize, cols: usize,
-                team: usize, chunk: usize, mode: u32
+                team: usize, chunk: usize
             );
         }
         nn::cross_entropy {
@@ -300,15 +305,17 @@ kernel_table! {
             );
         }
         nn::layernorm {
-            [layernorm_fwd_f32, layernorm_fwd_v16_f32, layernorm_fwd_v8_f32](
+            [layernorm_fwd_f32, layernorm_fwd_v16_f32, layernorm_fwd_v8_f32, layernorm_fwd_split_f32](
                 x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
-                mode: u32, eps: f32
+                eps: f32
             );
-            [layernorm_bwd_dx_f32, layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v8_f32](
+            [
+                layernorm_bwd_dx_f32, layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v8_f32,
+                layernorm_bwd_dx_split_f32
+            ](
                 x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
-                dx: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
-                mode: u32
+                dx: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize
             );
             [layernorm_bwd_f32](
                 x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
@@ -325,19 +332,20 @@ kernel_table! {
             );
             [
                 layernorm_fwd_f16, layernorm_fwd_bf16, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16,
-                layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16
+                layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16, layernorm_fwd_split_f16,
+                layernorm_fwd_split_bf16
             ](
                 x: *const u16, gamma: *const u16, beta: *const u16, y: *mut u16, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
-                mode: u32, eps: f32
+                eps: f32
             );
             [
                 layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16, layernorm_bwd_dx_v16_f16,
-                layernorm_bwd_dx_v16_bf16, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16
+                layernorm_bwd_dx_v16_bf16, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16,
+                layernorm_bwd_dx_split_f16, layernorm_bwd_dx_split_bf16
             ](
                 x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,
-                dx: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
-                mode: u32
+                dx: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize
             );
             [layernorm_bwd_f16, layernorm_bwd_bf16](
                 x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,

@@ -21,7 +21,7 @@ use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_
 /// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_rows<F: Float, const K: usize>(
+unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
     x: *const F::Raw,
     gamma: *const F::Raw,
     beta: *const F::Raw,
@@ -29,29 +29,33 @@ unsafe fn layernorm_rows<F: Float, const K: usize>(
     mean_out: *mut f32,
     rstd_out: *mut f32,
     partials: *mut f32,
-    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
+    (rows, cols, team, chunk): (usize, usize, usize, usize),
     eps: f32,
 ) {
-    row_items::<F, Welford, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
-        let offset = t.row * cols;
-        let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
-        // Each thread's exact two-pass (count, mean, M2) over its registers, merged over the team
-        // (and, for a split row, over its chunks) by Chan's formula: one team reduction.
-        let stat = if mode == ROW_APPLY {
-            t.merge_partials::<Welford>(partials)
-        } else {
-            t.combine(welford_slots::<K>(&t, &v))
-        };
-        if mode == ROW_PARTIAL {
-            return t.write_partial(partials, stat);
-        }
-        let Welford(n, mean, m2) = stat;
-        let rstd = 1.0 / sqrt_rn(m2 / n + eps);
-        if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
-            store_f32(mean_out.add(t.row), mean);
-            store_f32(rstd_out.add(t.row), rstd);
-        }
-        t.store_first::<F, K>(
+    row_items::<F, Welford, SPLIT>(
+        (rows, cols, team, chunk),
+        partials,
+        #[inline(always)]
+        |t, mode| {
+            let offset = t.row * cols;
+            let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
+            // Each thread's exact two-pass (count, mean, M2) over its registers, merged over the team
+            // (and, for a split row, over its chunks) by Chan's formula: one team reduction.
+            let stat = if mode == ROW_APPLY {
+                t.merge_partials::<Welford>(partials)
+            } else {
+                t.combine(welford_slots::<K>(&t, &v))
+            };
+            if mode == ROW_PARTIAL {
+                return t.write_partial(partials, stat);
+            }
+            let Welford(n, mean, m2) = stat;
+            let rstd = 1.0 / sqrt_rn(m2 / n + eps);
+            if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
+                store_f32(mean_out.add(t.row), mean);
+                store_f32(rstd_out.add(t.row), rstd);
+            }
+            t.store_first::<F, K>(
             y.wrapping_add(offset),
             #[inline(always)]
             |k| {
@@ -62,7 +66,8 @@ unsafe fn layernorm_rows<F: Float, const K: usize>(
                 out
             },
         );
-    });
+        },
+    );
 }
 
 /// Chunk `k` of g = dy·γ, with `w` this thread's γ (ones without an affine part).
@@ -146,7 +151,7 @@ unsafe fn store_dx<F: Float, const K: usize>(
 /// `dx`; `gamma` may be null. Each thread holds its first `K` chunks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
+unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
     x: *const F::Raw,
     gamma: *const F::Raw,
     dy: *const F::Raw,
@@ -154,26 +159,34 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
     rstd: *const f32,
     dx: *mut F::Raw,
     partials: *mut f32,
-    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
+    (rows, cols, team, chunk): (usize, usize, usize, usize),
 ) {
-    row_items::<F, Sum2, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
-        let offset = t.row * cols;
-        let active = t.begin < t.end;
-        let stat =
-            if active { (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
-        let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
-        let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
-        let w = gamma_slots::<F, K>(&t, gamma);
-        let sums = if mode == ROW_APPLY {
-            t.merge_partials(partials)
-        } else {
-            t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat))
-        };
-        if mode == ROW_PARTIAL {
-            return t.write_partial(partials, sums);
-        }
-        store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
-    });
+    row_items::<F, Sum2, SPLIT>(
+        (rows, cols, team, chunk),
+        partials,
+        #[inline(always)]
+        |t, mode| {
+            let offset = t.row * cols;
+            let active = t.begin < t.end;
+            let stat = if active {
+                (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row)))
+            } else {
+                (0.0, 0.0)
+            };
+            let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
+            let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
+            let w = gamma_slots::<F, K>(&t, gamma);
+            let sums = if mode == ROW_APPLY {
+                t.merge_partials(partials)
+            } else {
+                t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat))
+            };
+            if mode == ROW_PARTIAL {
+                return t.write_partial(partials, sums);
+            }
+            store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
+        },
+    );
 }
 
 // build.rs reads shared sizes as literals: 2 · LAYERNORM_FUSED_COLS.
@@ -327,40 +340,43 @@ unsafe fn layernorm_bwd_params_cols<F: Float>(
 }
 
 macro_rules! layernorm_row_kernels {
-    ($($fwd:ident, $dx:ident: $f:ty, $k:literal;)*) => {$(
+    ($($fwd:ident, $dx:ident: $f:ty, $k:literal, $split:literal;)*) => {$(
         /// Layer norm forward; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
             x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, beta: *const <$f as Float>::Raw,
             y: *mut <$f as Float>::Raw, mean_out: *mut f32, rstd_out: *mut f32, partials: *mut f32,
-            rows: usize, cols: usize, team: usize, chunk: usize, mode: u32, eps: f32,
+            rows: usize, cols: usize, team: usize, chunk: usize, eps: f32,
         ) {
-            let shape = (rows, cols, team, chunk, mode);
-            layernorm_rows::<$f, $k>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
+            let shape = (rows, cols, team, chunk);
+            layernorm_rows::<$f, $k, $split>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
         }
         /// `dx` of layer norm.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dx(
             x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw,
             mean: *const f32, rstd: *const f32, dx: *mut <$f as Float>::Raw, partials: *mut f32,
-            rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
+            rows: usize, cols: usize, team: usize, chunk: usize,
         ) {
-            let shape = (rows, cols, team, chunk, mode);
-            layernorm_bwd_dx_rows::<$f, $k>(x, gamma, dy, mean, rstd, dx, partials, shape)
+            let shape = (rows, cols, team, chunk);
+            layernorm_bwd_dx_rows::<$f, $k, $split>(x, gamma, dy, mean, rstd, dx, partials, shape)
         }
     )*};
 }
 
 layernorm_row_kernels! {
-    layernorm_fwd_f32, layernorm_bwd_dx_f32: f32, 4;
-    layernorm_fwd_f16, layernorm_bwd_dx_f16: F16, 4;
-    layernorm_fwd_bf16, layernorm_bwd_dx_bf16: BF16, 4;
-    layernorm_fwd_v16_f32, layernorm_bwd_dx_v16_f32: f32, 2;
-    layernorm_fwd_v16_f16, layernorm_bwd_dx_v16_f16: F16, 2;
-    layernorm_fwd_v16_bf16, layernorm_bwd_dx_v16_bf16: BF16, 2;
-    layernorm_fwd_v8_f32, layernorm_bwd_dx_v8_f32: f32, 1;
-    layernorm_fwd_v8_f16, layernorm_bwd_dx_v8_f16: F16, 1;
-    layernorm_fwd_v8_bf16, layernorm_bwd_dx_v8_bf16: BF16, 1;
+    layernorm_fwd_f32, layernorm_bwd_dx_f32: f32, 4, false;
+    layernorm_fwd_f16, layernorm_bwd_dx_f16: F16, 4, false;
+    layernorm_fwd_bf16, layernorm_bwd_dx_bf16: BF16, 4, false;
+    layernorm_fwd_v16_f32, layernorm_bwd_dx_v16_f32: f32, 2, false;
+    layernorm_fwd_v16_f16, layernorm_bwd_dx_v16_f16: F16, 2, false;
+    layernorm_fwd_v16_bf16, layernorm_bwd_dx_v16_bf16: BF16, 2, false;
+    layernorm_fwd_v8_f32, layernorm_bwd_dx_v8_f32: f32, 1, false;
+    layernorm_fwd_v8_f16, layernorm_bwd_dx_v8_f16: F16, 1, false;
+    layernorm_fwd_v8_bf16, layernorm_bwd_dx_v8_bf16: BF16, 1, false;
+    layernorm_fwd_split_f32, layernorm_bwd_dx_split_f32: f32, 4, true;
+    layernorm_fwd_split_f16, layernorm_bwd_dx_split_f16: F16, 4, true;
+    layernorm_fwd_split_bf16, layernorm_bwd_dx_split_bf16: BF16, 4, true;
 }
 
 macro_rules! layernorm_kernels {

@@ -17,7 +17,7 @@ use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
+unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: bool>(
     x: *const F::Raw,
     out: *mut F::Raw,
     partials: *mut f32,
@@ -25,35 +25,42 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
     cols: usize,
     team: usize,
     chunk: usize,
-    mode: u32,
 ) {
-    row_items::<F, MaxSumExp, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
-        let offset = t.row * cols;
-        let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
-        // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
-        // reductions); only the merge of a split row's chunks takes the online form.
-        let MaxSumExp(m, s) = if mode == ROW_APPLY {
-            t.merge_partials(partials)
-        } else {
-            let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
-            MaxSumExp(m, t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(&t, &v, |e| exp_fast(e - m)))).0)
-        };
-        if mode == ROW_PARTIAL {
-            return t.write_partial(partials, MaxSumExp(m, s));
-        }
-        let (shift, inv) = (m + ln_fast(s), 1.0 / s);
-        t.store_first::<F, K>(
-            out.wrapping_add(offset),
-            #[inline(always)]
-            |k| v[k].map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }),
-        );
-    });
+    row_items::<F, MaxSumExp, SPLIT>(
+        (rows, cols, team, chunk),
+        partials,
+        #[inline(always)]
+        |t, mode| {
+            let offset = t.row * cols;
+            let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
+            // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
+            // reductions); only the merge of a split row's chunks takes the online form.
+            let MaxSumExp(m, s) = if mode == ROW_APPLY {
+                t.merge_partials(partials)
+            } else {
+                let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
+                MaxSumExp(
+                    m,
+                    t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(&t, &v, |e| exp_fast(e - m)))).0,
+                )
+            };
+            if mode == ROW_PARTIAL {
+                return t.write_partial(partials, MaxSumExp(m, s));
+            }
+            let (shift, inv) = (m + ln_fast(s), 1.0 / s);
+            t.store_first::<F, K>(
+                out.wrapping_add(offset),
+                #[inline(always)]
+                |k| v[k].map(|e| if LOG { e - shift } else { exp_fast(e - m) * inv }),
+            );
+        },
+    );
 }
 
 /// Backward of softmax (`LOG = false`: `dx = y (dy - Σ dy·y)`) or log-softmax (`dx = dy - e^y Σ dy`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize>(
+unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: bool>(
     y: *const F::Raw,
     dy: *const F::Raw,
     dx: *mut F::Raw,
@@ -62,83 +69,90 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize>(
     cols: usize,
     team: usize,
     chunk: usize,
-    mode: u32,
 ) {
-    row_items::<F, Folded<Sum>, K>((rows, cols, team, chunk, mode), partials, |t, mode| {
-        let offset = t.row * cols;
-        let p = t.load_first::<F, K>(y.wrapping_add(offset), 0.0);
-        let g = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
-        let total = if mode == ROW_APPLY {
-            t.merge_partials::<Folded<Sum>>(partials)
-        } else {
-            let mut acc = 0.0f32;
-            t.each_first::<K>(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
-            t.combine(Folded::<Sum>::new(acc))
-        };
-        if mode == ROW_PARTIAL {
-            return t.write_partial(partials, total);
-        }
-        let total = total.0;
-        t.store_first::<F, K>(
-            dx.wrapping_add(offset),
-            #[inline(always)]
-            |k| {
-                let mut d = [0.0f32; 8];
-                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    let (pe, ge) = (p[k][e], g[k][e]);
-                    d[e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
-                });
-                d
-            },
-        );
-    });
+    row_items::<F, Folded<Sum>, SPLIT>(
+        (rows, cols, team, chunk),
+        partials,
+        #[inline(always)]
+        |t, mode| {
+            let offset = t.row * cols;
+            let p = t.load_first::<F, K>(y.wrapping_add(offset), 0.0);
+            let g = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
+            let total = if mode == ROW_APPLY {
+                t.merge_partials::<Folded<Sum>>(partials)
+            } else {
+                let mut acc = 0.0f32;
+                t.each_first::<K>(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
+                t.combine(Folded::<Sum>::new(acc))
+            };
+            if mode == ROW_PARTIAL {
+                return t.write_partial(partials, total);
+            }
+            let total = total.0;
+            t.store_first::<F, K>(
+                dx.wrapping_add(offset),
+                #[inline(always)]
+                |k| {
+                    let mut d = [0.0f32; 8];
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                        let (pe, ge) = (p[k][e], g[k][e]);
+                        d[e] = if LOG { ge - exp_fast(pe) * total } else { pe * (ge - total) };
+                    });
+                    d
+                },
+            );
+        },
+    );
 }
 
 macro_rules! softmax_kernels {
-    ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty, $k:literal;)*) => {$(
+    ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty, $k:literal, $split:literal;)*) => {$(
         /// Softmax of each row; see the module documentation for the launch.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
-            cols: usize, team: usize, chunk: usize, mode: u32,
+            cols: usize, team: usize, chunk: usize,
         ) {
-            softmax_rows::<$f, false, $k>(x, out, partials, rows, cols, team, chunk, mode)
+            softmax_rows::<$f, false, $k, $split>(x, out, partials, rows, cols, team, chunk)
         }
         /// Log-softmax of each row.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $log(
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
-            cols: usize, team: usize, chunk: usize, mode: u32,
+            cols: usize, team: usize, chunk: usize,
         ) {
-            softmax_rows::<$f, true, $k>(x, out, partials, rows, cols, team, chunk, mode)
+            softmax_rows::<$f, true, $k, $split>(x, out, partials, rows, cols, team, chunk)
         }
         /// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $bwd(
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
-            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
+            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
         ) {
-            softmax_bwd_rows::<$f, false, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+            softmax_bwd_rows::<$f, false, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk)
         }
         /// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $log_bwd(
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
-            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
+            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
         ) {
-            softmax_bwd_rows::<$f, true, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+            softmax_bwd_rows::<$f, true, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk)
         }
     )*};
 }
 
 softmax_kernels! {
-    softmax_f32, log_softmax_f32, softmax_bwd_f32, log_softmax_bwd_f32: f32, 4;
-    softmax_f16, log_softmax_f16, softmax_bwd_f16, log_softmax_bwd_f16: F16, 4;
-    softmax_bf16, log_softmax_bf16, softmax_bwd_bf16, log_softmax_bwd_bf16: BF16, 4;
-    softmax_v16_f32, log_softmax_v16_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32: f32, 2;
-    softmax_v16_f16, log_softmax_v16_f16, softmax_bwd_v16_f16, log_softmax_bwd_v16_f16: F16, 2;
-    softmax_v16_bf16, log_softmax_v16_bf16, softmax_bwd_v16_bf16, log_softmax_bwd_v16_bf16: BF16, 2;
-    softmax_v8_f32, log_softmax_v8_f32, softmax_bwd_v8_f32, log_softmax_bwd_v8_f32: f32, 1;
-    softmax_v8_f16, log_softmax_v8_f16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16: F16, 1;
-    softmax_v8_bf16, log_softmax_v8_bf16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16: BF16, 1;
+    softmax_f32, log_softmax_f32, softmax_bwd_f32, log_softmax_bwd_f32: f32, 4, false;
+    softmax_f16, log_softmax_f16, softmax_bwd_f16, log_softmax_bwd_f16: F16, 4, false;
+    softmax_bf16, log_softmax_bf16, softmax_bwd_bf16, log_softmax_bwd_bf16: BF16, 4, false;
+    softmax_v16_f32, log_softmax_v16_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32: f32, 2, false;
+    softmax_v16_f16, log_softmax_v16_f16, softmax_bwd_v16_f16, log_softmax_bwd_v16_f16: F16, 2, false;
+    softmax_v16_bf16, log_softmax_v16_bf16, softmax_bwd_v16_bf16, log_softmax_bwd_v16_bf16: BF16, 2, false;
+    softmax_v8_f32, log_softmax_v8_f32, softmax_bwd_v8_f32, log_softmax_bwd_v8_f32: f32, 1, false;
+    softmax_v8_f16, log_softmax_v8_f16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16: F16, 1, false;
+    softmax_v8_bf16, log_softmax_v8_bf16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16: BF16, 1, false;
+    softmax_split_f32, log_softmax_split_f32, softmax_bwd_split_f32, log_softmax_bwd_split_f32: f32, 4, true;
+    softmax_split_f16, log_softmax_split_f16, softmax_bwd_split_f16, log_softmax_bwd_split_f16: F16, 4, true;
+    softmax_split_bf16, log_softmax_split_bf16, softmax_bwd_split_bf16, log_softmax_bwd_split_bf16: BF16, 4, true;
 }

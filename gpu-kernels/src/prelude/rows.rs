@@ -18,7 +18,7 @@ use super::memory::*;
 use super::shared::shared_ptr;
 use super::sync::{atomic_add_u32, fence_gpu, load_acquire_u32, sync_threads};
 use super::warp::shfl_xor;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE, ROW_WHOLE};
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_WHOLE};
 use core::marker::PhantomData;
 
 /// Chunks of 8 values each thread of a team holds.
@@ -447,30 +447,24 @@ impl RowTeam {
 
 shared_array!(static ROW_TICKET: [u32; 1]);
 
-/// The row items of a launch: `body(team, mode)` once for this block's team when `mode` is
-/// `ROW_WHOLE`, `ROW_PARTIAL` or `ROW_APPLY` (a launch per mode), or, for `ROW_PIPELINE`, for
-/// each item the block draws; see [`pipelined_items`]. Only the builds whose threads hold all
-/// `SLOTS` chunks (`K`) split rows (the host's dispatch): only they carry the split modes' code
-/// and registers.
+/// The row items of a launch: `body(team, ROW_WHOLE)` once for this block's team of whole rows
+/// (`SPLIT = false`), or, in the split-row builds (`SPLIT = true`, launched `ROW_PIPELINE`),
+/// for each item the block draws (see [`pipelined_items`]). The modes are constants of each
+/// build, so that each inlines `body` once and carries only its own registers.
 ///
 /// # Safety
-/// As [`pipelined_items`] for `ROW_PIPELINE`; otherwise `partials` as the modes need.
+/// As [`pipelined_items`] for the split builds.
 #[inline(always)]
-pub unsafe fn row_items<F: Float, S: RowStat, const K: usize>(
-    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
+pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool>(
+    (rows, cols, team, chunk): (usize, usize, usize, usize),
     partials: *mut f32,
     body: impl FnMut(&RowTeam, u32),
 ) {
     let mut body = body;
-    let team_of_block = RowTeam::new::<F>(rows, cols, team, chunk);
-    if K < SLOTS {
-        // Rows a thread holds in fewer chunks are never split: a constant mode drops the
-        // split modes' code (and its registers) from these builds.
-        body(&team_of_block, ROW_WHOLE);
-    } else if mode == ROW_PIPELINE {
+    if SPLIT {
         pipelined_items::<F, S>((rows, cols, team, chunk), partials, body);
     } else {
-        body(&team_of_block, mode);
+        body(&RowTeam::new::<F>(rows, cols, team, chunk), ROW_WHOLE);
     }
 }
 

@@ -23,12 +23,11 @@ use rayon::prelude::*;
 /// warp holds at least one 16-byte vector of a 16-bit row (narrower rows keep smaller teams).
 const LAYERNORM_FUSED_MIN_COLS: usize = 257;
 
-/// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk, mode.
-type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
-/// Their backward passes: y, dy, dx, partials, rows, cols, team, chunk, mode.
-type SoftmaxBwdArgs<T> =
-    (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
-/// Layer norm: x, γ, β, y, mean, rstd, partials, rows, cols, team, chunk, mode, eps.
+/// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk.
+type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize);
+/// Their backward passes: y, dy, dx, partials, rows, cols, team, chunk.
+type SoftmaxBwdArgs<T> = (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize);
+/// Layer norm: x, γ, β, y, mean, rstd, partials, rows, cols, team, chunk, eps.
 type LayerNormArgs<T> = (
     DevPtr<T>,
     DevPtr<T>,
@@ -41,10 +40,9 @@ type LayerNormArgs<T> = (
     usize,
     usize,
     usize,
-    u32,
     f32,
 );
-/// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk, mode.
+/// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk.
 type LayerNormDxArgs<T> = (
     DevPtr<T>,
     DevPtr<T>,
@@ -57,7 +55,6 @@ type LayerNormDxArgs<T> = (
     usize,
     usize,
     usize,
-    u32,
 );
 /// The one-launch layer-norm backward: x, γ, dy, mean, rstd, dx, partials, counter, dγ, dβ,
 /// rows, cols.
@@ -102,31 +99,37 @@ const SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
     by_dtype!(softmax_f32, softmax_f16, softmax_bf16),
     by_dtype!(softmax_v16_f32, softmax_v16_f16, softmax_v16_bf16),
     by_dtype!(softmax_v8_f32, softmax_v8_f16, softmax_v8_bf16),
+    by_dtype!(softmax_split_f32, softmax_split_f16, softmax_split_bf16),
 ];
 const LOG_SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
     by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16),
     by_dtype!(log_softmax_v16_f32, log_softmax_v16_f16, log_softmax_v16_bf16),
     by_dtype!(log_softmax_v8_f32, log_softmax_v8_f16, log_softmax_v8_bf16),
+    by_dtype!(log_softmax_split_f32, log_softmax_split_f16, log_softmax_split_bf16),
 ];
 const SOFTMAX_BWD: RowKernels<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> = [
     by_dtype!(softmax_bwd_f32, softmax_bwd_f16, softmax_bwd_bf16),
     by_dtype!(softmax_bwd_v16_f32, softmax_bwd_v16_f16, softmax_bwd_v16_bf16),
     by_dtype!(softmax_bwd_v8_f32, softmax_bwd_v8_f16, softmax_bwd_v8_bf16),
+    by_dtype!(softmax_bwd_split_f32, softmax_bwd_split_f16, softmax_bwd_split_bf16),
 ];
 const LOG_SOFTMAX_BWD: RowKernels<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> = [
     by_dtype!(log_softmax_bwd_f32, log_softmax_bwd_f16, log_softmax_bwd_bf16),
     by_dtype!(log_softmax_bwd_v16_f32, log_softmax_bwd_v16_f16, log_softmax_bwd_v16_bf16),
     by_dtype!(log_softmax_bwd_v8_f32, log_softmax_bwd_v8_f16, log_softmax_bwd_v8_bf16),
+    by_dtype!(log_softmax_bwd_split_f32, log_softmax_bwd_split_f16, log_softmax_bwd_split_bf16),
 ];
 const LAYERNORM_FWD: RowKernels<LayerNormArgs<f32>, LayerNormArgs<u16>> = [
     by_dtype!(layernorm_fwd_f32, layernorm_fwd_f16, layernorm_fwd_bf16),
     by_dtype!(layernorm_fwd_v16_f32, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16),
     by_dtype!(layernorm_fwd_v8_f32, layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16),
+    by_dtype!(layernorm_fwd_split_f32, layernorm_fwd_split_f16, layernorm_fwd_split_bf16),
 ];
 const LAYERNORM_DX: RowKernels<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> = [
     by_dtype!(layernorm_bwd_dx_f32, layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16),
     by_dtype!(layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v16_f16, layernorm_bwd_dx_v16_bf16),
     by_dtype!(layernorm_bwd_dx_v8_f32, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16),
+    by_dtype!(layernorm_bwd_dx_split_f32, layernorm_bwd_dx_split_f16, layernorm_bwd_dx_split_bf16),
 ];
 const LAYERNORM_BWD: ByDType<LayerNormBwdArgs<f32>, LayerNormBwdArgs<u16>> =
     by_dtype!(layernorm_bwd_f32, layernorm_bwd_f16, layernorm_bwd_bf16);
@@ -200,7 +203,6 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
                         cols,
                         l.team,
                         l.chunk,
-                        l.mode,
                     );
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type, of which this launch's row group starts at `at`; partials
@@ -250,7 +252,7 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                 let at = l.row0 * cols;
                 launch_by_dtype!(table[l.variant()], dtype, |k| {
                     let (y, dy, dx) = (y.ptr().offset(at), dy.ptr().offset(at), dx.ptr_mut().offset(at));
-                    let args = (y, dy, dx, partials, l.rows, cols, l.team, l.chunk, l.mode);
+                    let args = (y, dy, dx, partials, l.rows, cols, l.team, l.chunk);
                     // SAFETY: `<log_>softmax_bwd_<dtype>`: y, dy, dx hold rows·cols values of the
                     // kernel's type (shapes and dtypes checked equal), this group from `at`;
                     // partials and the launch shape as in the forward pass.
@@ -697,7 +699,6 @@ pub fn layer_norm(
                             cols,
                             l.team,
                             l.chunk,
-                            l.mode,
                             eps,
                         );
                         // SAFETY: `layernorm_fwd_<dtype>`: x and y hold rows·cols values of the
@@ -836,7 +837,6 @@ pub fn layer_norm_backward(
                             cols,
                             l.team,
                             l.chunk,
-                            l.mode,
                         );
                         // SAFETY: `layernorm_bwd_dx_<dtype>`: x, dy, dx hold rows·cols values of
                         // the kernel's type (this group from `at`), gamma cols or null,

@@ -64,16 +64,19 @@ impl Reduce {
                 by_dtype!(sum_rows_f32, sum_rows_f16, sum_rows_bf16),
                 by_dtype!(sum_rows_v16_f32, sum_rows_v16_f16, sum_rows_v16_bf16),
                 by_dtype!(sum_rows_v8_f32, sum_rows_v8_f16, sum_rows_v8_bf16),
+                by_dtype!(sum_rows_f32, sum_rows_f16, sum_rows_bf16),
             ],
             Reduce::Max => [
                 by_dtype!(max_rows_f32, max_rows_f16, max_rows_bf16),
                 by_dtype!(max_rows_v16_f32, max_rows_v16_f16, max_rows_v16_bf16),
                 by_dtype!(max_rows_v8_f32, max_rows_v8_f16, max_rows_v8_bf16),
+                by_dtype!(max_rows_f32, max_rows_f16, max_rows_bf16),
             ],
             Reduce::Min => [
                 by_dtype!(min_rows_f32, min_rows_f16, min_rows_bf16),
                 by_dtype!(min_rows_v16_f32, min_rows_v16_f16, min_rows_v16_bf16),
                 by_dtype!(min_rows_v8_f32, min_rows_v8_f16, min_rows_v8_bf16),
+                by_dtype!(min_rows_f32, min_rows_f16, min_rows_bf16),
             ],
         }
     }

@@ -32,13 +32,10 @@ const SLOTS: usize = ROW_THREAD_VALUES / 8;
 /// Threads an SM holds (every GPU since Volta; Hopper's too).
 const MAX_THREADS_PER_SM: usize = 2048;
 
-/// Values a thread of a team wider than a warp aims to hold.
-fn thread_values() -> usize {
-    std::env::var("FERROCUDA_ROW_VALUES").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
-}
-
-/// A row kernel's three builds, by the values a thread holds: 32 (four chunks of 8), 16, 8.
-pub(crate) type RowKernels<A, B> = [ByDType<A, B>; 3];
+/// A row kernel's builds: whole rows by the values a thread holds, 32 (four chunks of 8), 16, 8;
+/// then split rows (the `ROW_PIPELINE` launch, or the reductions' `ROW_PARTIAL` and `ROW_APPLY`
+/// launches, which their 32-value build takes).
+pub(crate) type RowKernels<A, B> = [ByDType<A, B>; 4];
 
 /// One launch of a row kernel over rows `[row0, row0 + rows)`.
 #[derive(Clone, Copy, Debug)]
@@ -56,10 +53,11 @@ pub(crate) struct RowLaunch {
 impl RowLaunch {
     /// The index in a [`RowKernels`] of the build this launch needs.
     pub(crate) fn variant(&self) -> usize {
-        match self.slots {
-            1 => 2,
-            2 => 1,
-            _ => 0,
+        match (self.mode, self.slots) {
+            (ROW_WHOLE, 1) => 2,
+            (ROW_WHOLE, 2) => 1,
+            (ROW_WHOLE, _) => 0,
+            _ => 3,
         }
     }
 }
@@ -132,15 +130,14 @@ impl RowPlan {
 
     /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row. Rows of up to 8
     /// values a lane of a warp take teams of `next_pow2(⌈cols/8⌉)` lanes holding one chunk each;
-    /// wider rows a team of about `cols / THREAD_VALUES` threads (a warp to a block), each holding
+    /// wider rows a team of about `cols / ROW_THREAD_VALUES` threads (a warp to a block), each holding
     /// the fewest chunks (1, 2, 4) that cover the row. Fewer values a thread is fewer registers,
     /// so more warps an SM to wait for memory.
     pub(crate) fn whole_rows(rows: usize, cols: usize) -> Self {
-        let values = thread_values();
         let team = if cols <= 8 * 32 {
             cols.div_ceil(8).next_power_of_two()
         } else {
-            cols.div_ceil(values).next_power_of_two().clamp(32, NN_ROW_BLOCK)
+            cols.div_ceil(ROW_THREAD_VALUES).next_power_of_two().clamp(32, NN_ROW_BLOCK)
         };
         let slots = cols.div_ceil(8 * team).next_power_of_two();
         let chunk = cols.next_multiple_of(8);
