@@ -7,8 +7,8 @@
 //! Forward: a row team (see `prelude::rows`) holds its row in registers: each thread's exact
 //! two-pass (count, mean, M2) over its values, merged over the team by Chan's formula (one team
 //! reduction), then `y = (x - mean) · rstd · γ + β` from the registers; one read, one write. Rows
-//! split across blocks merge the chunks' (count, mean, M2) the same way in a second launch that
-//! re-reads its chunk.
+//! split across blocks merge the chunks' (count, mean, M2) the same way in the pipelined launch's
+//! apply items, which re-read their chunk.
 //! Backward, per row with x̂ = (x - mean)·rstd and g = dy·γ:
 //! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`, the two sums merged the same way; per column
 //! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds

@@ -6,9 +6,9 @@
 //! Launch (see `prelude::rows` and the host's dispatch): a team of threads per row holds the row
 //! (or its chunk) in registers, so each element is read once and written once: the team's
 //! (max, Σ e^(x - max)) comes from the values held, then the outputs. Rows longer than a block
-//! holds are split into chunks over `gridDim.y` and take two launches (`ROW_PARTIAL`: each
-//! chunk's (max, sum), merged online; `ROW_APPLY`: re-read the chunk, merge the row's partials,
-//! write), the re-read coming from L2 where the host keeps the launches' rows within it.
+//! holds, or too few for the SMs, are split into chunks and run as one pipelined launch of the
+//! `_split_` builds (`ROW_PARTIAL` items: each chunk's (max, sum), merged online; `ROW_APPLY`
+//! items a row group later: re-read the chunk from L2, merge the row's partials, write).
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
 //! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;

@@ -1,15 +1,17 @@
 //! Row teams: the threads that share one row of a `[rows, cols]` tensor (or one chunk of a row
-//! split across blocks), the 32 values each thread holds of it in registers, and the team-wide
-//! combination of per-thread statistics.
+//! split across blocks), the up to 32 values each thread holds of it in registers, and the
+//! team-wide combination of per-thread statistics.
 //!
 //! A team is `size` threads of a 1-D block: a power of two up to 32 (several rows per warp, or a
 //! warp per row; combined by butterflies within the warp) or the whole block (one row, or one
 //! chunk of a row, per block of 64-256 threads; combined through shared memory). `blockIdx.y`
-//! picks the chunk `[y·chunk, (y+1)·chunk)` of the row. Each thread holds [`SLOTS`] chunks of 8
-//! values: 16-byte vectors (one of 8 16-bit values, two of 4 f32) with the team's lanes on
-//! consecutive vectors, so that each load instruction of a warp reads one contiguous span, where
-//! the row start is 16-byte aligned; scalars at `begin + lane + size·(8k + e)` where it is not.
-//! The host keeps a team's range within `8 · SLOTS · size` values.
+//! (or, in a pipelined launch, the item a block draws) picks the chunk `[c·chunk, (c+1)·chunk)`
+//! of the row. Each thread holds up to [`SLOTS`] chunks of 8 values (kernels are built for the
+//! first 1, 2 or 4: `load_first`, `each_first`, `store_first`): 16-byte vectors (one of 8 16-bit
+//! values, two of 4 f32) with the team's lanes on consecutive vectors, so that each load
+//! instruction of a warp reads one contiguous span, where the row start is 16-byte aligned;
+//! scalars at `begin + lane + size·(8k + e)` where it is not. The host keeps a team's range
+//! within `8 · K · size` values.
 use super::block::{welford_combine, Max, ReduceOp, Sum};
 use super::half::{HalfFloat, BF16, F16};
 use super::index::{block_dim_x, block_x, block_y, grid_dim_y, lane, thread_x, warp_in_block};

@@ -2,16 +2,19 @@
 //! kernels share `gpu-kernels/src/prelude/rows.rs`) and of the column sums (`sum_leading`, layer
 //! norm's parameter gradients).
 //!
-//! Rows of `cols` values go to teams of threads that hold them in registers
-//! (`ROW_THREAD_VALUES` = 32 values per thread):
-//! - `cols ≤ 1024`: a team of `next_pow2(⌈cols/8⌉)` threads, at most a warp (several rows per
-//!   warp for narrow rows: a thread holds about one 16-byte vector per row, rows stay coalesced);
-//! - longer rows: a block per row of 64-256 threads (`next_pow2(⌈cols/32⌉)`: each thread holds
-//!   close to its 32 values), or a block of `NN_ROW_BLOCK` per chunk of a row when the row
-//!   exceeds what a block holds (8192 values) or rows are too few to give every SM two blocks
-//!   (chunks of at least `MIN_SPLIT_CHUNK` values). A split row takes two launches
-//!   (`ROW_PARTIAL`, `ROW_APPLY`); they run over groups of rows that fit in a third of L2, so
-//!   that the second launch re-reads its inputs from L2, not DRAM.
+//! Rows of `cols` values go to teams of threads that hold them in registers, built for 8, 16 or
+//! 32 values a thread (`RowKernels`: fewer values, fewer registers, more warps an SM):
+//! - `cols ≤ 256`: a team of `next_pow2(⌈cols/8⌉)` lanes (several rows per warp), one 16-byte
+//!   chunk of 8 values a lane (the 8-value builds: 32 registers, full occupancy);
+//! - `256 < cols ≤ 8192`: a team of `next_pow2(⌈cols/32⌉)` threads (a warp up to a block of 256),
+//!   each holding the fewest chunks (2 or 4) that cover the row;
+//! - longer rows, or rows too few to give every SM two blocks (chunks of at least
+//!   `MIN_SPLIT_CHUNK` values): a block of `NN_ROW_BLOCK` per chunk of 8192 values. Softmax and
+//!   layer norm run them in one `ROW_PIPELINE` launch of their `_split_` builds: blocks draw
+//!   items from a counter, each chunk's statistic first, then, a row group later, the chunk again
+//!   with its row's merged statistics (from L2: groups of a quarter of L2); see
+//!   `prelude::rows::pipelined_items`. The reductions, whose second pass reads only the
+//!   partials, take two launches (`ROW_PARTIAL`, `ROW_APPLY`).
 use crate::runtime::device::DeviceInfo;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtrMut};
