@@ -96,6 +96,14 @@ fn main() -> Result<()> {
                 median_ms(&ctx, 3, 20, || conv2d(&x, &w, None, params).map(drop))?
             };
             let flops = conv.flops() * if backward { 2.0 } else { 1.0 };
+            if backward {
+                let data =
+                    median_ms(&ctx, 2, 10, || conv2d_backward_data(&dy, &w, &conv.input, params).map(drop))?;
+                let weight = median_ms(&ctx, 2, 10, || {
+                    conv2d_backward_weight(&x, &dy, &conv.weight, params).map(drop)
+                })?;
+                println!("{:<20} (data {data:.4} ms + weight {weight:.4} ms)", "");
+            }
             let torch = torch_ms(torch_json, &format!("{workload}_{precision}"), &conv.key(with_stride));
             println!(
                 "{workload:<14} {precision:<5} {:<42} {ms:>9.4} {:>8.2} {:>9} {:>7}",

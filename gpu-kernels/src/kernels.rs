@@ -208,6 +208,13 @@ kernel_table! {
                 plane: usize, channels: usize
             );
         }
+        conv::col2im {
+            [conv2d_col2im_f32](
+                cols: *const f32, dx: *mut f32, n: usize, c: usize, h: usize, w: usize, r: usize, s: usize,
+                p: usize, q: usize, stride_h: usize, stride_w: usize, pad_h: usize, pad_w: usize,
+                dil_h: usize, dil_w: usize
+            );
+        }
         conv::backward_bias {
             [conv2d_bwd_bias_f32](dy: *const f32, db: *mut f32, n: usize, k: usize, pq: usize);
         }
