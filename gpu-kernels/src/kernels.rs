@@ -88,6 +88,13 @@ kernel_table! {
                 alpha: f32, beta: f32, activation: u32
             );
         }
+        matmul::gemm_tiny {
+            [gemm_f32_tiny_nn, gemm_f32_tiny_nt, gemm_f32_tiny_tn, gemm_f32_tiny_tt](
+                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
+                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+                alpha: f32, beta: f32, activation: u32
+            );
+        }
         matmul::gemv {
             [
                 gemv_f32_nn_r4, gemv_f32_nt_r4, gemv_f32_nn_r16, gemv_f32_nt_r16
