@@ -6,8 +6,8 @@
 //! A block computes a BM×BN tile of C in k-steps of BK: A's BM×BK and B's BK×BN tiles go through
 //! shared memory (two stages, k-major so that each thread reads its 8 rows and 8 columns as
 //! 16-byte vectors), while the next step's tiles are already loading into registers. Each thread
-//! owns an 8×8 register tile split in four 4×4 quadrants, half a tile apart, which keeps the
-//! shared-memory reads of a warp conflict-free. `op(X)` is X or Xᵀ by the kernel's suffix
+//! owns an 8×8 register tile split in four 4×4 quadrants, half a warp tile (32×64) apart, which
+//! keeps the shared-memory reads of a warp conflict-free and small. `op(X)` is X or Xᵀ by the kernel's suffix
 //! (`_nn`, `_nt`, `_tn`, `_tt`); any M, N, K: partial tiles load zeros and store nothing outside.
 //! Launch: `blockDim = gemm_threads(tile)`, `gridDim = (⌈N/BN⌉, ⌈M/BM⌉, batch)`, dynamic shared
 //! memory `gemm_shared_bytes(tile)`.
@@ -64,13 +64,27 @@ unsafe fn load4(p: *const f32, vector_ok: bool, valid: impl Fn(usize) -> bool) -
 /// A thread's 8×8 accumulators; element `[i][j]` is the tile's `simt_coords::<BM, BN>(i, j)`.
 pub(crate) type SimtAcc = [[f32; TM]; TM];
 
-/// The tile's `(row, column)` that a thread's accumulator `[i][j]` holds: rows tr·4 + i (+ BM/2),
-/// columns tc·4 + j (+ BN/2).
+/// Rows and columns of C one warp computes: the block's warps form a (BM/32)×(BN/64) grid.
+const WARP_M: usize = 32;
+const WARP_N: usize = 64;
+
+/// The tile's `(row, column)` of a thread's first accumulator. A warp's lanes form a 4×8 grid of
+/// 4×4 quadrants, so that per k its fragment reads touch 64 contiguous bytes of A and 128 of B:
+/// one shared-memory wavefront each (a 2×16 grid of lanes reads 256 bytes of B: two).
+#[inline(always)]
+fn simt_origin<const BM: usize, const BN: usize>() -> (usize, usize) {
+    const { assert!(BM % WARP_M == 0 && BN % WARP_N == 0, "whole warp tiles") };
+    let (warp, lane) = (thread_x() / 32, thread_x() % 32);
+    let (wm, wn) = (warp / (BN / WARP_N), warp % (BN / WARP_N));
+    (wm * WARP_M + lane / 8 * 4, wn * WARP_N + lane % 8 * 4)
+}
+
+/// The tile's `(row, column)` that a thread's accumulator `[i][j]` holds: its quadrants repeat half
+/// a warp tile apart (rows + 16, columns + 32).
 #[inline(always)]
 pub(crate) fn simt_coords<const BM: usize, const BN: usize>(i: usize, j: usize) -> (usize, usize) {
-    let t = thread_x();
-    let (tr, tc) = (t / (BN / TM), t % (BN / TM));
-    (i / 4 * (BM / 2) + tr * 4 + i % 4, j / 4 * (BN / 2) + tc * 4 + j % 4)
+    let (r0, c0) = simt_origin::<BM, BN>();
+    (r0 + i / 4 * (WARP_M / 2) + i % 4, c0 + j / 4 * (WARP_N / 2) + j % 4)
 }
 
 /// With a transposed A (`TA`), every `load_a` call of a thread asks for the same four rows: this
@@ -154,7 +168,7 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
         });
     };
 
-    let (tr, tc) = (t / (BN / TM), t % (BN / TM));
+    let (r0, c0) = simt_origin::<BM, BN>();
     let mut acc = [[0.0f32; TM]; TM];
     let mut ra = [F32x4([0.0; 4]); MAX_LOADS];
     let mut rb = [F32x4([0.0; 4]); MAX_LOADS];
@@ -173,10 +187,10 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
         // Unrolled so the compiler loads the next k's fragments while this k's FMAs run.
         const _: () = assert!(BK == 16, "the k loop below unrolls sixteen steps");
         unroll!(kk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-            let row = sa.add(kk * BM + tr * 4);
-            let col = sb.add(kk * BN + tc * 4);
-            let fa = [*(row as *const F32x4), *(row.add(BM / 2) as *const F32x4)];
-            let fb = [*(col as *const F32x4), *(col.add(BN / 2) as *const F32x4)];
+            let row = sa.add(kk * BM + r0);
+            let col = sb.add(kk * BN + c0);
+            let fa = [*(row as *const F32x4), *(row.add(WARP_M / 2) as *const F32x4)];
+            let fb = [*(col as *const F32x4), *(col.add(WARP_N / 2) as *const F32x4)];
             unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
                 let x = fa[i / 4].0[i % 4];
                 unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
@@ -220,18 +234,18 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>
         }
     };
     let acc = simt_mainloop::<BM, BN, TA, TB>(g.k, (m0, n0), load_a, load_b);
-    let (tr, tc) = (thread_x() / (BN / TM), thread_x() % (BN / TM));
 
-    // Epilogue: rows tr·4 + i (+ BM/2), columns tc·4 + j (+ BN/2).
+    // Epilogue: each thread's rows, four contiguous columns per half.
     let out = g.out.add(z * g.m * g.n);
     let c = g.c.add(batch * g.stride_c);
     let has_c = !g.c.is_null() && g.beta != 0.0;
     let out_vec_ok = g.ldc % 4 == 0 && (g.m * g.n) % 4 == 0;
     unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
-        let row = m0 + i / 4 * (BM / 2) + tr * 4 + i % 4;
+        let (row, col) = simt_coords::<BM, BN>(i, 0);
+        let row = m0 + row;
         if row < g.m {
             unroll!(h in [0, 1] => {
-                let col = n0 + h * (BN / 2) + tc * 4;
+                let col = n0 + col + h * (WARP_N / 2);
                 let mut v = [0.0f32; 4];
                 unroll!(j in [0, 1, 2, 3] => {
                     if col + j < g.n {
