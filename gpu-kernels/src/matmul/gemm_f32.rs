@@ -14,7 +14,8 @@
 use super::epilogue;
 use crate::prelude::*;
 use crate::shapes::{
-    gemm_threads, GEMM_BK as BK, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TM as TM,
+    gemm_threads, gemm_tn, GEMM_BK as BK, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_WIDE,
+    GEMM_TM as TM,
 };
 
 /// Most 16-byte vectors one thread moves per operand per k-step (the small tile's count).
@@ -61,30 +62,36 @@ unsafe fn load4(p: *const f32, vector_ok: bool, valid: impl Fn(usize) -> bool) -
     }
 }
 
-/// A thread's 8×8 accumulators; element `[i][j]` is the tile's `simt_coords::<BM, BN>(i, j)`.
-pub(crate) type SimtAcc = [[f32; TM]; TM];
+/// A thread's TM×TN accumulators; element `[i][j]` is the tile's `simt_coords::<BM, BN, TN>(i, j)`.
+pub(crate) type SimtAcc<const TN: usize> = [[f32; TN]; TM];
 
-/// Rows and columns of C one warp computes: the block's warps form a (BM/32)×(BN/64) grid.
-const WARP_M: usize = 32;
+/// Columns of C one warp computes: the block's warps form a (BM / warp rows)×(BN / 64) grid.
 const WARP_N: usize = 64;
 
-/// The tile's `(row, column)` of a thread's first accumulator. A warp's lanes form a 4×8 grid of
-/// 4×4 quadrants, so that per k its fragment reads touch 64 contiguous bytes of A and 128 of B:
-/// one shared-memory wavefront each (a 2×16 grid of lanes reads 256 bytes of B: two).
-#[inline(always)]
-fn simt_origin<const BM: usize, const BN: usize>() -> (usize, usize) {
-    const { assert!(BM % WARP_M == 0 && BN % WARP_N == 0, "whole warp tiles") };
-    let (warp, lane) = (thread_x() / 32, thread_x() % 32);
-    let (wm, wn) = (warp / (BN / WARP_N), warp % (BN / WARP_N));
-    (wm * WARP_M + lane / 8 * 4, wn * WARP_N + lane % 8 * 4)
+/// Lanes of a warp along N with TN outputs per thread (8 or 4); the other 32 / that along M.
+const fn lanes_n(tn: usize) -> usize {
+    WARP_N / tn
 }
 
-/// The tile's `(row, column)` that a thread's accumulator `[i][j]` holds: its quadrants repeat half
-/// a warp tile apart (rows + 16, columns + 32).
+/// The tile's `(row, column)` of a thread's first accumulator. A warp's lanes form a 4×8 grid of
+/// 8×8 register tiles (warp tile 32×64) or an 8×4 grid of 8×16 ones (64×64), each register tile
+/// made of 4×4 quadrants a quarter or half of the warp tile apart, so that per k the warp's
+/// fragment reads touch at most 128 contiguous bytes of A and of B: one shared-memory wavefront
+/// per read (a 2×16 grid of lanes would read 256 bytes of B: two).
 #[inline(always)]
-pub(crate) fn simt_coords<const BM: usize, const BN: usize>(i: usize, j: usize) -> (usize, usize) {
-    let (r0, c0) = simt_origin::<BM, BN>();
-    (r0 + i / 4 * (WARP_M / 2) + i % 4, c0 + j / 4 * (WARP_N / 2) + j % 4)
+fn simt_origin<const BM: usize, const BN: usize, const TN: usize>() -> (usize, usize) {
+    const { assert!(TN == gemm_tn(BN) && BM % (32 / lanes_n(TN) * TM) == 0 && BN % WARP_N == 0) };
+    let (warp, lane) = (thread_x() / 32, thread_x() % 32);
+    let (wm, wn) = (warp / (BN / WARP_N), warp % (BN / WARP_N));
+    (wm * (32 / lanes_n(TN) * TM) + lane / lanes_n(TN) * 4, wn * WARP_N + lane % lanes_n(TN) * 4)
+}
+
+/// The tile's `(row, column)` that a thread's accumulator `[i][j]` holds: its 4×4 quadrants sit
+/// one lane grid apart.
+#[inline(always)]
+pub(crate) fn simt_coords<const BM: usize, const BN: usize, const TN: usize>(i: usize, j: usize) -> (usize, usize) {
+    let (r0, c0) = simt_origin::<BM, BN, TN>();
+    (r0 + i / 4 * (32 / lanes_n(TN) * 4) + i % 4, c0 + j / 4 * (lanes_n(TN) * 4) + j % 4)
 }
 
 /// With a transposed A (`TA`), every `load_a` call of a thread asks for the same four rows: this
@@ -99,12 +106,18 @@ pub(crate) fn simt_a_rows<const BM: usize>() -> usize {
 /// `load_b(k, n)`: B at `(k, n..n+4)`, or at `(k..k+4, n)` when `TB` (absolute coordinates, zeros
 /// where an element does not exist).
 #[inline(always)]
-pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: bool, const TB: bool>(
+pub(crate) unsafe fn simt_mainloop<
+    const BM: usize,
+    const BN: usize,
+    const TN: usize,
+    const TA: bool,
+    const TB: bool,
+>(
     k: usize,
     (m0, n0): (usize, usize),
     load_a: impl Fn(usize, usize) -> F32x4,
     load_b: impl Fn(usize, usize) -> F32x4,
-) -> SimtAcc {
+) -> SimtAcc<TN> {
     let threads = gemm_threads((BM, BN));
     let (a_loads, b_loads) = (BM * BK / 4 / threads, BN * BK / 4 / threads);
     let t = thread_x();
@@ -168,8 +181,9 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
         });
     };
 
-    let (r0, c0) = simt_origin::<BM, BN>();
-    let mut acc = [[0.0f32; TM]; TM];
+    let (r0, c0) = simt_origin::<BM, BN, TN>();
+    let (row_step, col_step) = (32 / lanes_n(TN) * 4, lanes_n(TN) * 4);
+    let mut acc = [[0.0f32; TN]; TM];
     let mut ra = [F32x4([0.0; 4]); MAX_LOADS];
     let mut rb = [F32x4([0.0; 4]); MAX_LOADS];
     let steps = k.div_ceil(BK);
@@ -189,12 +203,19 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
         unroll!(kk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
             let row = sa.add(kk * BM + r0);
             let col = sb.add(kk * BN + c0);
-            let fa = [*(row as *const F32x4), *(row.add(WARP_M / 2) as *const F32x4)];
-            let fb = [*(col as *const F32x4), *(col.add(WARP_N / 2) as *const F32x4)];
+            let fa = [*(row as *const F32x4), *(row.add(row_step) as *const F32x4)];
+            let mut fb = [F32x4([0.0; 4]); 4];
+            unroll!(q in [0, 1, 2, 3] => {
+                if q < TN / 4 {
+                    fb[q] = *(col.add(q * col_step) as *const F32x4);
+                }
+            });
             unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
                 let x = fa[i / 4].0[i % 4];
-                unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                    acc[i][j] = fma(x, fb[j / 4].0[j % 4], acc[i][j]);
+                unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                    if j < TN {
+                        acc[i][j] = fma(x, fb[j / 4].0[j % 4], acc[i][j]);
+                    }
                 });
             });
         });
@@ -208,7 +229,7 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
 }
 
 #[inline(always)]
-unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>(g: Gemm) {
+unsafe fn gemm<const BM: usize, const BN: usize, const TN: usize, const TA: bool, const TB: bool>(g: Gemm) {
     // Split-K: block z is (batch, slice); a slice's product goes raw to its own `[M, N]` of `out`
     // (the host passes an f32 workspace and an identity epilogue, and reduces the slices after).
     let slices = g.k.div_ceil(g.k_chunk.max(1)).max(1);
@@ -233,19 +254,20 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>
             load4(b.add(k * g.ldb + n), b_vec_ok, |j| k < g.k && n + j < g.n)
         }
     };
-    let acc = simt_mainloop::<BM, BN, TA, TB>(g.k, (m0, n0), load_a, load_b);
+    let acc = simt_mainloop::<BM, BN, TN, TA, TB>(g.k, (m0, n0), load_a, load_b);
 
-    // Epilogue: each thread's rows, four contiguous columns per half.
+    // Epilogue: each thread's rows, four contiguous columns per quadrant.
     let out = g.out.add(z * g.m * g.n);
     let c = g.c.add(batch * g.stride_c);
     let has_c = !g.c.is_null() && g.beta != 0.0;
     let out_vec_ok = g.ldc % 4 == 0 && (g.m * g.n) % 4 == 0;
     unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
-        let (row, col) = simt_coords::<BM, BN>(i, 0);
+        let (row, col) = simt_coords::<BM, BN, TN>(i, 0);
         let row = m0 + row;
         if row < g.m {
-            unroll!(h in [0, 1] => {
-                let col = n0 + col + h * (WARP_N / 2);
+            unroll!(h in [0, 1, 2, 3] => {
+                if h < TN / 4 {
+                let col = n0 + simt_coords::<BM, BN, TN>(i, h * 4).1;
                 let mut v = [0.0f32; 4];
                 unroll!(j in [0, 1, 2, 3] => {
                     if col + j < g.n {
@@ -263,6 +285,7 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TA: bool, const TB: bool>
                             store_f32(dst.add(j), v[j]);
                         }
                     });
+                }
                 }
             });
         }
@@ -289,13 +312,17 @@ macro_rules! gemm_kernels {
                 a, b, c, bias, out, m, n, k, k_chunk, lda, ldb, ldc: n, stride_a, stride_b, stride_c, alpha,
                 beta, activation,
             };
-            gemm::<{ $tile.0 }, { $tile.1 }, $ta, $tb>(g)
+            gemm::<{ $tile.0 }, { $tile.1 }, { gemm_tn($tile.1) }, $ta, $tb>(g)
         }
     )*};
 }
 
 #[cfg(feature = "matmul")]
 gemm_kernels! {
+    gemm_f32_wide_nn: GEMM_TILE_WIDE, false, false;
+    gemm_f32_wide_nt: GEMM_TILE_WIDE, false, true;
+    gemm_f32_wide_tn: GEMM_TILE_WIDE, true, false;
+    gemm_f32_wide_tt: GEMM_TILE_WIDE, true, true;
     gemm_f32_large_nn: GEMM_TILE_LARGE, false, false;
     gemm_f32_large_nt: GEMM_TILE_LARGE, false, true;
     gemm_f32_large_tn: GEMM_TILE_LARGE, true, false;

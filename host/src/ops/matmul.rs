@@ -29,7 +29,7 @@ use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
-    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMV_COLS_NT, GEMV_ROWS,
+    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_WIDE, GEMV_COLS_NT, GEMV_ROWS,
     GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
     WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE,
     WGMMA_TILES,
@@ -297,9 +297,8 @@ impl<'a> Gemm<'a> {
                 (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
             }
             GemmPath::Simt { tile } => {
-                let size =
-                    [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL].iter().position(|&t| t == tile);
-                let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(2)][ta][tb]);
+                let size = SIMT_TILES.iter().position(|&t| t == tile);
+                let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(SIMT_TILES.len() - 1)][ta][tb]);
                 (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
             }
             GemmPath::Gemv { .. } | GemmPath::Wgmma { .. } | GemmPath::Tf32Wgmma => {
@@ -861,8 +860,10 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             return GemmPlan { path: GemmPath::Simt { tile: GEMM_TILE_LARGE }, slices, k_chunk };
         }
     }
-    let tile = [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM]
+    let wide = std::env::var("FERROCUDA_SIMT_WIDE").map_or(true, |v| v != "0");
+    let tile = [GEMM_TILE_WIDE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM]
         .into_iter()
+        .filter(|&t| wide || t != GEMM_TILE_WIDE)
         .find(|&t| tiles(t) >= dev.sms)
         .unwrap_or(GEMM_TILE_SMALL);
     whole(GemmPath::Simt { tile })
@@ -940,8 +941,15 @@ type ByTranspose<A> = [[Kernel<A>; 2]; 2];
 /// The largest grid y and z of a launch (the batch is the grid's z in every GEMM kernel).
 const MAX_GRID_YZ: usize = 65_535;
 
-/// `[tile size][A transposed][B transposed]`.
-const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 3] = [
+/// The SIMT tiles, largest first.
+const SIMT_TILES: [(usize, usize); 4] = [GEMM_TILE_WIDE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL];
+
+/// `[tile size (as SIMT_TILES)][A transposed][B transposed]`.
+const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 4] = [
+    [
+        [kernels::gemm_f32_wide_nn, kernels::gemm_f32_wide_nt],
+        [kernels::gemm_f32_wide_tn, kernels::gemm_f32_wide_tt],
+    ],
     [
         [kernels::gemm_f32_large_nn, kernels::gemm_f32_large_nt],
         [kernels::gemm_f32_large_tn, kernels::gemm_f32_large_tt],
