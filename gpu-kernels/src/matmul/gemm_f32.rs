@@ -218,10 +218,13 @@ pub(crate) unsafe fn simt_mainloop<
                     }
                 });
             });
+            // The other stage is free since the last barrier: storing the next tiles half-way
+            // lets the shared-memory stores drain under the remaining FMAs instead of between the
+            // last FMA and the barrier, where no warp of the (only) block on the SM has work.
+            if kk == BK / 2 && next {
+                store_tiles((step + 1) % 2, &ra, &rb);
+            }
         });
-        if next {
-            store_tiles((step + 1) % 2, &ra, &rb);
-        }
         sync_threads();
     }
 

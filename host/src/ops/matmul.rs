@@ -739,8 +739,13 @@ const SPLIT_MIN_K: usize = 512;
 const MAX_SLICES: usize = 32;
 /// 16-bit `mma.sync` blocks resident on one SM (256 threads × 165 registers).
 const MMA_HALF_PER_SM: usize = 1;
-/// SIMT f32 blocks of the large tile resident on one SM (256 threads × 148 registers).
+/// SIMT f32 blocks of the large tile resident on one SM (256 threads × 135–155 registers).
 const SIMT_LARGE_PER_SM: usize = 1;
+/// Per `SIMT_TILES` entry: blocks resident on one SM (registers: 256 threads × 255 for the wide
+/// tile, × 135–155 for the large one, 128 × 165–195 for the medium, 64 × 168–197 for the small)
+/// and the relative time of one output element at that residency (measured, see perf-notes).
+const SIMT_RESIDENT: [usize; 4] = [1, 1, 2, 5];
+const SIMT_COST: [usize; 4] = [100, 110, 125, 150];
 
 /// Elements of one 16-byte vector of `dtype`.
 fn vector_elems(dtype: DType) -> usize {
@@ -860,13 +865,21 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             return GemmPlan { path: GemmPath::Simt { tile: GEMM_TILE_LARGE }, slices, k_chunk };
         }
     }
+    whole(GemmPath::Simt { tile: simt_tile(d, dev) })
+}
+
+/// The SIMT tile that leaves the busiest SM the least work: its waves of resident blocks times
+/// their outputs, weighted by each tile's cost per output (`SIMT_COST`); ties go to the larger.
+fn simt_tile(d: &Dims, dev: &DeviceFacts) -> (usize, usize) {
+    let cost = |i: usize| {
+        let (bm, bn) = SIMT_TILES[i];
+        let tiles = d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+        let waves = tiles.div_ceil(dev.sms * SIMT_RESIDENT[i]);
+        waves as u128 * (SIMT_RESIDENT[i] * bm * bn * SIMT_COST[i]) as u128
+    };
     let wide = std::env::var("FERROCUDA_SIMT_WIDE").map_or(true, |v| v != "0");
-    let tile = [GEMM_TILE_WIDE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM]
-        .into_iter()
-        .filter(|&t| wide || t != GEMM_TILE_WIDE)
-        .find(|&t| tiles(t) >= dev.sms)
-        .unwrap_or(GEMM_TILE_SMALL);
-    whole(GemmPath::Simt { tile })
+    let first = usize::from(!wide);
+    SIMT_TILES[(first..SIMT_TILES.len()).min_by_key(|&i| cost(i)).unwrap_or(1)]
 }
 
 /// The arguments of the mma.sync and SIMT GEMMs over elements `E`: a, b, c, bias, out, m, n, k,
