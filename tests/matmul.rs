@@ -521,6 +521,16 @@ fn every_dispatch_branch(gpu: &Context) {
                 seed += 4;
             }
         }
+        // The SIMT f32 tile by grid: 128×256 at 2000 × 4000 (256 tiles, two nearly full waves),
+        // 128×128 at 3001 × 3003 (the wide tiles' third wave would run 24 of 132 SMs); K off
+        // the 16-step, both layouts of A.
+        if dtype == DType::F32 && !small {
+            for (shape, layout) in [((2000, 4000, 67), (false, false)), ((3001, 3003, 41), (true, true))] {
+                check_product(gpu, dtype, shape, layout, (1, false), true, seed);
+                check_product(gpu, dtype, shape, (!layout.0, layout.1), (1, false), false, seed + 4);
+                seed += 8;
+            }
+        }
         // The GPT head's weight gradient: 73 rows (not a 16-byte multiple), K = 16384: split-K
         // on the `mma.sync` kernel.
         if !small {

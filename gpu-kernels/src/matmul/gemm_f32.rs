@@ -89,7 +89,10 @@ fn simt_origin<const BM: usize, const BN: usize, const TN: usize>() -> (usize, u
 /// The tile's `(row, column)` that a thread's accumulator `[i][j]` holds: its 4×4 quadrants sit
 /// one lane grid apart.
 #[inline(always)]
-pub(crate) fn simt_coords<const BM: usize, const BN: usize, const TN: usize>(i: usize, j: usize) -> (usize, usize) {
+pub(crate) fn simt_coords<const BM: usize, const BN: usize, const TN: usize>(
+    i: usize,
+    j: usize,
+) -> (usize, usize) {
     let (r0, c0) = simt_origin::<BM, BN, TN>();
     (r0 + i / 4 * (32 / lanes_n(TN) * 4) + i % 4, c0 + j / 4 * (lanes_n(TN) * 4) + j % 4)
 }
