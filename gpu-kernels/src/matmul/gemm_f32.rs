@@ -97,8 +97,11 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
     let smem = dynamic_shared::<f32>();
     let (a_s, b_s) = (smem, smem.add(2 * BK * BM));
 
-    // One k-step's A and B tiles, global memory -> registers. Inlined by force: called twice, a
-    // heavy loader would otherwise become a call that passes the register arrays through memory.
+    // One k-step's A and B tiles, global memory -> registers. An operand that must be transposed
+    // on its way (A not transposed, B transposed: four k of one row per load) gives consecutive
+    // lanes consecutive rows, so that its scalar shared stores hit 32 banks, not 8 (4-way
+    // conflicts). Inlined by force: called twice, a heavy loader would otherwise become a call
+    // that passes the register arrays through memory.
     let load_tiles = #[inline(always)]
     |k0: usize, ra: &mut [F32x4; MAX_LOADS], rb: &mut [F32x4; MAX_LOADS]| {
         unroll!(l in [0, 1, 2, 3] => {
@@ -107,7 +110,7 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
                 ra[l] = if TA {
                     load_a(k0 + v / (BM / 4), m0 + v % (BM / 4) * 4)
                 } else {
-                    load_a(k0 + v % (BK / 4) * 4, m0 + v / (BK / 4))
+                    load_a(k0 + v / BM * 4, m0 + v % BM)
                 };
             }
         });
@@ -115,7 +118,7 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
             let v = t + l * threads;
             if l < b_loads {
                 rb[l] = if TB {
-                    load_b(k0 + v % (BK / 4) * 4, n0 + v / (BK / 4))
+                    load_b(k0 + v / BN * 4, n0 + v % BN)
                 } else {
                     load_b(k0 + v / (BN / 4), n0 + v % (BN / 4) * 4)
                 };
@@ -134,7 +137,7 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
                     if TA {
                         *sa.add(v / (BM / 4) * BM + v % (BM / 4) * 4 + j) = x;
                     } else {
-                        *sa.add((v % (BK / 4) * 4 + j) * BM + v / (BK / 4)) = x;
+                        *sa.add((v / BM * 4 + j) * BM + v % BM) = x;
                     }
                 }
             });
@@ -145,7 +148,7 @@ pub(crate) unsafe fn simt_mainloop<const BM: usize, const BN: usize, const TA: b
                 if l < b_loads {
                     let x = rb[l].0[j];
                     if TB {
-                        *sb.add((v % (BK / 4) * 4 + j) * BN + v / (BK / 4)) = x;
+                        *sb.add((v / BN * 4 + j) * BN + v % BN) = x;
                     } else {
                         *sb.add(v / (BN / 4) * BN + v % (BN / 4) * 4 + j) = x;
                     }
