@@ -68,8 +68,8 @@ pub(crate) type SimtAcc<const TN: usize> = [[f32; TN]; TM];
 
 /// Where a thread's register tile sits: `((row, column) of its first accumulator, (row step,
 /// column step) between its 4×4 quadrants)`. 8×8 tiles: the threads form a (BM/8)×(BN/8) grid,
-/// quadrants half a block tile apart (measured faster than 32×64 warp tiles, 41–42 against
-/// 37.5 TFLOP/s at 4096). 8×16 tiles: each warp owns a 64×64 tile, its lanes an 8×4 grid, quadrants
+/// quadrants half a block tile apart (32×64 warp tiles measured no faster: 37.5 against 38.2
+/// TFLOP/s at 4096). 8×16 tiles: each warp owns a 64×64 tile, its lanes an 8×4 grid, quadrants
 /// 32 rows and 16 columns apart, so that a warp's fragment reads per k touch 128 contiguous bytes
 /// of A and 64 of B (one shared-memory wavefront each).
 #[inline(always)]
