@@ -531,6 +531,18 @@ fn every_dispatch_branch(gpu: &Context) {
                 seed += 4;
             }
         }
+        // The SIMT f32 tiles at odd sizes, with the epilogue and without, A plain and transposed:
+        // 128×256 at 1921 × 4001 × 1025 (256 tiles, two nearly full waves), 128×128 at
+        // 3001 × 3003 (the wide tiles' third wave would run 24 of 132 SMs), 128×64 at 1000 × 2000
+        // (128 large tiles would leave SMs idle); K off the 16-step.
+        if dtype == DType::F32 && !small {
+            let shapes = [((1921, 4001, 1025), (false, false)), ((3001, 3003, 41), (true, true))];
+            for (shape, layout) in shapes.into_iter().chain([((1000, 2000, 67), (false, true))]) {
+                check_product(gpu, dtype, shape, layout, (1, false), true, seed);
+                check_product(gpu, dtype, shape, (!layout.0, layout.1), (1, false), false, seed + 4);
+                seed += 8;
+            }
+        }
         // The GPT head's weight gradient: 73 rows (not a 16-byte multiple), K = 16384: split-K
         // on the `mma.sync` kernel.
         if !small {

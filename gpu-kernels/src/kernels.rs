@@ -79,6 +79,7 @@ kernel_table! {
     module matmul("matmul", portable) {
         matmul::gemm_f32 {
             [
+                gemm_f32_wide_nn, gemm_f32_wide_nt, gemm_f32_wide_tn, gemm_f32_wide_tt,
                 gemm_f32_large_nn, gemm_f32_large_nt, gemm_f32_large_tn, gemm_f32_large_tt,
                 gemm_f32_medium_nn, gemm_f32_medium_nt, gemm_f32_medium_tn, gemm_f32_medium_tt,
                 gemm_f32_small_nn, gemm_f32_small_nt, gemm_f32_small_tn, gemm_f32_small_tt

@@ -16,7 +16,7 @@
 //! | 5 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
 //! | 6 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
 //! | 7 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
-//! | 8 | f32 otherwise | `gemm_f32_{large,medium,small}_*`: the largest tile (128×128, 128×64, 64×64) whose grid gives every SM a block | none |
+//! | 8 | f32 otherwise | `gemm_f32_{wide,large,medium,small}_*`: K ≥ 1024 and both grids filling the SMs: 128×256 or 128×128, whichever gives the busiest SM the least work weighted by its measured time per output; else the largest of 128×128, 128×64, 64×64 whose grid fills the SMs (`simt_tile`) | none |
 //!
 //! Split-K writes each slice's raw f32 sums to a workspace from the pool (`[batch][slice][M][N]`)
 //! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
@@ -30,7 +30,7 @@ use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
-    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_TINY,
+    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE,
     GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK,
     MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES,
     WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
@@ -298,9 +298,9 @@ impl<'a> Gemm<'a> {
                 (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
             }
             GemmPath::Simt { tile } => {
-                let size =
-                    [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL].iter().position(|&t| t == tile);
-                let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(2)][ta][tb]);
+                let size = SIMT_TILES.iter().position(|&t| t == tile);
+                let kernel =
+                    GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(SIMT_TILES.len() - 1)][ta][tb]);
                 (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
             }
             GemmPath::Tiny => {
@@ -753,8 +753,13 @@ const SPLIT_MIN_K: usize = 512;
 const MAX_SLICES: usize = 32;
 /// 16-bit `mma.sync` blocks resident on one SM (256 threads × 165 registers).
 const MMA_HALF_PER_SM: usize = 1;
-/// SIMT f32 blocks of the large tile resident on one SM (256 threads × 148 registers).
+/// SIMT f32 blocks of the large tile resident on one SM (256 threads × 135–155 registers).
 const SIMT_LARGE_PER_SM: usize = 1;
+/// The shortest K that runs on the wide SIMT tile.
+const SIMT_WIDE_MIN_K: usize = 1024;
+/// Relative time per output element of the wide and large SIMT tiles (one block of 256 threads
+/// per SM each): 40.4–42.1 against 38.2–38.8 TFLOP/s at 4096–8192 (perf-notes).
+const SIMT_COST: [usize; 2] = [100, 107];
 
 /// Elements of one 16-byte vector of `dtype`.
 fn vector_elems(dtype: DType) -> usize {
@@ -877,11 +882,28 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             return GemmPlan { path: GemmPath::Simt { tile: GEMM_TILE_LARGE }, slices, k_chunk };
         }
     }
-    let tile = [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM]
-        .into_iter()
-        .find(|&t| tiles(t) >= dev.sms)
-        .unwrap_or(GEMM_TILE_SMALL);
-    whole(GemmPath::Simt { tile })
+    whole(GemmPath::Simt { tile: simt_tile(d, dev) })
+}
+
+/// The SIMT tile: with K ≥ 1024, of the wide and large tiles whose grids give every SM a block,
+/// the one whose busiest SM has the least work (⌈tiles / SMs⌉ tiles, weighted by the tile's
+/// measured time per output, `SIMT_COST`: the wide tile's last wave can cost more than its
+/// faster mainloop saves); the large one if only its grid fills the SMs or K is shorter (the wide
+/// tile's epilogue, not overlapped, halves its rate at K = 256); else the medium tile if its grid
+/// fills the SMs, else the small one.
+fn simt_tile(d: &Dims, dev: &DeviceFacts) -> (usize, usize) {
+    let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+    let cost =
+        |(tile, weight): ((usize, usize), usize)| tiles(tile).div_ceil(dev.sms) * tile.0 * tile.1 * weight;
+    let first = usize::from(d.k < SIMT_WIDE_MIN_K);
+    SIMT_TILES[first..2]
+        .iter()
+        .copied()
+        .zip(SIMT_COST[first..2].iter().copied())
+        .filter(|&(tile, _)| tiles(tile) >= dev.sms)
+        .min_by_key(|&c| cost(c))
+        .map(|(tile, _)| tile)
+        .unwrap_or(if tiles(GEMM_TILE_MEDIUM) >= dev.sms { GEMM_TILE_MEDIUM } else { GEMM_TILE_SMALL })
 }
 
 /// The arguments of the mma.sync and SIMT GEMMs over elements `E`: a, b, c, bias, out, m, n, k,
@@ -956,12 +978,21 @@ type ByTranspose<A> = [[Kernel<A>; 2]; 2];
 /// The largest grid y and z of a launch (the batch is the grid's z in every GEMM kernel).
 const MAX_GRID_YZ: usize = 65_535;
 
-/// `[tile size][A transposed][B transposed]`.
+/// `[A transposed][B transposed]`.
 const TINY_F32_KERNELS: ByTranspose<SimtArgs> = [
     [kernels::gemm_f32_tiny_nn, kernels::gemm_f32_tiny_nt],
     [kernels::gemm_f32_tiny_tn, kernels::gemm_f32_tiny_tt],
 ];
-const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 3] = [
+
+/// The SIMT tiles, largest first.
+const SIMT_TILES: [(usize, usize); 4] = [GEMM_TILE_WIDE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL];
+
+/// `[tile size (as SIMT_TILES)][A transposed][B transposed]`.
+const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 4] = [
+    [
+        [kernels::gemm_f32_wide_nn, kernels::gemm_f32_wide_nt],
+        [kernels::gemm_f32_wide_tn, kernels::gemm_f32_wide_tt],
+    ],
     [
         [kernels::gemm_f32_large_nn, kernels::gemm_f32_large_nt],
         [kernels::gemm_f32_large_tn, kernels::gemm_f32_large_tt],
@@ -1366,17 +1397,33 @@ mod tests {
         let p = plan(&dims(17, 64, 8200), &o, &H100);
         assert_eq!((p.slices, p.k_chunk), (16, 528));
         assert_eq!(p.k_chunk % GEMM_BK, 0);
-        // Enough tiles: the largest tile without a split.
-        let whole = |path, k: usize| GemmPlan { path, slices: 1, k_chunk: k };
-        assert_eq!(plan(&dims(6144, 6144, 6144), &o, &H100), whole(simt(GEMM_TILE_LARGE), 6144));
-        assert_eq!(plan(&dims(16384, 16384, 256), &o, &H100), whole(simt(GEMM_TILE_LARGE), 256));
-        // Few tiles and short K: smaller tiles instead of a split.
-        assert_eq!(plan(&dims(1000, 1000, 1000), &o, &H100), whole(simt(GEMM_TILE_SMALL), 1000));
-        assert_eq!(plan(&dims(1024, 2048, 1000), &o, &H100), whole(simt(GEMM_TILE_MEDIUM), 1000));
         // A batch counts as tiles.
         let batched = |batch| Dims { batch, ..dims(128, 128, 8192) };
         assert_eq!(plan(&batched(64), &o, &H100).slices, 2);
-        assert_eq!(plan(&batched(132), &o, &H100), whole(simt(GEMM_TILE_LARGE), 8192));
+        assert_eq!(plan(&batched(132), &o, &H100).slices, 1);
+    }
+
+    #[test]
+    fn simt_tile_by_waves() {
+        let o = operands(DType::F32, false, false);
+        let whole = |tile, k: usize| GemmPlan { path: GemmPath::Simt { tile }, slices: 1, k_chunk: k };
+        // Wide tiles in nearly whole waves: 512 = 3.9 waves at 4096², 1152 = 8.7 at 6144².
+        assert_eq!(plan(&dims(4096, 4096, 4096), &o, &H100), whole(GEMM_TILE_WIDE, 4096));
+        assert_eq!(plan(&dims(6144, 6144, 6144), &o, &H100), whole(GEMM_TILE_WIDE, 6144));
+        assert_eq!(plan(&dims(2000, 4000, 1024), &o, &H100), whole(GEMM_TILE_WIDE, 1024));
+        // 3001 × 3003: 288 wide tiles need a third wave for 24 of them, the 576 large ones fill
+        // 4.4 waves: the large tile's busiest SM has less work.
+        assert_eq!(plan(&dims(3001, 3003, 2999), &o, &H100), whole(GEMM_TILE_LARGE, 2999));
+        // Short K: the large tile.
+        assert_eq!(plan(&dims(16384, 16384, 256), &o, &H100), whole(GEMM_TILE_LARGE, 256));
+        assert_eq!(plan(&dims(2000, 4000, 1023), &o, &H100), whole(GEMM_TILE_LARGE, 1023));
+        // 2048²: 128 wide tiles leave SMs idle, 256 large ones do not.
+        assert_eq!(plan(&dims(2048, 2048, 2048), &o, &H100), whole(GEMM_TILE_LARGE, 2048));
+        let batched = Dims { batch: 132, ..dims(128, 128, 8192) };
+        assert_eq!(plan(&batched, &o, &H100), whole(GEMM_TILE_LARGE, 8192));
+        // Few tiles and short K: smaller tiles instead of a split.
+        assert_eq!(plan(&dims(1000, 1000, 1000), &o, &H100), whole(GEMM_TILE_SMALL, 1000));
+        assert_eq!(plan(&dims(1024, 2048, 1000), &o, &H100), whole(GEMM_TILE_MEDIUM, 1000));
     }
 
     #[test]
