@@ -832,10 +832,11 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
         let tma =
             d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
-        // Staging the operands costs their bytes twice more, (M + N)·K·4 at copy bandwidth;
-        // wgmma saves about 3.6e-15 s per M·N·K over mma.sync (530 against 270 TFLOP/s at
-        // 3000³): worth it where M·N/(M + N) passes ~450, with K long enough that the two copies'
-        // launches do not dominate.
+        // Staging copies each unaligned operand once more (the driver's 2-D copy: ~0.35 TB/s at
+        // odd pitches on the H100); wgmma then runs at 4-5× the `mma.sync` kernels' rate on such
+        // shapes (bf16 (3001, 2999, 3003): 0.224 ms staged, 1.12 ms on `mma.sync`). The copies
+        // grow with (M + N)·K and the saving with M·N·K, hence a bound on M·N/(M + N) (set
+        // before the measurement, conservative) and K long enough for the two launches.
         let stage = d.k >= STAGE_MIN_K && d.m * d.n >= STAGE_MIN_MN_RATIO * (d.m + d.n);
         if dev.sm90a && d.k > 0 && small_dims && (tma || stage) {
             let path = GemmPath::Wgmma { tile: wgmma_tile(d, dev), staged: !tma };
