@@ -508,9 +508,19 @@ fn every_dispatch_branch(gpu: &Context) {
         ]
     };
     let tiled: &[(usize, usize, usize)] = if small {
-        &[(17, 40, 1100), (40, 24, 1040)]
+        &[(17, 40, 1100), (40, 24, 1040), (40, 33, 70)]
     } else {
-        &[(17, 64, 8200), (130, 129, 4100), (8200, 72, 2056), (17, 1000, 3), (300, 260, 200)]
+        // The tiny kernel: (64, 128, 64) an MLP layer, then partial tiles, K past one chunk.
+        &[
+            (17, 64, 8200),
+            (130, 129, 4100),
+            (8200, 72, 2056),
+            (17, 1000, 3),
+            (300, 260, 200),
+            (64, 128, 64),
+            (65, 31, 97),
+            (250, 262, 256),
+        ]
     };
     let mut seed = 300;
     for dtype in [DType::F32, DType::F16, DType::BF16] {

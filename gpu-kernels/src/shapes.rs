@@ -29,6 +29,10 @@ pub const GEMM_TM: usize = 8;
 pub const GEMM_TILE_LARGE: (usize, usize) = (128, 128);
 pub const GEMM_TILE_MEDIUM: (usize, usize) = (128, 64);
 pub const GEMM_TILE_SMALL: (usize, usize) = (64, 64);
+/// The tiny SIMT GEMM (`gemm_f32_tiny_*`): its tile, k-chunk and threads (2×2 outputs each).
+pub const GEMM_TILE_TINY: (usize, usize) = (32, 32);
+pub const GEMM_TINY_KC: usize = 32;
+pub const GEMM_TINY_THREADS: usize = 256;
 
 /// Threads of a SIMT GEMM block with tile `(bm, bn)`: one per 8×8 register tile.
 pub const fn gemm_threads(tile: (usize, usize)) -> usize {

@@ -8,6 +8,8 @@
 //! | backward data | N·H·W | C | K·R·S | dy (taps that land on an output) | w |
 //! | backward weight | C·R·S | K | N·P·Q | x (im2col)ᵀ | dy |
 //!
+//! When C is far below the tile width or the stride skips most taps, the backward data gradient
+//! runs instead as a plain batched GEMM `cols = Wᵀ · dy` and the gather `conv2d_col2im_f32`.
 //! When the tile grid is too small to fill the GPU (always for the weight gradient), the
 //! reduction is split over `gridDim.z`: split z writes its partial sums to `out[z]` and
 //! `conv2d_split_sum_f32` adds the splits in order (so results do not depend on timing), with the
@@ -20,6 +22,7 @@
 pub mod backward_bias;
 pub mod backward_data;
 pub mod backward_weight;
+pub mod col2im;
 pub mod forward;
 
 use crate::matmul::gemm_f32::{simt_a_rows, simt_coords, simt_mainloop};

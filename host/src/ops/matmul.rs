@@ -13,15 +13,16 @@
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
-//! | 5 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
-//! | 6 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
-//! | 7 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
-//! | 8 | f32 otherwise | `gemm_f32_{large,medium,small}_*`: the largest tile (128×128, 128×64, 64×64) whose grid gives every SM a block | none |
+//! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 32×32 tiles, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
+//! | 6 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
+//! | 7 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
+//! | 8 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
+//! | 9 | f32 otherwise | `gemm_f32_{large,medium,small}_*`: the largest tile (128×128, 128×64, 64×64) whose grid gives every SM a block | none |
 //!
 //! Split-K writes each slice's raw f32 sums to a workspace from the pool (`[batch][slice][M][N]`)
 //! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
 //! once: the same bits on every run, no atomics. Few rows with A transposed, and few columns
-//! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–8).
+//! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–9).
 use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, DeviceElement, Kernel};
@@ -30,10 +31,10 @@ use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
-    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMV_COLS_NT, GEMV_ROWS,
-    GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
-    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE,
-    WGMMA_TILES,
+    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_TINY,
+    GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK,
+    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES,
+    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -275,7 +276,7 @@ impl<'a> Gemm<'a> {
                 self.launch_wgmma(d, &out, stream, (a_op, ta), (b_op, tb), tile, (&plan, workspace.as_ref()))?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
-            GemmPath::Simt { .. } | GemmPath::Tf32Mma | GemmPath::HalfMma => {
+            GemmPath::Simt { .. } | GemmPath::Tiny | GemmPath::Tf32Mma | GemmPath::HalfMma => {
                 self.launch_tiled(&d, &out, stream, &plan, workspace.as_ref())?
             }
         }
@@ -308,6 +309,9 @@ impl<'a> Gemm<'a> {
                     [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL].iter().position(|&t| t == tile);
                 let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(2)][ta][tb]);
                 (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
+            }
+            GemmPath::Tiny => {
+                (GemmKernel::SimtF32(TINY_F32_KERNELS[ta][tb]), GEMM_TILE_TINY, GEMM_TINY_THREADS, 0)
             }
             GemmPath::Gemv { .. } | GemmPath::Wgmma { .. } | GemmPath::Tf32Wgmma => {
                 unreachable!("launch_tiled takes the tiled paths only")
@@ -713,6 +717,8 @@ enum GemmPath {
     Gemv { rows: usize },
     /// SIMT f32 with this tile.
     Simt { tile: (usize, usize) },
+    /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 32×32 tiles, whole chunks of K per load).
+    Tiny,
     /// TF32 `mma.sync`.
     Tf32Mma,
     /// f16/bf16 `mma.sync`.
@@ -732,6 +738,13 @@ struct GemmPlan {
     slices: usize,
     k_chunk: usize,
 }
+
+/// f32 products up to this many outputs (per batch) and this K take the tiny SIMT GEMM: at most
+/// 64 of its 32×32 tiles, each a few K-chunk round trips (an MLP layer on a mini-batch). Larger
+/// ones fill the SMs with the tiled kernels, and a longer K is better split. Exact f32 there also
+/// when TF32 is allowed: TF32 gains nothing at a latency-bound size.
+const TINY_MAX_OUTPUTS: usize = 1 << 16;
+const TINY_MAX_K: usize = 256;
 
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
@@ -849,6 +862,9 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         }
         return whole(GemmPath::HalfMma);
     }
+    if d.m * d.n <= TINY_MAX_OUTPUTS && d.k <= TINY_MAX_K {
+        return whole(GemmPath::Tiny);
+    }
     if o.tf32 {
         // The transposes that make both operands K-major exist for 2-D operands only.
         let transposes = o.transpose_a || !o.transpose_b;
@@ -953,6 +969,10 @@ type ByTranspose<A> = [[Kernel<A>; 2]; 2];
 const MAX_GRID_YZ: usize = 65_535;
 
 /// `[tile size][A transposed][B transposed]`.
+const TINY_F32_KERNELS: ByTranspose<SimtArgs> = [
+    [kernels::gemm_f32_tiny_nn, kernels::gemm_f32_tiny_nt],
+    [kernels::gemm_f32_tiny_tn, kernels::gemm_f32_tiny_tt],
+];
 const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 3] = [
     [
         [kernels::gemm_f32_large_nn, kernels::gemm_f32_large_nt],
@@ -1442,6 +1462,19 @@ mod tests {
         let batched = |batch| Dims { batch, ..dims(128, 128, 8192) };
         assert_eq!(plan(&batched(64), &o, &H100).slices, 2);
         assert_eq!(plan(&batched(132), &o, &H100), whole(simt(GEMM_TILE_LARGE), 8192));
+    }
+
+    #[test]
+    fn tiny_products_take_the_tiny_kernel() {
+        let o = operands(DType::F32, false, false);
+        let tiny = GemmPlan { path: GemmPath::Tiny, slices: 1, k_chunk: 64 };
+        assert_eq!(plan(&dims(64, 128, 64), &o, &H100), tiny);
+        assert_eq!(plan(&dims(64, 128, 64), &Operands { tf32: true, ..o }, &H100), tiny);
+        assert_eq!(plan(&dims(64, 128, 64), &operands(DType::F32, true, true), &H100), tiny);
+        assert_eq!(path(dims(256, 256, 256), o, H100), GemmPath::Tiny);
+        assert_ne!(path(dims(256, 257, 256), o, H100), GemmPath::Tiny);
+        assert_ne!(path(dims(64, 128, 257), o, H100), GemmPath::Tiny);
+        assert_ne!(path(dims(64, 128, 64), operands(DType::BF16, false, false), H100), GemmPath::Tiny);
     }
 
     #[test]
