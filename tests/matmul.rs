@@ -557,6 +557,29 @@ fn every_dispatch_branch(gpu: &Context) {
     }
 }
 
+/// 16-bit operands whose rows are not 16-byte multiples, in products large enough that the plan
+/// copies them into padded buffers for `wgmma` (dispatch row 3): every transpose (each has an
+/// operand with odd rows), split K, batches with a shared and a batched B.
+fn half_precision_staged_operands(gpu: &Context) {
+    let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let mut seed = 700;
+    for dtype in [DType::F16, DType::BF16] {
+        if small {
+            check_product(gpu, dtype, (1024, 1025, 256), (false, false), (1, false), true, seed);
+            continue;
+        }
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            check_product(gpu, dtype, (1030, 1027, 260), (ta, tb), (1, false), seed % 8 == 0, seed);
+            seed += 4;
+        }
+        check_product(gpu, dtype, (1030, 1027, 2056), (false, false), (1, false), true, seed);
+        for batch_b in [false, true] {
+            check_product(gpu, dtype, (1024, 1030, 264), (false, false), (2, batch_b), batch_b, seed + 4);
+            seed += 8;
+        }
+    }
+}
+
 fn main() {
     run(&[
         ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
@@ -564,6 +587,7 @@ fn main() {
         ("gpu_half_precision_matches_cpu", Case::Gpu(half_precision_matches_cpu)),
         ("gpu_sm90a_module_choice", Case::Gpu(sm90a_module_choice)),
         ("gpu_half_precision_tma_shapes", Case::Gpu(half_precision_tma_shapes)),
+        ("gpu_half_precision_staged_operands", Case::Gpu(half_precision_staged_operands)),
         ("gpu_tf32_tma_shapes", Case::Gpu(tf32_tma_shapes)),
         ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
         ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),
