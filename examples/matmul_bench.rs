@@ -179,6 +179,7 @@ fn gemm_specs(
         let (dtype, tf32) = match dt {
             "f16" => (DType::F16, false),
             "tf32" => (DType::F32, true),
+            "f32" => (DType::F32, false),
             _ => (DType::BF16, false),
         };
         let (ta, tb) = (layout.starts_with('t'), layout.ends_with('t'));
@@ -194,7 +195,7 @@ fn gemm_specs(
         let randn_ms = time(&ctx.randn(&sa, 1)?.to_dtype(dtype)?, &ctx.randn(&sb, 2)?.to_dtype(dtype)?)?;
         let base = blas.as_ref().ok().and_then(|c| match dtype {
             DType::F16 => c.gemm_ms::<ferrocuda::f16>(m, n, k, false, reps).ok(),
-            DType::F32 => c.sgemm_ms(m, n, k, true, reps).ok(),
+            DType::F32 => c.sgemm_ms(m, n, k, tf32, reps).ok(),
             _ => c.gemm_ms::<ferrocuda::bf16>(m, n, k, false, reps).ok(),
         });
         println!(

@@ -9,7 +9,18 @@ use std::time::Instant;
 
 type Op = fn(&Tensor, &Tensor) -> Result<Tensor>;
 
+/// The driver variable that sets how many hardware work queues a new context gets.
+const QUEUES: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
 fn main() -> Result<()> {
+    // The driver builds every hardware work queue when it creates the context: with its default
+    // of 8 that takes 104–171 ms on an H100, with 2 about 79 ms (docs/perf-notes.md, start-up).
+    // This program runs one stream, so it asks for 2 unless the caller set a number. Set here,
+    // before any thread exists and before the driver loads.
+    if std::env::var_os(QUEUES).is_none() {
+        std::env::set_var(QUEUES, "2");
+    }
+    let queues = std::env::var(QUEUES).unwrap_or_default();
     let shape: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let shape = if shape.is_empty() { vec![4096, 1024] } else { shape };
     let n: usize = shape.iter().product();
@@ -23,7 +34,7 @@ fn main() -> Result<()> {
     println!("device: {}", ctx.device());
     println!(
         "driver loaded and initialised ({gpus} GPUs) in {:.1} ms; Context::new() then took {:.1} ms \
-         (total {:.1} ms)",
+         (total {:.1} ms; {QUEUES}={queues})",
         driver.as_secs_f64() * 1e3,
         (ready - driver).as_secs_f64() * 1e3,
         ready.as_secs_f64() * 1e3,

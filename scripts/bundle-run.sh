@@ -5,7 +5,8 @@
 #   run.sh sanitize     every test binary under compute-sanitizer memcheck, racecheck and synccheck
 #   run.sh quickstart   the quickstart example
 #   run.sh bench [OUT]  PyTorch baseline, then bench_report (and the ratio gate against
-#                       docs/bench-baseline.json) and matmul_bench (with cuBLAS) in the same call
+#                       docs/bench-baseline.json), matmul_bench (with cuBLAS) and conv_bench (beside
+#                       cuDNN) in the same call
 #   run.sh all [OUT]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -63,6 +64,7 @@ bench() {
   # The speed regression gate: each ratio to PyTorch against the committed baseline's.
   python3 "$here/ratio_gate.py" "$out/bench_report.json" "$here/bench-baseline.json" | tee "$out/ratio_gate.txt" || status=1
   "$here/examples/matmul_bench" "$out/torch.json" | tee "$out/matmul_bench.txt" || status=1
+  "$here/examples/conv_bench" "$out/torch.json" | tee "$out/conv_bench.txt" || status=1
 }
 
 case "${1:-all}" in

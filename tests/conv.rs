@@ -40,6 +40,8 @@ fn cases() -> Vec<ConvCase> {
         cases.push(([4, 16, 50, 50], [128, 16, 3, 3], p.padding(1)));
         cases.push(([8, 64, 56, 56], [128, 64, 3, 3], p.padding(1)));
         cases.push(([2, 32, 40, 40], [64, 32, 5, 5], p.stride(2).padding(2)));
+        // A ResNet-style stem: C = 3, 7×7 at stride 2, the data gradient on GEMM + col2im.
+        cases.push(([2, 3, 40, 38], [16, 3, 7, 7], p.stride(2).padding(3)));
     }
     cases
 }

@@ -14,7 +14,9 @@ const SHAPES: [(usize, usize, usize); 6] =
     [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (4097, 4095, 1023), (1, 4096, 4096), (8192, 64, 8192)];
 /// Under compute-sanitizer (`FERROCUDA_SANITIZER=1`, set by the bundle's `run.sh sanitize`), which
 /// slows kernels by orders of magnitude: the same kinds of shapes, smaller.
-const SANITIZER_SHAPES: [(usize, usize, usize); 4] = [(1, 1, 1), (17, 33, 65), (129, 257, 65), (1, 300, 131)];
+/// K past 256 keeps the TF32 kernels in it (smaller products take the exact tiny kernel).
+const SANITIZER_SHAPES: [(usize, usize, usize); 5] =
+    [(1, 1, 1), (17, 33, 65), (129, 257, 301), (1, 300, 131), (130, 257, 300)];
 
 fn shapes() -> &'static [(usize, usize, usize)] {
     if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
@@ -57,9 +59,14 @@ fn tf32_matches_cpu(gpu: &Context) {
             let e = rel_err(&got.to_vec().unwrap(), &want);
             assert!(e <= TF32_TOL, "tf32 {m}x{n}x{k} ta={ta} tb={tb}: relative error {e:.3e}");
             // TF32 really is in use: it cannot match f32 to 1e-6 on random data of this depth.
-            // A few rows of A are the exception: the few-row kernel is exact f32 (and faster).
+            // Two exceptions are exact f32 (and faster): the few-row kernel, and the tiny kernel
+            // for products of at most 65,536 outputs over K ≤ 256 (plan row 5).
             let few_rows = m <= 16 && !ta;
-            assert!(k < 64 || few_rows || e > 1e-6, "tf32 {m}x{n}x{k}: error {e:.1e} looks like exact f32");
+            let tiny = m * n <= 1 << 16 && k <= 256;
+            assert!(
+                k < 64 || few_rows || tiny || e > 1e-6,
+                "tf32 {m}x{n}x{k}: error {e:.1e} looks like exact f32"
+            );
         }
     }
     // Unaligned rows (K, M, N not multiples of 4) take the 4-byte copy path; batched; epilogue.
@@ -508,9 +515,19 @@ fn every_dispatch_branch(gpu: &Context) {
         ]
     };
     let tiled: &[(usize, usize, usize)] = if small {
-        &[(17, 40, 1100), (40, 24, 1040)]
+        &[(17, 40, 1100), (40, 24, 1040), (40, 33, 70)]
     } else {
-        &[(17, 64, 8200), (130, 129, 4100), (8200, 72, 2056), (17, 1000, 3), (300, 260, 200)]
+        // The tiny kernel: (64, 128, 64) an MLP layer, then partial tiles, K past one chunk.
+        &[
+            (17, 64, 8200),
+            (130, 129, 4100),
+            (8200, 72, 2056),
+            (17, 1000, 3),
+            (300, 260, 200),
+            (64, 128, 64),
+            (65, 31, 97),
+            (250, 262, 256),
+        ]
     };
     let mut seed = 300;
     for dtype in [DType::F32, DType::F16, DType::BF16] {
@@ -519,6 +536,18 @@ fn every_dispatch_branch(gpu: &Context) {
                 let epilogue = seed % 2 == 0;
                 check_product(gpu, dtype, shape, (ta, tb), (1, false), epilogue, seed);
                 seed += 4;
+            }
+        }
+        // The SIMT f32 tiles at odd sizes, with the epilogue and without, A plain and transposed:
+        // 128×256 at 1921 × 4001 × 1025 (256 tiles, two nearly full waves), 128×128 at
+        // 3001 × 3003 (the wide tiles' third wave would run 24 of 132 SMs), 128×64 at 1000 × 2000
+        // (128 large tiles would leave SMs idle); K off the 16-step.
+        if dtype == DType::F32 && !small {
+            let shapes = [((1921, 4001, 1025), (false, false)), ((3001, 3003, 41), (true, true))];
+            for (shape, layout) in shapes.into_iter().chain([((1000, 2000, 67), (false, true))]) {
+                check_product(gpu, dtype, shape, layout, (1, false), true, seed);
+                check_product(gpu, dtype, shape, (!layout.0, layout.1), (1, false), false, seed + 4);
+                seed += 8;
             }
         }
         // The GPT head's weight gradient: 73 rows (not a 16-byte multiple), K = 16384: split-K
@@ -535,6 +564,29 @@ fn every_dispatch_branch(gpu: &Context) {
     }
 }
 
+/// 16-bit operands whose rows are not 16-byte multiples, in products large enough that the plan
+/// copies them into padded buffers for `wgmma` (dispatch row 3): every transpose (each has an
+/// operand with odd rows), split K, batches with a shared and a batched B.
+fn half_precision_staged_operands(gpu: &Context) {
+    let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let mut seed = 700;
+    for dtype in [DType::F16, DType::BF16] {
+        if small {
+            check_product(gpu, dtype, (1024, 1025, 256), (false, false), (1, false), true, seed);
+            continue;
+        }
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            check_product(gpu, dtype, (1030, 1027, 260), (ta, tb), (1, false), seed % 8 == 0, seed);
+            seed += 4;
+        }
+        check_product(gpu, dtype, (1030, 1027, 2056), (false, false), (1, false), true, seed);
+        for batch_b in [false, true] {
+            check_product(gpu, dtype, (1024, 1030, 264), (false, false), (2, batch_b), batch_b, seed + 4);
+            seed += 8;
+        }
+    }
+}
+
 fn main() {
     run(&[
         ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
@@ -542,6 +594,7 @@ fn main() {
         ("gpu_half_precision_matches_cpu", Case::Gpu(half_precision_matches_cpu)),
         ("gpu_sm90a_module_choice", Case::Gpu(sm90a_module_choice)),
         ("gpu_half_precision_tma_shapes", Case::Gpu(half_precision_tma_shapes)),
+        ("gpu_half_precision_staged_operands", Case::Gpu(half_precision_staged_operands)),
         ("gpu_tf32_tma_shapes", Case::Gpu(tf32_tma_shapes)),
         ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
         ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),

@@ -79,10 +79,18 @@ kernel_table! {
     module matmul("matmul", portable) {
         matmul::gemm_f32 {
             [
+                gemm_f32_wide_nn, gemm_f32_wide_nt, gemm_f32_wide_tn, gemm_f32_wide_tt,
                 gemm_f32_large_nn, gemm_f32_large_nt, gemm_f32_large_tn, gemm_f32_large_tt,
                 gemm_f32_medium_nn, gemm_f32_medium_nt, gemm_f32_medium_tn, gemm_f32_medium_tt,
                 gemm_f32_small_nn, gemm_f32_small_nt, gemm_f32_small_tn, gemm_f32_small_tt
             ](
+                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
+                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+                alpha: f32, beta: f32, activation: u32
+            );
+        }
+        matmul::gemm_tiny {
+            [gemm_f32_tiny_nn, gemm_f32_tiny_nt, gemm_f32_tiny_tn, gemm_f32_tiny_tt](
                 a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
                 n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
                 alpha: f32, beta: f32, activation: u32
@@ -209,6 +217,13 @@ kernel_table! {
             [conv2d_split_sum_f32](
                 partial: *const f32, bias: *const f32, out: *mut f32, len: usize, splits: usize,
                 plane: usize, channels: usize
+            );
+        }
+        conv::col2im {
+            [conv2d_col2im_f32](
+                cols: *const f32, dx: *mut f32, n: usize, c: usize, h: usize, w: usize, r: usize, s: usize,
+                p: usize, q: usize, stride_h: usize, stride_w: usize, pad_h: usize, pad_w: usize,
+                dil_h: usize, dil_w: usize
             );
         }
         conv::backward_bias {

@@ -23,16 +23,31 @@ pub const TRANSPOSE_TILE_WORDS: usize = TRANSPOSE_TILE * (TRANSPOSE_TILE + 1);
 
 /// Depth of one SIMT GEMM k-step (floats of A's rows / B's columns staged per tile).
 pub const GEMM_BK: usize = 16;
-/// Outputs per thread along M and N in the SIMT GEMM (an 8×8 register tile).
+/// Outputs per thread along M in the SIMT GEMM.
 pub const GEMM_TM: usize = 8;
 /// The SIMT GEMM tile shapes (rows of C, columns of C) a block computes, by kernel suffix.
+pub const GEMM_TILE_WIDE: (usize, usize) = (128, 256);
 pub const GEMM_TILE_LARGE: (usize, usize) = (128, 128);
 pub const GEMM_TILE_MEDIUM: (usize, usize) = (128, 64);
 pub const GEMM_TILE_SMALL: (usize, usize) = (64, 64);
+/// The tiny SIMT GEMM (`gemm_f32_tiny_*`): its tile, k-chunk and threads (2×2 outputs each).
+pub const GEMM_TILE_TINY: (usize, usize) = (32, 32);
+pub const GEMM_TINY_KC: usize = 32;
+pub const GEMM_TINY_THREADS: usize = 256;
 
-/// Threads of a SIMT GEMM block with tile `(bm, bn)`: one per 8×8 register tile.
+/// Outputs per thread along N in a SIMT GEMM tile `bn` wide: 8×16 register tiles in the wide
+/// tile (256 threads), 8×8 in the others.
+pub const fn gemm_tn(bn: usize) -> usize {
+    if bn >= 256 {
+        16
+    } else {
+        8
+    }
+}
+
+/// Threads of a SIMT GEMM block with tile `(bm, bn)`: one per register tile.
 pub const fn gemm_threads(tile: (usize, usize)) -> usize {
-    (tile.0 / GEMM_TM) * (tile.1 / GEMM_TM)
+    (tile.0 / GEMM_TM) * (tile.1 / gemm_tn(tile.1))
 }
 
 /// Dynamic shared memory of a SIMT GEMM block: two stages of an A tile (BK×bm) and a B tile

@@ -37,7 +37,7 @@ impl BackwardData {
 
 /// The output coordinate `o` with `o·stride = padded − tap`, if it exists and is `< len`.
 #[inline(always)]
-fn source(padded: u32, tap: u32, stride: u32, len: u32) -> Option<u32> {
+pub(crate) fn source(padded: u32, tap: u32, stride: u32, len: u32) -> Option<u32> {
     let d = padded.checked_sub(tap)?;
     let o = if stride == 1 { d } else { d / stride };
     (o * stride == d && o < len).then_some(o)

@@ -8,6 +8,8 @@
 //! | backward data | N·H·W | C | K·R·S | dy (taps that land on an output) | w |
 //! | backward weight | C·R·S | K | N·P·Q | x (im2col)ᵀ | dy |
 //!
+//! When C is far below the tile width or the stride skips most taps, the backward data gradient
+//! runs instead as a plain batched GEMM `cols = Wᵀ · dy` and the gather `conv2d_col2im_f32`.
 //! When the tile grid is too small to fill the GPU (always for the weight gradient), the
 //! reduction is split over `gridDim.z`: split z writes its partial sums to `out[z]` and
 //! `conv2d_split_sum_f32` adds the splits in order (so results do not depend on timing), with the
@@ -20,6 +22,7 @@
 pub mod backward_bias;
 pub mod backward_data;
 pub mod backward_weight;
+pub mod col2im;
 pub mod forward;
 
 use crate::matmul::gemm_f32::{simt_a_rows, simt_coords, simt_mainloop};
@@ -27,7 +30,7 @@ use crate::matmul::gemm_tf32::{mma_k_step, Operand};
 use crate::matmul::{mma_epilogue, mma_mainloop};
 use crate::prelude::*;
 use crate::shapes::{
-    ACTIVATION_NONE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_BK, MMA_OPERAND_FLOATS,
+    ACTIVATION_NONE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TM, MMA_BK, MMA_OPERAND_FLOATS,
     MMA_THREADS, MMA_TILE,
 };
 
@@ -165,11 +168,12 @@ pub(crate) unsafe fn simt<G: ImplicitGemm, const BM: usize, const BN: usize>(g: 
             _ => gather(src_b, clip(g.b(kg as u32, col as u32), kg, k_end)),
         }
     };
-    let acc = simt_mainloop::<BM, BN, true, true>(k_end.saturating_sub(k_begin), (m0, n0), load_a, load_b);
+    let acc =
+        simt_mainloop::<BM, BN, GEMM_TM, true, true>(k_end.saturating_sub(k_begin), (m0, n0), load_a, load_b);
     // Each thread holds four consecutive rows of a column per half tile: contiguous outputs.
     unroll!(h in [0, 1] => {
         unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
-            let (row, col) = simt_coords::<BM, BN>(h * 4, j);
+            let (row, col) = simt_coords::<BM, BN, GEMM_TM>(h * 4, j);
             if n0 + col < n {
                 let v = [acc[h * 4][j], acc[h * 4 + 1][j], acc[h * 4 + 2][j], acc[h * 4 + 3][j]];
                 store4(g, ((m0 + row) as u32, (n0 + col) as u32), m as u32, v);

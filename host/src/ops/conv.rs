@@ -8,6 +8,7 @@
 //! splits its N·P·Q reduction over enough blocks to fill the GPU and adds the splits in a fixed
 //! order, so every op here is deterministic.
 use crate::kernels;
+use crate::ops::matmul::Gemm;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
@@ -147,6 +148,21 @@ impl Geometry {
     }
     fn w_shape(&self) -> [usize; 4] {
         [self.k, self.c, self.r, self.s]
+    }
+
+    /// Whether the backward data gradient is cheaper as `cols = Wᵀ · dy` plus a gather than as
+    /// the implicit GEMM. The implicit GEMM multiplies over every tap (all but 1/(sh·sw) of them
+    /// zero) and pads C to a 64-wide tile; the GEMM pads C·R·S to 128 and moves cols twice
+    /// (counted at 10 flops a byte, the f32 pipes' rate over DRAM's). A 2× margin keeps the
+    /// implicit GEMM wherever the two are close (every stride-1 layer with C ≥ 64).
+    fn col2im_wins(&self) -> bool {
+        let crs = self.c * self.r * self.s;
+        let cols = [self.n, crs, self.p, self.q].iter().map(|&d| d as f64).product::<f64>();
+        let taps = (self.k * self.r * self.s) as f64;
+        let implicit = (self.n * self.h * self.w) as f64 * self.c.next_multiple_of(64) as f64 * taps;
+        let gemm =
+            (self.n * self.p * self.q * self.k) as f64 * crs.next_multiple_of(128) as f64 + 80.0 * cols;
+        cols <= (1u64 << 28) as f64 && 2.0 * gemm < implicit
     }
 
     /// The input coordinate of output `o` at tap `t` along an axis, if inside `[0, len)`.
@@ -393,6 +409,7 @@ pub fn conv2d_backward_data(dy: &Tensor, w: &Tensor, x_shape: &[usize], p: Conv2
             &g.x_shape(),
             cpu_backward_data(&g, &dy.to_vec()?, &w.to_vec()?),
         )),
+        Storage::Cuda(_) if g.col2im_wins() => backward_data_col2im(OP, &g, dy, w),
         Storage::Cuda(_) => {
             let dx = Tensor::uninit(dy.context(), &g.x_shape(), OP)?;
             ImplicitGemm {
@@ -409,6 +426,44 @@ pub fn conv2d_backward_data(dy: &Tensor, w: &Tensor, x_shape: &[usize], p: Conv2
             Ok(dx)
         }
     }
+}
+
+/// The backward data gradient as `cols = Wᵀ · dy` (`[N, C·R·S, P·Q]`, a batched GEMM over a shared
+/// W) and the gather `conv2d_col2im_f32`, which sums each dx element's taps in a fixed order.
+fn backward_data_col2im(op: &'static str, g: &Geometry, dy: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let crs = g.c * g.r * g.s;
+    let w_flat = w.reshape(&[g.k, crs])?;
+    let dy_planes = dy.reshape(&[g.n, g.k, g.p * g.q])?;
+    let cols = Gemm::new(&w_flat, &dy_planes).transpose_a(true).run()?;
+    let ctx = dy.context();
+    let dx = Tensor::uninit(ctx, &g.x_shape(), op)?;
+    let stream = ctx.stream(op)?;
+    let cfg = LaunchConfig::grid_stride(&stream.device.info, dx.len(), ELEMENTWISE_BLOCK, 4);
+    let Conv2dParams { stride, padding, dilation } = g.params;
+    let args = (
+        cols.ptr(),
+        dx.ptr_mut(),
+        g.n,
+        g.c,
+        g.h,
+        g.w,
+        g.r,
+        g.s,
+        g.p,
+        g.q,
+        stride.0,
+        stride.1,
+        padding.0,
+        padding.1,
+        dilation.0,
+        dilation.1,
+    );
+    // SAFETY: `conv2d_col2im_f32(cols, dx, n, c, h, w, r, s, p, q, strides, paddings,
+    // dilations)`: `cols` is the GEMM's fresh [N, C·R·S, P·Q] result and `dx` a fresh
+    // [N, C, H, W] buffer, both on this context's stream; `Geometry::check` bounded every
+    // tensor below 2^31 elements (`col2im_wins` bounds cols), so the kernel's 32-bit indices hold.
+    unsafe { kernels::conv2d_col2im_f32.launch(stream, cfg, args)? };
+    Ok(dx)
 }
 
 /// The gradient of [`conv2d`] with respect to w: x `[N, C, H, W]`, dy `[N, K, P, Q]` →
@@ -581,4 +636,32 @@ fn cpu_backward_weight(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
         }
     });
     dw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Conv2dParams, Geometry};
+
+    fn col2im_wins(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> bool {
+        Geometry::check("test", &x, &w, p).unwrap().col2im_wins()
+    }
+
+    /// The backward data gradient leaves the implicit GEMM only where it wastes most of its work.
+    #[test]
+    fn backward_data_path() {
+        let p = Conv2dParams::new();
+        // ResNet-50's stem (C = 3, stride 2) and small strided cases of tests/conv.rs.
+        assert!(col2im_wins([32, 3, 224, 224], [64, 3, 7, 7], p.stride(2).padding(3)));
+        assert!(col2im_wins(
+            [2, 3, 7, 13],
+            [6, 3, 5, 3],
+            Conv2dParams { stride: (2, 2), padding: (2, 1), ..p }
+        ));
+        // Stride-1 layers with 64 channels or more, and a 1×1, stay on the implicit GEMM.
+        assert!(!col2im_wins([32, 64, 56, 56], [64, 64, 3, 3], p.padding(1)));
+        assert!(!col2im_wins([32, 64, 128, 128], [128, 64, 3, 3], p.padding(1)));
+        assert!(!col2im_wins([32, 256, 56, 56], [64, 256, 1, 1], p));
+        // cols of 2^28 floats or more: the implicit GEMM, whatever the cost.
+        assert!(!col2im_wins([1000, 3, 224, 224], [64, 3, 7, 7], p.stride(2).padding(3)));
+    }
 }

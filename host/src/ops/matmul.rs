@@ -11,16 +11,18 @@
 //! |---|------|--------|---------|
 //! | 1 | M ≤ 16, A not transposed, any dtype (TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
-//! | 3 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
-//! | 4 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
-//! | 5 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
-//! | 6 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
-//! | 7 | f32 otherwise | `gemm_f32_{large,medium,small}_*`: the largest tile (128×128, 128×64, 64×64) whose grid gives every SM a block | none |
+//! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
+//! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
+//! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 32×32 tiles, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
+//! | 6 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
+//! | 7 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
+//! | 8 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
+//! | 9 | f32 otherwise | `gemm_f32_{wide,large,medium,small}_*`: K ≥ 1024 and both grids filling the SMs: 128×256 or 128×128, whichever gives the busiest SM the least work weighted by its measured time per output; else the largest of 128×128, 128×64, 64×64 whose grid fills the SMs (`simt_tile`) | none |
 //!
 //! Split-K writes each slice's raw f32 sums to a workspace from the pool (`[batch][slice][M][N]`)
 //! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
 //! once: the same bits on every run, no atomics. Few rows with A transposed, and few columns
-//! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–7).
+//! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–9).
 use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, DeviceElement, Kernel};
@@ -29,10 +31,10 @@ use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
-    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMV_COLS_NT, GEMV_ROWS,
-    GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
-    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE,
-    WGMMA_TILES,
+    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE,
+    GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK,
+    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES,
+    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -264,11 +266,17 @@ impl<'a> Gemm<'a> {
         };
         match plan.path {
             GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
-            GemmPath::Wgmma { tile } => {
-                self.launch_wgmma(d, &out, stream, (a, ta), (b, tb), tile, (&plan, workspace.as_ref()))?
+            GemmPath::Wgmma { tile, staged } => {
+                // Row 3: copies of the operands TMA cannot read, alive until after the launch
+                // (the pool reuses them only after the work queued before their release).
+                let lda = if ta { d.m } else { d.k };
+                let ldb = if tb { d.k } else { d.n };
+                let (a_op, _a_copy) = tma_operand(a, lda, d.stride_a, staged, stream, op)?;
+                let (b_op, _b_copy) = tma_operand(b, ldb, d.stride_b, staged, stream, op)?;
+                self.launch_wgmma(d, &out, stream, (a_op, ta), (b_op, tb), tile, (&plan, workspace.as_ref()))?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
-            GemmPath::Simt { .. } | GemmPath::Tf32Mma | GemmPath::HalfMma => {
+            GemmPath::Simt { .. } | GemmPath::Tiny | GemmPath::Tf32Mma | GemmPath::HalfMma => {
                 self.launch_tiled(&d, &out, stream, &plan, workspace.as_ref())?
             }
         }
@@ -297,10 +305,13 @@ impl<'a> Gemm<'a> {
                 (GemmKernel::F32(TF32_KERNELS[ta][tb]), MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES)
             }
             GemmPath::Simt { tile } => {
-                let size =
-                    [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL].iter().position(|&t| t == tile);
-                let kernel = GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(2)][ta][tb]);
+                let size = SIMT_TILES.iter().position(|&t| t == tile);
+                let kernel =
+                    GemmKernel::SimtF32(SIMT_F32_KERNELS[size.unwrap_or(SIMT_TILES.len() - 1)][ta][tb]);
                 (kernel, tile, gemm_threads(tile), gemm_shared_bytes(tile))
+            }
+            GemmPath::Tiny => {
+                (GemmKernel::SimtF32(TINY_F32_KERNELS[ta][tb]), GEMM_TILE_TINY, GEMM_TINY_THREADS, 0)
             }
             GemmPath::Gemv { .. } | GemmPath::Wgmma { .. } | GemmPath::Tf32Wgmma => {
                 unreachable!("launch_tiled takes the tiled paths only")
@@ -502,6 +513,7 @@ impl<'a> Gemm<'a> {
         let a_t = if self.transpose_a { Some(self.a.transpose()?) } else { None };
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
+        let (a, b) = (TmaOperand::of(a, d.k, d.stride_a), TmaOperand::of(b, d.k, d.stride_b));
         self.launch_wgmma(d, out, stream, (a, false), (b, true), 0, split)
     }
 
@@ -513,28 +525,23 @@ impl<'a> Gemm<'a> {
         d: Dims,
         out: &Tensor,
         stream: &Arc<Stream>,
-        (a, ta): (&Tensor, bool),
-        (b, tb): (&Tensor, bool),
+        (a, ta): (TmaOperand, bool),
+        (b, tb): (TmaOperand, bool),
         kind: usize,
         (plan, workspace): (&GemmPlan, Option<&DeviceBuffer>),
     ) -> Result<()> {
         let op = self.op;
-        let dtype = a.dtype();
+        let dtype = self.a.dtype();
         let tile = WGMMA_TILES[kind];
         // A is [M, K] (K-major) or, transposed, [K, M]; B is [K, N] or, transposed, [N, K]. A
         // K-major operand moves as one box of 128 bytes of k × its tile rows; an M/N-major one
         // as boxes of 64 rows × 128 bytes of k.
         let row = WGMMA_ROW_BYTES / dtype.size_bytes();
-        let map =
-            |t: &Tensor, rows_tile: usize, k_major: bool, (outer, inner): (usize, usize), stride: usize| {
-                let boxed = if k_major { (row, rows_tile) } else { (WGMMA_MN_BOX, row) };
-                tensor_map(dtype, t.device_ptr(), (inner, outer, d.batch), stride, boxed)
-            };
-        let map_a = if ta {
-            map(a, tile.0, false, (d.k, d.m), d.stride_a)?
-        } else {
-            map(a, tile.0, true, (d.m, d.k), d.stride_a)?
+        let map = |t: TmaOperand, rows_tile: usize, k_major: bool, (outer, inner): (usize, usize)| {
+            let boxed = if k_major { (row, rows_tile) } else { (WGMMA_MN_BOX, row) };
+            tensor_map_pitched(dtype, t.ptr, (inner, outer, d.batch), (t.pitch, t.batch_stride), boxed)
         };
+        let map_a = if ta { map(a, tile.0, false, (d.k, d.m))? } else { map(a, tile.0, true, (d.m, d.k))? };
         let kernel = if dtype == DType::F32 {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
         } else {
@@ -553,11 +560,8 @@ impl<'a> Gemm<'a> {
         let pair = wgmma_cluster() && d.m > tile.0 && plan.slices == 1;
         let clusters = if pair { resident_clusters(stream, kernel, cfg) } else { 0 };
         let cluster = if clusters > 0 { 2 } else { 1 };
-        let map_b = if tb {
-            map(b, tile.1 / cluster, true, (d.n, d.k), d.stride_b)?
-        } else {
-            map(b, tile.1, false, (d.k, d.n), d.stride_b)?
-        };
+        let map_b =
+            if tb { map(b, tile.1 / cluster, true, (d.n, d.k))? } else { map(b, tile.1, false, (d.k, d.n))? };
         // The output through shared memory and TMA stores: whole slices only (no split) and rows
         // that start on 16-byte boundaries.
         let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0;
@@ -595,8 +599,9 @@ impl<'a> Gemm<'a> {
         // beta, activation, batched_a, batched_b, k_steps, ws, layers, tma_store)`: `ws` is null or
         // the workspace of batch·slices·M·N floats with layers = batch·slices, slices = ⌈k-steps /
         // k_steps⌉; `maps` holds A's, B's and (with `tma_store`) the output's tensor maps, made
-        // above for the live buffers of A, B and `out` with the shapes and strides `dims()`
-        // checked and the boxes of the kernel's tile; c and bias
+        // above for the live buffers of A, B (or their staged copies, which the caller keeps
+        // until after this launch) and `out` with the shapes and strides `dims()` checked and
+        // the boxes of the kernel's tile; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
         // stream-ordered pool after this call, so no later work reuses it before the kernel ends;
@@ -712,13 +717,15 @@ enum GemmPath {
     Gemv { rows: usize },
     /// SIMT f32 with this tile.
     Simt { tile: (usize, usize) },
+    /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 32×32 tiles, whole chunks of K per load).
+    Tiny,
     /// TF32 `mma.sync`.
     Tf32Mma,
     /// f16/bf16 `mma.sync`.
     HalfMma,
     /// f16/bf16 `wgmma` + TMA (sm_90a) with tile `tile` of `WGMMA_TILES` (128×256, 256×128,
-    /// 128×192).
-    Wgmma { tile: usize },
+    /// 128×192); `staged`: the operands TMA cannot read are copied first (dispatch row 3).
+    Wgmma { tile: usize, staged: bool },
     /// TF32 `wgmma` + TMA (sm_90a), after transposing the operands to K-major.
     Tf32Wgmma,
 }
@@ -732,16 +739,32 @@ struct GemmPlan {
     k_chunk: usize,
 }
 
+/// f32 products up to this many outputs (per batch) and this K take the tiny SIMT GEMM: at most
+/// 64 of its 32×32 tiles, each a few K-chunk round trips (an MLP layer on a mini-batch). Larger
+/// ones fill the SMs with the tiled kernels, and a longer K is better split. Exact f32 there also
+/// when TF32 is allowed: TF32 gains nothing at a latency-bound size.
+const TINY_MAX_OUTPUTS: usize = 1 << 16;
+const TINY_MAX_K: usize = 256;
+
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
 /// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
 /// the workspace stays small beside the operands.
 const SPLIT_MIN_K: usize = 512;
 const MAX_SLICES: usize = 32;
+/// The shortest K and the least M·N/(M + N) for which copying unaligned 16-bit operands into
+/// TMA-readable buffers beats the `mma.sync` kernels (dispatch row 3).
+const STAGE_MIN_K: usize = 256;
+const STAGE_MIN_MN_RATIO: usize = 512;
 /// 16-bit `mma.sync` blocks resident on one SM (256 threads × 165 registers).
 const MMA_HALF_PER_SM: usize = 1;
-/// SIMT f32 blocks of the large tile resident on one SM (256 threads × 148 registers).
+/// SIMT f32 blocks of the large tile resident on one SM (256 threads × 135–155 registers).
 const SIMT_LARGE_PER_SM: usize = 1;
+/// The shortest K that runs on the wide SIMT tile.
+const SIMT_WIDE_MIN_K: usize = 1024;
+/// Relative time per output element of the wide and large SIMT tiles (one block of 256 threads
+/// per SM each): 40.4–42.1 against 38.2–38.8 TFLOP/s at 4096–8192 (perf-notes).
+const SIMT_COST: [usize; 2] = [100, 107];
 
 /// Elements of one 16-byte vector of `dtype`.
 fn vector_elems(dtype: DType) -> usize {
@@ -794,7 +817,7 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
 /// A `wgmma` plan: split K when the tiles leave SMs idle (one block per SM fits).
 fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> GemmPlan {
     let tile = match path {
-        GemmPath::Wgmma { tile } => WGMMA_TILES[tile],
+        GemmPath::Wgmma { tile, .. } => WGMMA_TILES[tile],
         _ => WGMMA_TILE,
     };
     let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
@@ -827,8 +850,15 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
         let tma =
             d.k > 0 && lda % per_16 == 0 && ldb % per_16 == 0 && o.aligned_a && o.aligned_b && small_dims;
-        if dev.sm90a && tma {
-            return wgmma_plan(d, GemmPath::Wgmma { tile: wgmma_tile(d, dev) }, o.dtype, dev);
+        // Staging copies each unaligned operand once more (the driver's 2-D copy: ~0.35 TB/s at
+        // odd pitches on the H100); wgmma then runs at 4-5× the `mma.sync` kernels' rate on such
+        // shapes (bf16 (3001, 2999, 3003): 0.224 ms staged, 1.12 ms on `mma.sync`). The copies
+        // grow with (M + N)·K and the saving with M·N·K, hence a bound on M·N/(M + N) (set
+        // before the measurement, conservative) and K long enough for the two launches.
+        let stage = d.k >= STAGE_MIN_K && d.m * d.n >= STAGE_MIN_MN_RATIO * (d.m + d.n);
+        if dev.sm90a && d.k > 0 && small_dims && (tma || stage) {
+            let path = GemmPath::Wgmma { tile: wgmma_tile(d, dev), staged: !tma };
+            return wgmma_plan(d, path, o.dtype, dev);
         }
         let tiles = tiles(MMA_TILE);
         if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
@@ -836,6 +866,9 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             return GemmPlan { path: GemmPath::HalfMma, slices, k_chunk };
         }
         return whole(GemmPath::HalfMma);
+    }
+    if d.m * d.n <= TINY_MAX_OUTPUTS && d.k <= TINY_MAX_K {
+        return whole(GemmPath::Tiny);
     }
     if o.tf32 {
         // The transposes that make both operands K-major exist for 2-D operands only.
@@ -861,11 +894,28 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             return GemmPlan { path: GemmPath::Simt { tile: GEMM_TILE_LARGE }, slices, k_chunk };
         }
     }
-    let tile = [GEMM_TILE_LARGE, GEMM_TILE_MEDIUM]
-        .into_iter()
-        .find(|&t| tiles(t) >= dev.sms)
-        .unwrap_or(GEMM_TILE_SMALL);
-    whole(GemmPath::Simt { tile })
+    whole(GemmPath::Simt { tile: simt_tile(d, dev) })
+}
+
+/// The SIMT tile: with K ≥ 1024, of the wide and large tiles whose grids give every SM a block,
+/// the one whose busiest SM has the least work (⌈tiles / SMs⌉ tiles, weighted by the tile's
+/// measured time per output, `SIMT_COST`: the wide tile's last wave can cost more than its
+/// faster mainloop saves); the large one if only its grid fills the SMs or K is shorter (the wide
+/// tile's epilogue, not overlapped, halves its rate at K = 256); else the medium tile if its grid
+/// fills the SMs, else the small one.
+fn simt_tile(d: &Dims, dev: &DeviceFacts) -> (usize, usize) {
+    let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+    let cost =
+        |(tile, weight): ((usize, usize), usize)| tiles(tile).div_ceil(dev.sms) * tile.0 * tile.1 * weight;
+    let first = usize::from(d.k < SIMT_WIDE_MIN_K);
+    SIMT_TILES[first..2]
+        .iter()
+        .copied()
+        .zip(SIMT_COST[first..2].iter().copied())
+        .filter(|&(tile, _)| tiles(tile) >= dev.sms)
+        .min_by_key(|&c| cost(c))
+        .map(|(tile, _)| tile)
+        .unwrap_or(if tiles(GEMM_TILE_MEDIUM) >= dev.sms { GEMM_TILE_MEDIUM } else { GEMM_TILE_SMALL })
 }
 
 /// The arguments of the mma.sync and SIMT GEMMs over elements `E`: a, b, c, bias, out, m, n, k,
@@ -940,8 +990,21 @@ type ByTranspose<A> = [[Kernel<A>; 2]; 2];
 /// The largest grid y and z of a launch (the batch is the grid's z in every GEMM kernel).
 const MAX_GRID_YZ: usize = 65_535;
 
-/// `[tile size][A transposed][B transposed]`.
-const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 3] = [
+/// `[A transposed][B transposed]`.
+const TINY_F32_KERNELS: ByTranspose<SimtArgs> = [
+    [kernels::gemm_f32_tiny_nn, kernels::gemm_f32_tiny_nt],
+    [kernels::gemm_f32_tiny_tn, kernels::gemm_f32_tiny_tt],
+];
+
+/// The SIMT tiles, largest first.
+const SIMT_TILES: [(usize, usize); 4] = [GEMM_TILE_WIDE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL];
+
+/// `[tile size (as SIMT_TILES)][A transposed][B transposed]`.
+const SIMT_F32_KERNELS: [ByTranspose<SimtArgs>; 4] = [
+    [
+        [kernels::gemm_f32_wide_nn, kernels::gemm_f32_wide_nt],
+        [kernels::gemm_f32_wide_tn, kernels::gemm_f32_wide_tt],
+    ],
     [
         [kernels::gemm_f32_large_nn, kernels::gemm_f32_large_nt],
         [kernels::gemm_f32_large_tn, kernels::gemm_f32_large_tt],
@@ -1109,6 +1172,53 @@ const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 3] = [
     ],
 ];
 
+/// An operand as TMA reads it: its first element, `pitch` elements from one row to the next,
+/// `batch_stride` from one batch to the next (0: one matrix shared by every batch).
+#[derive(Clone, Copy)]
+struct TmaOperand {
+    ptr: u64,
+    pitch: usize,
+    batch_stride: usize,
+}
+
+impl TmaOperand {
+    /// `t` in place: rows of `row_len` elements.
+    fn of(t: &Tensor, row_len: usize, batch_stride: usize) -> Self {
+        TmaOperand { ptr: t.device_ptr(), pitch: row_len, batch_stride }
+    }
+}
+
+/// Operand `t` (rows of `row_len` elements, `batch_stride` apart) for the `wgmma` kernels: in
+/// place when TMA can read it (or `stage` is off), else copied into a pool buffer whose rows are
+/// padded to 16-byte multiples; the copy is returned to be kept until after the launch.
+fn tma_operand(
+    t: &Tensor,
+    row_len: usize,
+    batch_stride: usize,
+    stage: bool,
+    stream: &Arc<Stream>,
+    op: &'static str,
+) -> Result<(TmaOperand, Option<DeviceBuffer>)> {
+    let size = t.dtype().size_bytes();
+    if !stage || (row_len * size % 16 == 0 && t.device_ptr() % 16 == 0) {
+        return Ok((TmaOperand::of(t, row_len, batch_stride), None));
+    }
+    let pitch = row_len.next_multiple_of(16 / size);
+    let rows = t.len() / row_len.max(1);
+    let copy = stream.device.pool.alloc(stream, rows * pitch * size, op)?;
+    // SAFETY: `t` is a live buffer of this stream of `rows` rows of `row_len` elements; `copy` is
+    // a fresh pool block of `rows` rows of `pitch` ≥ `row_len` elements, used by no other stream.
+    unsafe {
+        stream.copy_dtod_2d(
+            (copy.ptr(), pitch * size),
+            (t.device_ptr(), row_len * size),
+            (row_len * size, rows),
+        )?
+    };
+    let batch_stride = if batch_stride == 0 { 0 } else { batch_stride / row_len * pitch };
+    Ok((TmaOperand { ptr: copy.ptr(), pitch, batch_stride }, Some(copy)))
+}
+
 /// A 3-D TMA tensor map of a row-major operand: `dims` = (elements per row, rows, batch),
 /// `batch_stride` elements between batches (0: one matrix shared by every batch), boxes of
 /// `boxed` = (elements, rows), 128-byte swizzle, zero fill outside. Also the attention kernels'.
@@ -1119,15 +1229,26 @@ pub(crate) fn tensor_map(
     batch_stride: usize,
     boxed: (usize, usize),
 ) -> Result<sys::CUtensorMap> {
+    tensor_map_pitched(dtype, ptr, (inner, rows, batch), (inner, batch_stride), boxed)
+}
+
+/// [`tensor_map`] with rows `pitch` elements apart (at least `inner`; 16-byte multiples).
+fn tensor_map_pitched(
+    dtype: DType,
+    ptr: u64,
+    (inner, rows, batch): (usize, usize, usize),
+    (pitch, batch_stride): (usize, usize),
+    boxed: (usize, usize),
+) -> Result<sys::CUtensorMap> {
     let data_type = match dtype {
         DType::F32 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         _ => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
     };
-    let (batch, batch_stride) = if batch_stride == 0 { (1, rows * inner) } else { (batch, batch_stride) };
+    let (batch, batch_stride) = if batch_stride == 0 { (1, rows * pitch) } else { (batch, batch_stride) };
     let dims = [inner as u64, rows as u64, batch as u64];
     let size = dtype.size_bytes() as u64;
-    let strides = [inner as u64 * size, batch_stride as u64 * size];
+    let strides = [pitch as u64 * size, batch_stride as u64 * size];
     let box_dims = [boxed.0 as u32, boxed.1 as u32, 1];
     let element_strides = [1u32; 3];
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
@@ -1273,16 +1394,24 @@ mod tests {
     #[test]
     fn sixteen_bit_takes_wgmma_where_tma_can_read_it() {
         let o = operands(DType::BF16, false, false);
-        const WIDE: GemmPath = GemmPath::Wgmma { tile: 0 };
-        const TALL: GemmPath = GemmPath::Wgmma { tile: 1 };
-        const N192: GemmPath = GemmPath::Wgmma { tile: 2 };
+        const WIDE: GemmPath = GemmPath::Wgmma { tile: 0, staged: false };
+        const TALL: GemmPath = GemmPath::Wgmma { tile: 1, staged: false };
+        const N192: GemmPath = GemmPath::Wgmma { tile: 2, staged: false };
+        const N192_STAGED: GemmPath = GemmPath::Wgmma { tile: 2, staged: true };
         assert_eq!(path(dims(6144, 6144, 6144), o, H100), WIDE);
         assert_eq!(path(dims(6144, 6144, 6144), o, OLDER), GemmPath::HalfMma);
-        // Rows not 16-byte multiples (K = 2999): TMA cannot; mma.sync.
-        assert_eq!(path(dims(3001, 3003, 2999), o, H100), GemmPath::HalfMma);
-        assert_eq!(path(dims(3000, 3003, 3000), o, H100), GemmPath::HalfMma);
+        // Rows not 16-byte multiples (K = 2999, N = 3003) or an unaligned start: large enough
+        // products copy those operands into padded buffers; small ones or short K take mma.sync.
+        assert_eq!(path(dims(3001, 3003, 2999), o, H100), N192_STAGED);
+        assert_eq!(path(dims(3000, 3003, 3000), o, H100), N192_STAGED);
         assert_eq!(path(dims(3001, 3000, 3000), o, H100), N192);
-        assert_eq!(path(dims(300, 300, 300), Operands { aligned_b: false, ..o }, H100), GemmPath::HalfMma);
+        assert_eq!(path(dims(3001, 3003, 2999), o, OLDER), GemmPath::HalfMma);
+        assert_eq!(path(dims(3001, 3003, 255), o, H100), GemmPath::HalfMma);
+        assert_eq!(path(dims(1023, 1025, 1000), o, H100), GemmPath::HalfMma);
+        assert_eq!(path(dims(1024, 1025, 1000), o, H100), N192_STAGED);
+        let unaligned = Operands { aligned_b: false, ..o };
+        assert_eq!(path(dims(300, 300, 300), unaligned, H100), GemmPath::HalfMma);
+        assert_eq!(path(dims(2048, 2048, 2048), unaligned, H100), GemmPath::Wgmma { tile: 0, staged: true });
         assert_eq!(path(dims(300, 300, 0), o, H100), GemmPath::HalfMma);
         // The tile that leaves the SMs the least work: 128×256 for the squares; 128×192 where
         // N = 384 or 1152 (2 or 6 tiles of 192, full waves); 256×128 for N = 128 with split K.
@@ -1315,9 +1444,16 @@ mod tests {
         let p = plan(&dims(73, 384, 16384), &operands(DType::BF16, true, false), &H100);
         assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::HalfMma, 32, 512));
         let p = plan(&dims(3001, 3003, 2999), &o, &H100);
-        assert_eq!((p.path, p.slices), (GemmPath::HalfMma, 1));
+        assert_eq!((p.path, p.slices), (N192_STAGED, 1));
+        // Staged operands split K as the others do: (1030, 1027, 8190) is 45 to 54 tiles.
+        let p = plan(&dims(1030, 1027, 8190), &o, &H100);
+        assert!(
+            matches!(p.path, GemmPath::Wgmma { staged: true, .. }) && p.slices > 1 && p.k_chunk % 64 == 0
+        );
         // Transposed A [K, M]: M is the row length.
-        assert_eq!(path(dims(3001, 3000, 3000), operands(DType::F16, true, false), H100), GemmPath::HalfMma);
+        let ta = operands(DType::F16, true, false);
+        assert_eq!(path(dims(3001, 3000, 3000), ta, H100), N192_STAGED);
+        assert_eq!(path(dims(301, 3000, 3000), ta, H100), GemmPath::HalfMma);
     }
 
     #[test]
@@ -1346,17 +1482,46 @@ mod tests {
         let p = plan(&dims(17, 64, 8200), &o, &H100);
         assert_eq!((p.slices, p.k_chunk), (16, 528));
         assert_eq!(p.k_chunk % GEMM_BK, 0);
-        // Enough tiles: the largest tile without a split.
-        let whole = |path, k: usize| GemmPlan { path, slices: 1, k_chunk: k };
-        assert_eq!(plan(&dims(6144, 6144, 6144), &o, &H100), whole(simt(GEMM_TILE_LARGE), 6144));
-        assert_eq!(plan(&dims(16384, 16384, 256), &o, &H100), whole(simt(GEMM_TILE_LARGE), 256));
-        // Few tiles and short K: smaller tiles instead of a split.
-        assert_eq!(plan(&dims(1000, 1000, 1000), &o, &H100), whole(simt(GEMM_TILE_SMALL), 1000));
-        assert_eq!(plan(&dims(1024, 2048, 1000), &o, &H100), whole(simt(GEMM_TILE_MEDIUM), 1000));
         // A batch counts as tiles.
         let batched = |batch| Dims { batch, ..dims(128, 128, 8192) };
         assert_eq!(plan(&batched(64), &o, &H100).slices, 2);
-        assert_eq!(plan(&batched(132), &o, &H100), whole(simt(GEMM_TILE_LARGE), 8192));
+        assert_eq!(plan(&batched(132), &o, &H100).slices, 1);
+    }
+
+    #[test]
+    fn simt_tile_by_waves() {
+        let o = operands(DType::F32, false, false);
+        let whole = |tile, k: usize| GemmPlan { path: GemmPath::Simt { tile }, slices: 1, k_chunk: k };
+        // Wide tiles in nearly whole waves: 512 = 3.9 waves at 4096², 1152 = 8.7 at 6144².
+        assert_eq!(plan(&dims(4096, 4096, 4096), &o, &H100), whole(GEMM_TILE_WIDE, 4096));
+        assert_eq!(plan(&dims(6144, 6144, 6144), &o, &H100), whole(GEMM_TILE_WIDE, 6144));
+        assert_eq!(plan(&dims(2000, 4000, 1024), &o, &H100), whole(GEMM_TILE_WIDE, 1024));
+        // 3001 × 3003: 288 wide tiles need a third wave for 24 of them, the 576 large ones fill
+        // 4.4 waves: the large tile's busiest SM has less work.
+        assert_eq!(plan(&dims(3001, 3003, 2999), &o, &H100), whole(GEMM_TILE_LARGE, 2999));
+        // Short K: the large tile.
+        assert_eq!(plan(&dims(16384, 16384, 256), &o, &H100), whole(GEMM_TILE_LARGE, 256));
+        assert_eq!(plan(&dims(2000, 4000, 1023), &o, &H100), whole(GEMM_TILE_LARGE, 1023));
+        // 2048²: 128 wide tiles leave SMs idle, 256 large ones do not.
+        assert_eq!(plan(&dims(2048, 2048, 2048), &o, &H100), whole(GEMM_TILE_LARGE, 2048));
+        let batched = Dims { batch: 132, ..dims(128, 128, 8192) };
+        assert_eq!(plan(&batched, &o, &H100), whole(GEMM_TILE_LARGE, 8192));
+        // Few tiles and short K: smaller tiles instead of a split.
+        assert_eq!(plan(&dims(1000, 1000, 1000), &o, &H100), whole(GEMM_TILE_SMALL, 1000));
+        assert_eq!(plan(&dims(1024, 2048, 1000), &o, &H100), whole(GEMM_TILE_MEDIUM, 1000));
+    }
+
+    #[test]
+    fn tiny_products_take_the_tiny_kernel() {
+        let o = operands(DType::F32, false, false);
+        let tiny = GemmPlan { path: GemmPath::Tiny, slices: 1, k_chunk: 64 };
+        assert_eq!(plan(&dims(64, 128, 64), &o, &H100), tiny);
+        assert_eq!(plan(&dims(64, 128, 64), &Operands { tf32: true, ..o }, &H100), tiny);
+        assert_eq!(plan(&dims(64, 128, 64), &operands(DType::F32, true, true), &H100), tiny);
+        assert_eq!(path(dims(256, 256, 256), o, H100), GemmPath::Tiny);
+        assert_ne!(path(dims(256, 257, 256), o, H100), GemmPath::Tiny);
+        assert_ne!(path(dims(64, 128, 257), o, H100), GemmPath::Tiny);
+        assert_ne!(path(dims(64, 128, 64), operands(DType::BF16, false, false), H100), GemmPath::Tiny);
     }
 
     #[test]
