@@ -904,21 +904,37 @@ fn layer_norm_gradients_are_deterministic(gpu: &Context) {
     }
 }
 
-/// Split rows (the pipelined launch: blocks draw items, apply items wait for their group's
-/// partial items) give the same bits on every run, whichever block drew which item: softmax and
-/// layer norm over several L2-sized groups.
+/// Split rows give the same bits on every run, whichever block took which item: rows held on
+/// chip (the resident launch: blocks wait for their row's statistics), and rows too long for
+/// that (the pipelined launch: blocks draw items, apply items wait for their group's partial
+/// items; several L2-sized groups), softmax and layer norm, forward and backward. The longest
+/// rows also against the CPU.
 fn split_rows_are_deterministic(gpu: &Context) {
-    let shape = if under_sanitizer() { [5, 1 << 15] } else { [5, (1 << 22) + 8] };
-    let x = gpu.randn(&shape, 41).unwrap();
-    let bits = |t: &Tensor| t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    let run = || {
-        let y = x.softmax().unwrap();
-        let (z, saved) = layer_norm(&x, None, None, 1e-5).unwrap();
-        (bits(&y), bits(&z), bits(&saved.mean), bits(&saved.rstd))
-    };
-    let first = run();
-    for _ in 0..3 {
-        assert!(run() == first, "a split row op changed between runs");
+    let shapes: &[[usize; 2]] =
+        if under_sanitizer() { &[[5, 1 << 15]] } else { &[[5, (1 << 22) + 8], [3, (5 << 20) + 5]] };
+    for &shape in shapes {
+        let x = gpu.randn(&shape, 41).unwrap();
+        let dy = gpu.randn(&shape, 42).unwrap();
+        let bits = |t: &Tensor| t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let run = || {
+            let y = x.softmax().unwrap();
+            let dx = y.softmax_backward(&dy).unwrap();
+            let (z, saved) = layer_norm(&x, None, None, 1e-5).unwrap();
+            let (dz, _, _) = layer_norm_backward(&x, None, &dy, &saved).unwrap();
+            (bits(&y), bits(&dx), bits(&z), bits(&dz), bits(&saved.mean), bits(&saved.rstd))
+        };
+        let first = run();
+        for _ in 0..2 {
+            assert!(run() == first, "a split row op changed between runs at {shape:?}");
+        }
+        if shape[1] > 5 << 20 {
+            let xc = x.to_context(&Context::cpu()).unwrap();
+            let close = |op: &str, g: &Tensor, c: Tensor| {
+                assert_close(&format!("{op} {shape:?}"), &g.to_vec().unwrap(), &c.to_vec().unwrap(), 1e-5)
+            };
+            close("softmax", &x.softmax().unwrap(), xc.softmax().unwrap());
+            close("layer_norm", &layer_norm(&x, None, None, 1e-5).unwrap().0, layer_norm(&xc, None, None, 1e-5).unwrap().0);
+        }
     }
 }
 

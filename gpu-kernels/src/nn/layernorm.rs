@@ -16,7 +16,7 @@
 //! transformer widths) take one fused launch instead (`layernorm_bwd_<dtype>`): dx and the
 //! parameter sums from one read of x and dy.
 use crate::prelude::*;
-use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_PARTIAL};
+use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_PARTIAL, ROW_RESIDENT};
 
 /// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
 #[inline(always)]
@@ -32,9 +32,10 @@ unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
     (rows, cols, team, chunk): (usize, usize, usize, usize),
     eps: f32,
 ) {
-    row_items::<F, Welford, SPLIT>(
+    row_items::<F, Welford, SPLIT, 1>(
         (rows, cols, team, chunk),
         partials,
+        [x],
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -49,7 +50,7 @@ unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
             if mode == ROW_PARTIAL {
                 return t.write_partial(partials, stat);
             }
-            let Welford(n, mean, m2) = stat;
+            let Welford(n, mean, m2) = if mode == ROW_RESIDENT { t.exchange(partials, stat) } else { stat };
             let rstd = 1.0 / sqrt_rn(m2 / n + eps);
             if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
                 store_f32(mean_out.add(t.row), mean);
@@ -161,9 +162,10 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
     partials: *mut f32,
     (rows, cols, team, chunk): (usize, usize, usize, usize),
 ) {
-    row_items::<F, Sum2, SPLIT>(
+    row_items::<F, Sum2, SPLIT, 2>(
         (rows, cols, team, chunk),
         partials,
+        [x, dy],
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -184,6 +186,7 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
             if mode == ROW_PARTIAL {
                 return t.write_partial(partials, sums);
             }
+            let sums = if mode == ROW_RESIDENT { t.exchange(partials, sums) } else { sums };
             store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
         },
     );

@@ -12,7 +12,7 @@
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
 //! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_RESIDENT};
 
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
@@ -26,16 +26,17 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: b
     team: usize,
     chunk: usize,
 ) {
-    row_items::<F, MaxSumExp, SPLIT>(
+    row_items::<F, MaxSumExp, SPLIT, 1>(
         (rows, cols, team, chunk),
         partials,
+        [x],
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
             let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
             // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
             // reductions); only the merge of a split row's chunks takes the online form.
-            let MaxSumExp(m, s) = if mode == ROW_APPLY {
+            let stat = if mode == ROW_APPLY {
                 t.merge_partials(partials)
             } else {
                 let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
@@ -45,8 +46,9 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: b
                 )
             };
             if mode == ROW_PARTIAL {
-                return t.write_partial(partials, MaxSumExp(m, s));
+                return t.write_partial(partials, stat);
             }
+            let MaxSumExp(m, s) = if mode == ROW_RESIDENT { t.exchange(partials, stat) } else { stat };
             let (shift, inv) = (m + ln_fast(s), 1.0 / s);
             t.store_first::<F, K>(
                 out.wrapping_add(offset),
@@ -70,9 +72,10 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLI
     team: usize,
     chunk: usize,
 ) {
-    row_items::<F, Folded<Sum>, SPLIT>(
+    row_items::<F, Folded<Sum>, SPLIT, 2>(
         (rows, cols, team, chunk),
         partials,
+        [y, dy],
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -88,7 +91,7 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLI
             if mode == ROW_PARTIAL {
                 return t.write_partial(partials, total);
             }
-            let total = total.0;
+            let total = if mode == ROW_RESIDENT { t.exchange(partials, total) } else { total }.0;
             t.store_first::<F, K>(
                 dx.wrapping_add(offset),
                 #[inline(always)]

@@ -115,6 +115,15 @@ pub unsafe fn load_l2_f32(p: *const f32) -> f32 {
     v
 }
 
+/// `prefetch.global.L2`: bring the 128-byte line holding `p` into L2 (no register waits on it).
+///
+/// # Safety
+/// `p` points into global memory.
+#[inline(always)]
+pub unsafe fn prefetch_l2(p: *const u8) {
+    asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(readonly, nostack));
+}
+
 /// `st.global.v4.f32`.
 ///
 /// # Safety

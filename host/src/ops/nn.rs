@@ -190,8 +190,9 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
                 return Ok(out);
             }
             let stream = x.context().stream(op)?;
-            let plan = RowPlan::new(op, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
             let table = if log { LOG_SOFTMAX } else { SOFTMAX };
+            let plan = RowPlan::new(op, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?
+                .resident(|cfg| launch_by_dtype!(table[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
             plan.run(op, stream, 2, |l, partials| {
                 let at = l.row0 * cols;
                 launch_by_dtype!(table[l.variant()], dtype, |k| {
@@ -208,7 +209,7 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
                     // kernel's type, of which this launch's row group starts at `at`; partials
                     // holds the plan's statistics per group (or is null and unread: mode
                     // ROW_WHOLE); the launch shape is RowPlan's (team, chunk, grid).
-                    unsafe { k.launch(stream, l.cfg, args) }
+                    unsafe { l.launch(k, stream, args) }
                 })
             })?;
             Ok(out)
@@ -245,9 +246,9 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                 return Ok(dx);
             }
             let stream = y.context().stream(op)?;
-            let plan =
-                RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
             let table = if log { LOG_SOFTMAX_BWD } else { SOFTMAX_BWD };
+            let plan = RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?
+                .resident(|cfg| launch_by_dtype!(table[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
             plan.run(op, stream, 1, |l, partials| {
                 let at = l.row0 * cols;
                 launch_by_dtype!(table[l.variant()], dtype, |k| {
@@ -256,7 +257,7 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                     // SAFETY: `<log_>softmax_bwd_<dtype>`: y, dy, dx hold rows·cols values of the
                     // kernel's type (shapes and dtypes checked equal), this group from `at`;
                     // partials and the launch shape as in the forward pass.
-                    unsafe { k.launch(stream, l.cfg, args) }
+                    unsafe { l.launch(k, stream, args) }
                 })
             })?;
             Ok(dx)
@@ -682,8 +683,8 @@ pub fn layer_norm(
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
             if rows > 0 {
                 let stream = ctx.stream(OP)?;
-                let plan =
-                    RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
+                let plan = RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?
+                    .resident(|cfg| launch_by_dtype!(LAYERNORM_FWD[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
                 plan.run(OP, stream, 3, |l, partials| {
                     let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_FWD[l.variant()], dtype, |k| {
@@ -705,7 +706,7 @@ pub fn layer_norm(
                         // kernel's type (this group from `at`), gamma/beta cols values of it (same
                         // dtype, checked) or null, mean/rstd rows floats (from row0); partials
                         // and the launch shape are RowPlan's.
-                        unsafe { k.launch(stream, l.cfg, args) }
+                        unsafe { l.launch(k, stream, args) }
                     })
                 })?;
             }
@@ -821,7 +822,8 @@ pub fn layer_norm_backward(
                 return Ok((dx, dgamma, dbeta));
             }
             if rows > 0 {
-                let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?;
+                let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?
+                    .resident(|cfg| launch_by_dtype!(LAYERNORM_DX[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
                 plan.run(OP, stream, 2, |l, partials| {
                     let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_DX[l.variant()], dtype, |k| {
@@ -841,7 +843,7 @@ pub fn layer_norm_backward(
                         // SAFETY: `layernorm_bwd_dx_<dtype>`: x, dy, dx hold rows·cols values of
                         // the kernel's type (this group from `at`), gamma cols or null,
                         // mean/rstd rows floats (from row0); partials and launch shape RowPlan's.
-                        unsafe { k.launch(stream, l.cfg, args) }
+                        unsafe { l.launch(k, stream, args) }
                     })
                 })?;
             }

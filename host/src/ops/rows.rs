@@ -10,18 +10,23 @@
 //!   each holding the fewest chunks (2 or 4) that cover the row;
 //! - longer rows, or rows too few to give every SM two blocks (chunks of at least
 //!   `MIN_SPLIT_CHUNK` values): a block of `NN_ROW_BLOCK` per chunk of 8192 values. Softmax and
-//!   layer norm run them in one `ROW_PIPELINE` launch of their `_split_` builds: blocks draw
-//!   items from a counter, each chunk's statistic first, then, a row group later, the chunk again
-//!   with its row's merged statistics (from L2: groups of a quarter of L2); see
-//!   `prelude::rows::pipelined_items`. The reductions, whose second pass reads only the
-//!   partials, take two launches (`ROW_PARTIAL`, `ROW_APPLY`).
+//!   layer norm run them in one launch of their `_split_` builds (see
+//!   `prelude::rows::split_items`): where the device runs a block for every chunk of a row at
+//!   once, a cooperative `ROW_RESIDENT` grid whose blocks hold their chunks in registers while
+//!   the row's statistics are exchanged (one read); else a `ROW_PIPELINE` launch whose blocks
+//!   draw items from a counter, each chunk's statistic first, then, a row group later, the chunk
+//!   again with its row's merged statistics (from L2 where it stayed: groups of a quarter of
+//!   L2). The reductions, whose second pass reads only the partials, take two launches
+//!   (`ROW_PARTIAL`, `ROW_APPLY`).
 use crate::runtime::device::DeviceInfo;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::kernel::{ByDType, DevPtrMut};
+use crate::runtime::kernel::{ByDType, DevPtrMut, Kernel, KernelArgs};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
-use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE, ROW_THREAD_VALUES, ROW_WHOLE};
+use crate::shapes::{
+    NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE, ROW_RESIDENT, ROW_THREAD_VALUES, ROW_WHOLE,
+};
 use std::sync::Arc;
 
 /// Widest row a team of at most a warp takes.
@@ -36,8 +41,8 @@ const SLOTS: usize = ROW_THREAD_VALUES / 8;
 const MAX_THREADS_PER_SM: usize = 2048;
 
 /// A row kernel's builds: whole rows by the values a thread holds, 32 (four chunks of 8), 16, 8;
-/// then split rows (the `ROW_PIPELINE` launch, or the reductions' `ROW_PARTIAL` and `ROW_APPLY`
-/// launches, which their 32-value build takes).
+/// then split rows (the `ROW_RESIDENT` or `ROW_PIPELINE` launch, or the reductions' `ROW_PARTIAL`
+/// and `ROW_APPLY` launches, which their 32-value build takes).
 pub(crate) type RowKernels<A, B> = [ByDType<A, B>; 4];
 
 /// One launch of a row kernel over rows `[row0, row0 + rows)`.
@@ -51,9 +56,26 @@ pub(crate) struct RowLaunch {
     pub mode: u32,
     /// Chunks of 8 values a thread holds: 4, 2 or 1.
     pub slots: usize,
+    /// Every block must run at once (`ROW_RESIDENT`).
+    pub cooperative: bool,
 }
 
 impl RowLaunch {
+    /// Launch `kernel` (the build of [`RowLaunch::variant`]) with this launch's shape.
+    ///
+    /// # Safety
+    /// As [`Kernel::launch`].
+    pub(crate) unsafe fn launch<A: KernelArgs>(&self, kernel: &Kernel<A>, stream: &Stream, args: A) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe {
+            if self.cooperative {
+                kernel.launch_cooperative(stream, self.cfg, args)
+            } else {
+                kernel.launch(stream, self.cfg, args)
+            }
+        }
+    }
+
     /// The index in a [`RowKernels`] of the build this launch needs.
     pub(crate) fn variant(&self) -> usize {
         match (self.mode, self.slots) {
@@ -83,6 +105,8 @@ pub(crate) struct RowPlan {
     /// Blocks an SM holds at most (the pipelined launch's grid is this many per SM).
     blocks_per_sm: usize,
     sm_count: usize,
+    /// Blocks of the `ROW_RESIDENT` launch (a multiple of `chunks`), or 0 (not resident).
+    resident_grid: usize,
 }
 
 impl RowPlan {
@@ -128,7 +152,24 @@ impl RowPlan {
             pipeline: true,
             blocks_per_sm: MAX_THREADS_PER_SM / NN_ROW_BLOCK,
             sm_count: info.sm_count as usize,
+            resident_grid: 0,
         })
+    }
+
+    /// Split rows held on chip (one `ROW_RESIDENT` launch) where the device runs a block of the
+    /// split build for every chunk of a row at once; `blocks_per_sm(cfg)` is how many blocks of
+    /// the shape `cfg` an SM of it runs. Otherwise (and for plans not split) the plan unchanged.
+    pub(crate) fn resident(self, blocks_per_sm: impl FnOnce(LaunchConfig) -> Result<usize>) -> Result<Self> {
+        if !self.pipeline {
+            return Ok(self);
+        }
+        let block = LaunchConfig { grid: (1, 1, 1), block: (NN_ROW_BLOCK as u32, 1, 1), shared_bytes: 0 };
+        let blocks = blocks_per_sm(block)? * self.sm_count;
+        if blocks < self.chunks {
+            return Ok(self);
+        }
+        let resident_grid = (blocks / self.chunks * self.chunks).min(self.rows * self.chunks);
+        Ok(Self { resident_grid, ..self })
     }
 
     /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row. Rows of up to 8
@@ -154,6 +195,7 @@ impl RowPlan {
             pipeline: false,
             blocks_per_sm: 0,
             sm_count: 0,
+            resident_grid: 0,
         }
     }
 
@@ -168,18 +210,24 @@ impl RowPlan {
         self.chunks > 1
     }
 
+    /// Counters of the one-launch schemes after the statistics: the draw, then one per row
+    /// (resident) or per row group (pipelined).
+    fn counters(&self) -> usize {
+        1 + if self.resident_grid > 0 { self.rows } else { self.groups() }
+    }
+
     /// Row groups of the pipelined launch.
     fn groups(&self) -> usize {
         self.rows.div_ceil(self.group_rows)
     }
 
-    /// Floats of partial statistics (of `width` floats each) a launch needs; the pipelined
-    /// launch's counters (the draw, one per group) follow them.
+    /// Floats of partial statistics (of `width` floats each) a launch needs, with the counters
+    /// of the one-launch schemes.
     pub(crate) fn partials_len(&self, width: usize) -> usize {
         match (self.split(), self.pipeline) {
             (false, _) => 0,
             (true, false) => self.group_rows * self.chunks * width,
-            (true, true) => self.rows * self.chunks * width + 1 + self.groups(),
+            (true, true) => self.rows * self.chunks * width + self.counters(),
         }
     }
 
@@ -200,12 +248,21 @@ impl RowPlan {
             chunk: self.chunk,
             mode,
             slots: self.slots,
+            cooperative: false,
         };
         if !self.split() {
             return vec![launch(0, self.rows, ROW_WHOLE)];
         }
+        if self.resident_grid > 0 {
+            // `team` 0 picks the resident scheme in the split builds.
+            let mut l = launch(0, self.rows, ROW_RESIDENT);
+            l.cfg.grid = (self.resident_grid as u32, 1, 1);
+            l.team = 0;
+            l.cooperative = true;
+            return vec![l];
+        }
         if self.pipeline {
-            // Every item of every stage (see `pipelined_items`), drawn by at most as many blocks
+            // Every item of every stage (see `split_items`), drawn by at most as many blocks
             // as the device holds at once; `team` carries the rows per group.
             let items = (2 * self.groups() + 1) * self.group_rows * self.chunks;
             let blocks = items.min(self.blocks_per_sm * self.sm_count);
@@ -310,7 +367,7 @@ impl RowPlan {
                 let counters = self.rows * self.chunks * width;
                 // SAFETY: the counters lie inside the buffer, which the pool keeps until this
                 // stream's work on it is done.
-                unsafe { stream.zero_async(buf.ptr() + 4 * counters as u64, 4 * (1 + self.groups()))? };
+                unsafe { stream.zero_async(buf.ptr() + 4 * counters as u64, 4 * self.counters())? };
             }
             Some(buf)
         } else {
