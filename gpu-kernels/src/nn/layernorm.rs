@@ -32,7 +32,7 @@ unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
     (rows, cols, team, chunk): (usize, usize, usize, usize),
     eps: f32,
 ) {
-    row_items::<F, Welford, SPLIT, 1>(
+    row_items::<F, Welford, SPLIT, K, 1>(
         (rows, cols, team, chunk),
         partials,
         [x],
@@ -162,7 +162,7 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
     partials: *mut f32,
     (rows, cols, team, chunk): (usize, usize, usize, usize),
 ) {
-    row_items::<F, Sum2, SPLIT, 2>(
+    row_items::<F, Sum2, SPLIT, K, 2>(
         (rows, cols, team, chunk),
         partials,
         [x, dy],

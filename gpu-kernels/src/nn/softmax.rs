@@ -26,7 +26,7 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: b
     team: usize,
     chunk: usize,
 ) {
-    row_items::<F, MaxSumExp, SPLIT, 1>(
+    row_items::<F, MaxSumExp, SPLIT, K, 1>(
         (rows, cols, team, chunk),
         partials,
         [x],
@@ -72,7 +72,7 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLI
     team: usize,
     chunk: usize,
 ) {
-    row_items::<F, Folded<Sum>, SPLIT, 2>(
+    row_items::<F, Folded<Sum>, SPLIT, K, 2>(
         (rows, cols, team, chunk),
         partials,
         [y, dy],

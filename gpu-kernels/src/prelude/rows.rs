@@ -216,6 +216,53 @@ impl RowTeam {
         RowTeam { rows, row, lane, size, begin, end, chunk: c, chunks, vec, narrow }
     }
 
+    /// The same team `by` rows further down, for grids that hold fewer teams than rows; the range
+    /// empty past the last row.
+    #[inline(always)]
+    pub fn advance(&self, by: usize) -> Self {
+        let mut t = *self;
+        t.row += by;
+        if t.row >= t.rows {
+            t.end = t.begin;
+            t.narrow[1] = t.narrow[0];
+        }
+        // The index arithmetic of every value is the same on every row: kept opaque, so that the
+        // compiler recomputes it each step instead of holding all of it in registers across them.
+        t.narrow = t.narrow.map(opaque_u32);
+        t.vec = opaque_u32(t.vec);
+        t
+    }
+
+    /// Teams of the grid (along x), and the rows the teams of this block start at before this
+    /// team's: a grid of fewer teams than rows walks them `teams` apart.
+    #[inline(always)]
+    pub fn grid_teams(&self) -> (usize, usize) {
+        let per_block = (block_dim_x() >> self.size.trailing_zeros()).max(1);
+        (grid_dim_x() * per_block, block_x() * per_block)
+    }
+
+    /// `body(team)` for this thread's team and, in builds of one chunk a thread (`K = 1`: the
+    /// narrow rows, whose grids the host caps), each of its rows `teams` apart (see
+    /// [`RowTeam::grid_teams`]): every team of a block takes the same number of steps (empty
+    /// ranges past the last row), so that warps stay converged for their shuffles and blocks for
+    /// their barriers. Wider builds take one row (the loop would cost them registers).
+    #[inline(always)]
+    pub fn walk<const K: usize>(&self, mut body: impl FnMut(&RowTeam)) {
+        if K > 1 {
+            return body(self);
+        }
+        let (teams, mut first) = self.grid_teams();
+        let mut t = *self;
+        loop {
+            body(&t);
+            first += teams;
+            if first >= self.rows {
+                return;
+            }
+            t = t.advance(teams);
+        }
+    }
+
     /// The same lanes on row `row` of whole (unsplit) rows of `cols` values: for kernels whose
     /// teams walk several rows and keep per-column sums across them (the mapping of values to
     /// lanes is the same on every row).
@@ -488,16 +535,17 @@ impl RowTeam {
 
 shared_array!(static ROW_TICKET: [u32; 1]);
 
-/// The row items of a launch: `body(team, ROW_WHOLE)` once for this block's team of whole rows
-/// (`SPLIT = false`), or, in the split-row builds (`SPLIT = true`), for each item the block takes
-/// (see [`split_items`]; `inputs` are the rows it reads, for the resident launch's prefetch).
-/// The modes are constants of each build, so that each inlines `body` once and carries only its
-/// own registers.
+/// The row items of a launch: `body(team, ROW_WHOLE)` for this block's team of whole rows
+/// (`SPLIT = false`; the builds of one chunk a thread, `K = 1`, walk rows a grid apart:
+/// [`RowTeam::walk`]), or, in the split-row builds (`SPLIT = true`), for each item the block
+/// takes (see [`split_items`]; `inputs` are the rows it reads, for the resident launch's
+/// prefetch). The modes are constants of each build, so that each inlines `body` once and
+/// carries only its own registers.
 ///
 /// # Safety
 /// As [`split_items`] for the split builds.
 #[inline(always)]
-pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool, const N: usize>(
+pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool, const K: usize, const N: usize>(
     (rows, cols, team, chunk): (usize, usize, usize, usize),
     partials: *mut f32,
     inputs: [*const F::Raw; N],
@@ -507,7 +555,7 @@ pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool, const N: usize>
     if SPLIT {
         split_items::<F, S, N>((rows, cols, team, chunk), partials, inputs, body);
     } else {
-        body(&RowTeam::new::<F>(rows, cols, team, chunk), ROW_WHOLE);
+        RowTeam::new::<F>(rows, cols, team, chunk).walk::<K>(|t| body(t, ROW_WHOLE));
     }
 }
 

@@ -39,6 +39,8 @@ const MIN_SPLIT_CHUNK: usize = 2048;
 const SLOTS: usize = ROW_THREAD_VALUES / 8;
 /// Threads an SM holds (every GPU since Volta; Hopper's too).
 const MAX_THREADS_PER_SM: usize = 2048;
+/// Grids of narrow rows hold at most this many times the blocks the device runs at once.
+const WALK_WAVES: usize = 2;
 
 /// A row kernel's builds: whole rows by the values a thread holds, 32 (four chunks of 8), 16, 8;
 /// then split rows (the `ROW_RESIDENT` or `ROW_PIPELINE` launch, or the reductions' `ROW_PARTIAL`
@@ -107,6 +109,8 @@ pub(crate) struct RowPlan {
     sm_count: usize,
     /// Blocks of the `ROW_RESIDENT` launch (a multiple of `chunks`), or 0 (not resident).
     resident_grid: usize,
+    /// The most blocks a whole-row launch takes (0: one team per row).
+    grid_cap: usize,
 }
 
 impl RowPlan {
@@ -123,7 +127,7 @@ impl RowPlan {
             return Err(too_big("more than 2^31-1 rows"));
         }
         if cols <= WARP_ROW_MAX {
-            return Ok(Self::whole_rows(rows, cols));
+            return Ok(Self::whole_rows(rows, cols).walking(info));
         }
         let mut chunks = cols.div_ceil(BLOCK_CHUNK_MAX);
         let wanted = 2 * info.sm_count as usize;
@@ -131,7 +135,7 @@ impl RowPlan {
             chunks = chunks.max(wanted.div_ceil(rows).min(cols / MIN_SPLIT_CHUNK));
         }
         if chunks == 1 {
-            return Ok(Self::whole_rows(rows, cols));
+            return Ok(Self::whole_rows(rows, cols).walking(info));
         }
         let chunk = cols.div_ceil(chunks).next_multiple_of(8);
         let chunks = cols.div_ceil(chunk);
@@ -153,6 +157,7 @@ impl RowPlan {
             blocks_per_sm: MAX_THREADS_PER_SM / NN_ROW_BLOCK,
             sm_count: info.sm_count as usize,
             resident_grid: 0,
+            grid_cap: 0,
         })
     }
 
@@ -196,7 +201,19 @@ impl RowPlan {
             blocks_per_sm: 0,
             sm_count: 0,
             resident_grid: 0,
+            grid_cap: 0,
         }
+    }
+
+    /// Rows of at most 256 values (teams of up to a warp, one chunk a lane) in a grid of at most
+    /// `WALK_WAVES` times the blocks the device holds, each team walking rows a grid apart
+    /// (`RowTeam::walk`): fewer, longer-lived blocks than one team per row.
+    fn walking(self, info: &DeviceInfo) -> Self {
+        let waves = std::env::var("FERROCUDA_ROW_WAVES").ok().and_then(|v| v.parse().ok()).unwrap_or(WALK_WAVES);
+        if self.slots > 1 || waves == 0 {
+            return self;
+        }
+        Self { grid_cap: waves * info.sm_count as usize * (MAX_THREADS_PER_SM / NN_ROW_BLOCK), ..self }
     }
 
     /// Split rows as two launches over all rows (a partial pass, then one that reads only the
@@ -251,7 +268,11 @@ impl RowPlan {
             cooperative: false,
         };
         if !self.split() {
-            return vec![launch(0, self.rows, ROW_WHOLE)];
+            let mut l = launch(0, self.rows, ROW_WHOLE);
+            if self.grid_cap > 0 {
+                l.cfg.grid.0 = l.cfg.grid.0.min(self.grid_cap as u32);
+            }
+            return vec![l];
         }
         if self.resident_grid > 0 {
             // `team` 0 picks the resident scheme in the split builds.
