@@ -933,7 +933,11 @@ fn split_rows_are_deterministic(gpu: &Context) {
                 assert_close(&format!("{op} {shape:?}"), &g.to_vec().unwrap(), &c.to_vec().unwrap(), 1e-5)
             };
             close("softmax", &x.softmax().unwrap(), xc.softmax().unwrap());
-            close("layer_norm", &layer_norm(&x, None, None, 1e-5).unwrap().0, layer_norm(&xc, None, None, 1e-5).unwrap().0);
+            close(
+                "layer_norm",
+                &layer_norm(&x, None, None, 1e-5).unwrap().0,
+                layer_norm(&xc, None, None, 1e-5).unwrap().0,
+            );
         }
     }
 }

@@ -16,7 +16,7 @@
 //! transformer widths) take one fused launch instead (`layernorm_bwd_<dtype>`): dx and the
 //! parameter sums from one read of x and dy.
 use crate::prelude::*;
-use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_PARTIAL, ROW_RESIDENT};
+use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_PARTIAL};
 
 /// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
 #[inline(always)]
@@ -29,13 +29,13 @@ unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
     mean_out: *mut f32,
     rstd_out: *mut f32,
     partials: *mut f32,
-    (rows, cols, team, chunk): (usize, usize, usize, usize),
+    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
     eps: f32,
 ) {
-    row_items::<F, Welford, SPLIT, K, 1>(
+    row_items::<F, Welford, SPLIT, K>(
         (rows, cols, team, chunk),
         partials,
-        [x],
+        mode,
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -50,7 +50,7 @@ unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
             if mode == ROW_PARTIAL {
                 return t.write_partial(partials, stat);
             }
-            let Welford(n, mean, m2) = if mode == ROW_RESIDENT { t.exchange(partials, stat) } else { stat };
+            let Welford(n, mean, m2) = stat;
             let rstd = 1.0 / sqrt_rn(m2 / n + eps);
             if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
                 store_f32(mean_out.add(t.row), mean);
@@ -160,12 +160,12 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
     rstd: *const f32,
     dx: *mut F::Raw,
     partials: *mut f32,
-    (rows, cols, team, chunk): (usize, usize, usize, usize),
+    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
 ) {
-    row_items::<F, Sum2, SPLIT, K, 2>(
+    row_items::<F, Sum2, SPLIT, K>(
         (rows, cols, team, chunk),
         partials,
-        [x, dy],
+        mode,
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -186,7 +186,6 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
             if mode == ROW_PARTIAL {
                 return t.write_partial(partials, sums);
             }
-            let sums = if mode == ROW_RESIDENT { t.exchange(partials, sums) } else { sums };
             store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
         },
     );
@@ -349,9 +348,9 @@ macro_rules! layernorm_row_kernels {
         pub unsafe extern "ptx-kernel" fn $fwd(
             x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, beta: *const <$f as Float>::Raw,
             y: *mut <$f as Float>::Raw, mean_out: *mut f32, rstd_out: *mut f32, partials: *mut f32,
-            rows: usize, cols: usize, team: usize, chunk: usize, eps: f32,
+            rows: usize, cols: usize, team: usize, chunk: usize, mode: u32, eps: f32,
         ) {
-            let shape = (rows, cols, team, chunk);
+            let shape = (rows, cols, team, chunk, mode);
             layernorm_rows::<$f, $k, $split>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
         }
         /// `dx` of layer norm.
@@ -359,9 +358,9 @@ macro_rules! layernorm_row_kernels {
         pub unsafe extern "ptx-kernel" fn $dx(
             x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw,
             mean: *const f32, rstd: *const f32, dx: *mut <$f as Float>::Raw, partials: *mut f32,
-            rows: usize, cols: usize, team: usize, chunk: usize,
+            rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            let shape = (rows, cols, team, chunk);
+            let shape = (rows, cols, team, chunk, mode);
             layernorm_bwd_dx_rows::<$f, $k, $split>(x, gamma, dy, mean, rstd, dx, partials, shape)
         }
     )*};

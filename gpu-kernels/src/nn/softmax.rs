@@ -12,7 +12,7 @@
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
 //! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_RESIDENT};
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
@@ -25,11 +25,12 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: b
     cols: usize,
     team: usize,
     chunk: usize,
+    mode: u32,
 ) {
-    row_items::<F, MaxSumExp, SPLIT, K, 1>(
+    row_items::<F, MaxSumExp, SPLIT, K>(
         (rows, cols, team, chunk),
         partials,
-        [x],
+        mode,
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -48,7 +49,7 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: b
             if mode == ROW_PARTIAL {
                 return t.write_partial(partials, stat);
             }
-            let MaxSumExp(m, s) = if mode == ROW_RESIDENT { t.exchange(partials, stat) } else { stat };
+            let MaxSumExp(m, s) = stat;
             let (shift, inv) = (m + ln_fast(s), 1.0 / s);
             t.store_first::<F, K>(
                 out.wrapping_add(offset),
@@ -71,11 +72,12 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLI
     cols: usize,
     team: usize,
     chunk: usize,
+    mode: u32,
 ) {
-    row_items::<F, Folded<Sum>, SPLIT, K, 2>(
+    row_items::<F, Folded<Sum>, SPLIT, K>(
         (rows, cols, team, chunk),
         partials,
-        [y, dy],
+        mode,
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -91,7 +93,7 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLI
             if mode == ROW_PARTIAL {
                 return t.write_partial(partials, total);
             }
-            let total = if mode == ROW_RESIDENT { t.exchange(partials, total) } else { total }.0;
+            let total = total.0;
             t.store_first::<F, K>(
                 dx.wrapping_add(offset),
                 #[inline(always)]
@@ -114,33 +116,33 @@ macro_rules! softmax_kernels {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
-            cols: usize, team: usize, chunk: usize,
+            cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_rows::<$f, false, $k, $split>(x, out, partials, rows, cols, team, chunk)
+            softmax_rows::<$f, false, $k, $split>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Log-softmax of each row.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $log(
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
-            cols: usize, team: usize, chunk: usize,
+            cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_rows::<$f, true, $k, $split>(x, out, partials, rows, cols, team, chunk)
+            softmax_rows::<$f, true, $k, $split>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $bwd(
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
-            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
+            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_bwd_rows::<$f, false, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk)
+            softmax_bwd_rows::<$f, false, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $log_bwd(
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
-            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
+            partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_bwd_rows::<$f, true, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk)
+            softmax_bwd_rows::<$f, true, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
     )*};
 }

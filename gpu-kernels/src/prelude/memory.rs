@@ -125,15 +125,6 @@ pub fn opaque_u32(x: u32) -> u32 {
     y
 }
 
-/// `prefetch.global.L2`: bring the 128-byte line holding `p` into L2 (no register waits on it).
-///
-/// # Safety
-/// `p` points into global memory.
-#[inline(always)]
-pub unsafe fn prefetch_l2(p: *const u8) {
-    asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(readonly, nostack));
-}
-
 /// `st.global.v4.f32`.
 ///
 /// # Safety

@@ -20,7 +20,7 @@ use super::memory::*;
 use super::shared::shared_ptr;
 use super::sync::{atomic_add_u32, fence_gpu, load_acquire_u32, sync_threads};
 use super::warp::shfl_xor;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_RESIDENT, ROW_WHOLE};
+use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_WHOLE};
 use core::marker::PhantomData;
 
 /// Chunks of 8 values each thread of a team holds.
@@ -208,7 +208,11 @@ impl RowTeam {
     /// The block as the team of chunk `c` (of `chunks` of `chunk` values) of row `row`: an item
     /// of a pipelined launch (see [`pipelined_items`]).
     #[inline(always)]
-    fn block_item<F: Float>((rows, cols, chunk, chunks): (usize, usize, usize, usize), row: usize, c: usize) -> Self {
+    fn block_item<F: Float>(
+        (rows, cols, chunk, chunks): (usize, usize, usize, usize),
+        row: usize,
+        c: usize,
+    ) -> Self {
         let (lane, size, begin) = (thread_x(), block_dim_x(), c * chunk);
         let end = cols.min(begin + chunk);
         let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
@@ -494,168 +498,110 @@ impl RowTeam {
             s.write(partials.add((self.row * self.chunks + self.chunk) * S::WIDTH));
         }
     }
-
-    /// A `ROW_RESIDENT` item's row statistic: write this chunk's `s`, count it on the row's
-    /// counter, wait until every chunk of the row has, and merge them (in chunk order, so the
-    /// same for every chunk of the row).
-    ///
-    /// # Safety
-    /// As [`RowTeam::write_partial`], with the counters of [`split_items`] after the
-    /// statistics; every thread of the block calls it, and every chunk of the row is held by a
-    /// block running at the same time (the resident launch's grid).
-    #[inline(always)]
-    pub unsafe fn exchange<S: RowStat>(&self, partials: *mut f32, s: S) -> S {
-        self.write_partial(partials, s);
-        if thread_x() == 0 {
-            let counter = (partials.add(self.rows * self.chunks * S::WIDTH) as *mut u32).add(1 + self.row);
-            fence_gpu();
-            atomic_add_u32(counter, 1);
-            while load_acquire_u32(counter) < self.chunks as u32 {}
-        }
-        sync_threads();
-        self.merge_partials(partials)
-    }
-
-    /// Ask L2 for this team's range of the row at `row_start` (128-byte lines, spread over the
-    /// team), so that a later load finds it there.
-    ///
-    /// # Safety
-    /// `row_start` is the start of a row of global memory readable up to `end`.
-    #[inline(always)]
-    unsafe fn prefetch<F: Float>(&self, row_start: *const F::Raw) {
-        let bytes = (self.end - self.begin) * core::mem::size_of::<F::Raw>();
-        let first = row_start.add(self.begin) as *const u8;
-        let mut at = 128 * self.lane;
-        while at < bytes {
-            prefetch_l2(first.add(at));
-            at += 128 * self.size;
-        }
-    }
 }
 
 shared_array!(static ROW_TICKET: [u32; 1]);
 
-/// The row items of a launch: `body(team, ROW_WHOLE)` for this block's team of whole rows
-/// (`SPLIT = false`; the builds of one chunk a thread, `K = 1`, walk rows a grid apart:
-/// [`RowTeam::walk`]), or, in the split-row builds (`SPLIT = true`), for each item the block
-/// takes (see [`split_items`]; `inputs` are the rows it reads, for the resident launch's
-/// prefetch). The modes are constants of each build, so that each inlines `body` once and
-/// carries only its own registers.
+/// The row items of a launch, `body(team, mode)`: in the split-row builds (`SPLIT = true`,
+/// launched `ROW_PIPELINE`) for each item the block draws (see [`pipelined_items`]); in the
+/// builds of 32 values a thread (`K = 4`) once, in the launch's `mode` (`ROW_WHOLE`, or the
+/// `ROW_PARTIAL` / `ROW_APPLY` launches of split rows that fit in L2: one launch each, no
+/// waiting); in the narrower builds for this block's team of whole rows, walking rows a grid
+/// apart where the build holds one chunk a thread ([`RowTeam::walk`]). The modes of the split
+/// and narrower builds are constants, so that each inlines `body` once and carries only its own
+/// registers.
 ///
 /// # Safety
-/// As [`split_items`] for the split builds.
+/// As [`pipelined_items`] for the split builds; `partials` as the mode needs.
 #[inline(always)]
-pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool, const K: usize, const N: usize>(
+pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool, const K: usize>(
     (rows, cols, team, chunk): (usize, usize, usize, usize),
     partials: *mut f32,
-    inputs: [*const F::Raw; N],
+    mode: u32,
     body: impl FnMut(&RowTeam, u32),
 ) {
     let mut body = body;
     if SPLIT {
-        split_items::<F, S, N>((rows, cols, team, chunk), partials, inputs, body);
+        pipelined_items::<F, S>((rows, cols, team, chunk), partials, body);
+    } else if K == SLOTS {
+        body(&RowTeam::new::<F>(rows, cols, team, chunk), mode);
     } else {
-        RowTeam::new::<F>(rows, cols, team, chunk).walk::<K>(|t| body(t, ROW_WHOLE));
+        RowTeam::new::<F>(rows, cols, team, chunk).walk::<K>(
+            #[inline(always)]
+            |t| body(t, ROW_WHOLE),
+        );
     }
 }
 
-/// Split rows in one launch: rows of `chunks = ⌈cols/chunk⌉` chunks; an item is one chunk of one
-/// row. Two schemes:
+/// Split rows in one launch: rows of `chunks = ⌈cols/chunk⌉` chunks, in groups of `group_rows`
+/// rows; an item is one chunk of one row in one of the two modes (`ROW_PARTIAL`: write the
+/// chunk's statistic; `ROW_APPLY`: merge the row's and write the chunk's outputs). Blocks draw
+/// items in the order P(0), P(1), A(0), P(2), A(1), … A(last) (P: a group's partial items, A: its
+/// apply items), one at a time from a counter, so that a group's apply items re-read chunks that
+/// the group's partial items read a group earlier (from L2, where two groups fit), and start
+/// only once every partial item of their group has counted itself done. An item waits only
+/// for items drawn before it, each held by a running block that never waits for a later one:
+/// no deadlock, whatever number of blocks is resident.
 ///
-/// - `group_rows == 0`, `ROW_RESIDENT` items: the grid is co-resident (a cooperative launch) and
-///   a multiple of `chunks` blocks; block `b` takes items `b, b + grid, b + 2·grid, …` (item
-///   `i`: chunk `i % chunks` of row `i / chunks`), so that the blocks of one step hold whole rows.
-///   Each item loads its chunk once, publishes its statistic and waits for its row's
-///   ([`RowTeam::exchange`]), then writes from registers: one read, one write. Before its own
-///   loads it asks L2 for its next item's chunk, so that memory keeps streaming while blocks
-///   wait. No deadlock: a block waits only for blocks of its step, all running.
-/// - `group_rows > 0`: groups of `group_rows` rows; an item in one of two modes (`ROW_PARTIAL`:
-///   write the chunk's statistic; `ROW_APPLY`: merge the row's and write the chunk's outputs).
-///   Blocks draw items in the order P(0), P(1), A(0), P(2), A(1), … A(last) (P: a group's
-///   partial items, A: its apply items), one at a time from a counter, so that a group's apply
-///   items re-read chunks that the group's partial items read a group earlier (from L2, where
-///   two groups fit), and start only once every partial item of their group has counted itself
-///   done. An item waits only for items drawn before it, each held by a running block that
-///   never waits for a later one: no deadlock, whatever number of blocks is resident.
-///
-/// `partials` holds `rows · chunks` statistics, then the counters, zero at launch: the draw,
-/// then one per group (pipelined) or per row (resident).
+/// `partials` holds `rows · chunks` statistics, then the counters: the draw, then one per
+/// group, zero at launch.
 ///
 /// # Safety
-/// The block is the team (every thread calls this); `partials` as above; `inputs` rows of
-/// `cols` values each; `body` reads and writes only its team's chunk and row statistic.
+/// The block is the team (every thread calls this); `partials` as above; `body` reads and
+/// writes only its team's chunk and row statistic.
 #[inline(always)]
-unsafe fn split_items<F: Float, S: RowStat, const N: usize>(
+unsafe fn pipelined_items<F: Float, S: RowStat>(
     (rows, cols, group_rows, chunk): (usize, usize, usize, usize),
     partials: *mut f32,
-    inputs: [*const F::Raw; N],
     mut body: impl FnMut(&RowTeam, u32),
 ) {
     let chunks = cols.div_ceil(chunk);
-    let shape = (rows, cols, chunk, chunks);
-    let resident = group_rows == 0;
-    let groups = if resident { 0 } else { rows.div_ceil(group_rows) };
+    let groups = rows.div_ceil(group_rows);
     let stage = group_rows * chunks;
-    let items = if resident { rows * chunks } else { (2 * groups + 1) * stage };
+    let items = (2 * groups + 1) * stage;
     let draw = partials.add(rows * chunks * S::WIDTH) as *mut u32;
     let done = draw.add(1);
     let slot = shared_ptr(&raw mut ROW_TICKET);
-    let mut next = block_x();
     loop {
-        let ticket = if resident {
-            let ticket = next;
-            next += grid_dim_x();
-            ticket
-        } else {
-            if thread_x() == 0 {
-                *slot = atomic_add_u32(draw, 1);
-            }
-            sync_threads();
-            let ticket = *slot as usize;
-            // Nobody may draw the next ticket into the slot before all have read this one.
-            sync_threads();
-            ticket
-        };
+        if thread_x() == 0 {
+            *slot = atomic_add_u32(draw, 1);
+        }
+        sync_threads();
+        let ticket = *slot as usize;
+        // Nobody may draw the next ticket into the slot before all have read this one.
+        sync_threads();
         if ticket >= items {
             return;
         }
-        let (row, c, mode) = if resident {
-            if next < items {
-                let ahead = RowTeam::block_item::<F>(shape, next / chunks, next % chunks);
-                for input in inputs {
-                    ahead.prefetch::<F>(input.add(ahead.row * cols));
-                }
-            }
-            (ticket / chunks, ticket % chunks, ROW_RESIDENT)
+        // Stage 0 is P(0); stage 2g - 1 is P(g), stage 2g + 2 is A(g) (stage 2·groups - 1 is empty).
+        let (s, i) = (ticket / stage, ticket % stage);
+        let (apply, g) = if s == 0 {
+            (false, 0)
+        } else if s % 2 == 1 {
+            (false, (s + 1) / 2)
         } else {
-            // Stage 0 is P(0); stage 2g - 1 is P(g), stage 2g + 2 is A(g) (stage 2·groups - 1 is
-            // empty).
-            let (s, i) = (ticket / stage, ticket % stage);
-            let (mode, g) = if s == 0 {
-                (ROW_PARTIAL, 0)
-            } else if s % 2 == 1 {
-                (ROW_PARTIAL, (s + 1) / 2)
-            } else {
-                (ROW_APPLY, s / 2 - 1)
-            };
-            let row = g * group_rows + i / chunks;
-            if g >= groups || row >= rows {
-                continue;
-            }
-            if mode == ROW_APPLY {
-                if thread_x() == 0 {
-                    let expected = (group_rows.min(rows - g * group_rows) * chunks) as u32;
-                    while load_acquire_u32(done.add(g)) < expected {}
-                }
-                sync_threads();
-            }
-            (row, i % chunks, mode)
+            (true, s / 2 - 1)
         };
-        body(&RowTeam::block_item::<F>(shape, row, c), mode);
-        // Thread 0 wrote the chunk's statistic (`write_partial`): publish it.
-        if mode == ROW_PARTIAL && thread_x() == 0 {
-            fence_gpu();
-            atomic_add_u32(done.add(row / group_rows.max(1)), 1);
+        let row = g * group_rows + i / chunks;
+        if g >= groups || row >= rows {
+            continue;
+        }
+        let t = RowTeam::block_item::<F>((rows, cols, chunk, chunks), row, i % chunks);
+        let counter = done.add(g);
+        if apply {
+            if thread_x() == 0 {
+                let expected = (group_rows.min(rows - g * group_rows) * chunks) as u32;
+                while load_acquire_u32(counter) < expected {}
+            }
+            sync_threads();
+            body(&t, ROW_APPLY);
+        } else {
+            body(&t, ROW_PARTIAL);
+            // Thread 0 wrote the chunk's statistic (`write_partial`): publish it.
+            if thread_x() == 0 {
+                fence_gpu();
+                atomic_add_u32(counter, 1);
+            }
         }
     }
 }

@@ -23,11 +23,12 @@ use rayon::prelude::*;
 /// warp holds at least one 16-byte vector of a 16-bit row (narrower rows keep smaller teams).
 const LAYERNORM_FUSED_MIN_COLS: usize = 257;
 
-/// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk.
-type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize);
-/// Their backward passes: y, dy, dx, partials, rows, cols, team, chunk.
-type SoftmaxBwdArgs<T> = (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize);
-/// Layer norm: x, γ, β, y, mean, rstd, partials, rows, cols, team, chunk, eps.
+/// Softmax and log-softmax: x, out, partials, rows, cols, team, chunk, mode.
+type SoftmaxArgs<T> = (DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+/// Their backward passes: y, dy, dx, partials, rows, cols, team, chunk, mode.
+type SoftmaxBwdArgs<T> =
+    (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, usize, usize, usize, usize, u32);
+/// Layer norm: x, γ, β, y, mean, rstd, partials, rows, cols, team, chunk, mode, eps.
 type LayerNormArgs<T> = (
     DevPtr<T>,
     DevPtr<T>,
@@ -40,9 +41,10 @@ type LayerNormArgs<T> = (
     usize,
     usize,
     usize,
+    u32,
     f32,
 );
-/// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk.
+/// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk, mode.
 type LayerNormDxArgs<T> = (
     DevPtr<T>,
     DevPtr<T>,
@@ -55,6 +57,7 @@ type LayerNormDxArgs<T> = (
     usize,
     usize,
     usize,
+    u32,
 );
 /// The one-launch layer-norm backward: x, γ, dy, mean, rstd, dx, partials, counter, dγ, dβ,
 /// rows, cols.
@@ -191,8 +194,7 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
             }
             let stream = x.context().stream(op)?;
             let table = if log { LOG_SOFTMAX } else { SOFTMAX };
-            let plan = RowPlan::new(op, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?
-                .resident(|cfg| launch_by_dtype!(table[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
+            let plan = RowPlan::new(op, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
             plan.run(op, stream, 2, |l, partials| {
                 let at = l.row0 * cols;
                 launch_by_dtype!(table[l.variant()], dtype, |k| {
@@ -204,12 +206,13 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
                         cols,
                         l.team,
                         l.chunk,
+                        l.mode,
                     );
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type, of which this launch's row group starts at `at`; partials
                     // holds the plan's statistics per group (or is null and unread: mode
                     // ROW_WHOLE); the launch shape is RowPlan's (team, chunk, grid).
-                    unsafe { l.launch(k, stream, args) }
+                    unsafe { k.launch(stream, l.cfg, args) }
                 })
             })?;
             Ok(out)
@@ -247,17 +250,17 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
             }
             let stream = y.context().stream(op)?;
             let table = if log { LOG_SOFTMAX_BWD } else { SOFTMAX_BWD };
-            let plan = RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?
-                .resident(|cfg| launch_by_dtype!(table[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
+            let plan =
+                RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
             plan.run(op, stream, 1, |l, partials| {
                 let at = l.row0 * cols;
                 launch_by_dtype!(table[l.variant()], dtype, |k| {
                     let (y, dy, dx) = (y.ptr().offset(at), dy.ptr().offset(at), dx.ptr_mut().offset(at));
-                    let args = (y, dy, dx, partials, l.rows, cols, l.team, l.chunk);
+                    let args = (y, dy, dx, partials, l.rows, cols, l.team, l.chunk, l.mode);
                     // SAFETY: `<log_>softmax_bwd_<dtype>`: y, dy, dx hold rows·cols values of the
                     // kernel's type (shapes and dtypes checked equal), this group from `at`;
                     // partials and the launch shape as in the forward pass.
-                    unsafe { l.launch(k, stream, args) }
+                    unsafe { k.launch(stream, l.cfg, args) }
                 })
             })?;
             Ok(dx)
@@ -683,8 +686,8 @@ pub fn layer_norm(
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
             if rows > 0 {
                 let stream = ctx.stream(OP)?;
-                let plan = RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?
-                    .resident(|cfg| launch_by_dtype!(LAYERNORM_FWD[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
+                let plan =
+                    RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
                     let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_FWD[l.variant()], dtype, |k| {
@@ -700,13 +703,14 @@ pub fn layer_norm(
                             cols,
                             l.team,
                             l.chunk,
+                            l.mode,
                             eps,
                         );
                         // SAFETY: `layernorm_fwd_<dtype>`: x and y hold rows·cols values of the
                         // kernel's type (this group from `at`), gamma/beta cols values of it (same
                         // dtype, checked) or null, mean/rstd rows floats (from row0); partials
                         // and the launch shape are RowPlan's.
-                        unsafe { l.launch(k, stream, args) }
+                        unsafe { k.launch(stream, l.cfg, args) }
                     })
                 })?;
             }
@@ -822,8 +826,7 @@ pub fn layer_norm_backward(
                 return Ok((dx, dgamma, dbeta));
             }
             if rows > 0 {
-                let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?
-                    .resident(|cfg| launch_by_dtype!(LAYERNORM_DX[3], dtype, |k| k.max_active_blocks(stream, cfg)))?;
+                let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?;
                 plan.run(OP, stream, 2, |l, partials| {
                     let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_DX[l.variant()], dtype, |k| {
@@ -839,11 +842,12 @@ pub fn layer_norm_backward(
                             cols,
                             l.team,
                             l.chunk,
+                            l.mode,
                         );
                         // SAFETY: `layernorm_bwd_dx_<dtype>`: x, dy, dx hold rows·cols values of
                         // the kernel's type (this group from `at`), gamma cols or null,
                         // mean/rstd rows floats (from row0); partials and launch shape RowPlan's.
-                        unsafe { l.launch(k, stream, args) }
+                        unsafe { k.launch(stream, l.cfg, args) }
                     })
                 })?;
             }

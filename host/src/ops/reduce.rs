@@ -190,7 +190,7 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
             }
             let stream = x.context().stream(name)?;
             let info = &stream.device.info;
-            let plan = RowPlan::new(name, x.shape(), (rows, cols), dtype.size_bytes(), info)?.two_launches();
+            let plan = RowPlan::new(name, x.shape(), (rows, cols), dtype.size_bytes(), info)?.for_reduction();
             let kernels = op.rows_kernels();
             let scale = op.scale(cols);
             plan.run(name, stream, 1, |l, partials| {

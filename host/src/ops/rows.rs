@@ -8,25 +8,24 @@
 //!   chunk of 8 values a lane (the 8-value builds: 32 registers, full occupancy);
 //! - `256 < cols ≤ 8192`: a team of `next_pow2(⌈cols/32⌉)` threads (a warp up to a block of 256),
 //!   each holding the fewest chunks (2 or 4) that cover the row;
+//!   Rows of at most 256 values take grids of at most `WALK_WAVES` device-fulls of blocks, whose
+//!   teams walk rows a grid apart.
 //! - longer rows, or rows too few to give every SM two blocks (chunks of at least
-//!   `MIN_SPLIT_CHUNK` values): a block of `NN_ROW_BLOCK` per chunk of 8192 values. Softmax and
-//!   layer norm run them in one launch of their `_split_` builds (see
-//!   `prelude::rows::split_items`): where the device runs a block for every chunk of a row at
-//!   once, a cooperative `ROW_RESIDENT` grid whose blocks hold their chunks in registers while
-//!   the row's statistics are exchanged (one read); else a `ROW_PIPELINE` launch whose blocks
-//!   draw items from a counter, each chunk's statistic first, then, a row group later, the chunk
-//!   again with its row's merged statistics (from L2 where it stayed: groups of a quarter of
-//!   L2). The reductions, whose second pass reads only the partials, take two launches
-//!   (`ROW_PARTIAL`, `ROW_APPLY`).
+//!   `MIN_SPLIT_CHUNK` values): a block of `NN_ROW_BLOCK` per chunk of 8192 values, in two
+//!   launches of the 32-value build (`ROW_PARTIAL` writes each chunk's statistic, `ROW_APPLY`
+//!   re-reads the chunk, from L2, and merges its row's) where every row fits in a quarter of L2,
+//!   as do the reductions, whose second pass reads only the partials. Softmax and layer norm run
+//!   longer inputs in one `ROW_PIPELINE` launch of their `_split_` builds: blocks draw items from
+//!   a counter, each chunk's statistic first, then, a row group later, the chunk again with its
+//!   row's merged statistics (from L2: groups of a quarter of L2); see
+//!   `prelude::rows::pipelined_items`.
 use crate::runtime::device::DeviceInfo;
 use crate::runtime::error::{Error, Result};
-use crate::runtime::kernel::{ByDType, DevPtrMut, Kernel, KernelArgs};
+use crate::runtime::kernel::{ByDType, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
-use crate::shapes::{
-    NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE, ROW_RESIDENT, ROW_THREAD_VALUES, ROW_WHOLE,
-};
+use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE, ROW_THREAD_VALUES, ROW_WHOLE};
 use std::sync::Arc;
 
 /// Widest row a team of at most a warp takes.
@@ -42,9 +41,9 @@ const MAX_THREADS_PER_SM: usize = 2048;
 /// Grids of narrow rows hold at most this many times the blocks the device runs at once.
 const WALK_WAVES: usize = 2;
 
-/// A row kernel's builds: whole rows by the values a thread holds, 32 (four chunks of 8), 16, 8;
-/// then split rows (the `ROW_RESIDENT` or `ROW_PIPELINE` launch, or the reductions' `ROW_PARTIAL`
-/// and `ROW_APPLY` launches, which their 32-value build takes).
+/// A row kernel's builds: whole rows by the values a thread holds, 32 (four chunks of 8; also the
+/// `ROW_PARTIAL` and `ROW_APPLY` launches of split rows), 16, 8; then split rows in one
+/// `ROW_PIPELINE` launch (the reductions, which have none, repeat their 32-value build).
 pub(crate) type RowKernels<A, B> = [ByDType<A, B>; 4];
 
 /// One launch of a row kernel over rows `[row0, row0 + rows)`.
@@ -58,33 +57,16 @@ pub(crate) struct RowLaunch {
     pub mode: u32,
     /// Chunks of 8 values a thread holds: 4, 2 or 1.
     pub slots: usize,
-    /// Every block must run at once (`ROW_RESIDENT`).
-    pub cooperative: bool,
 }
 
 impl RowLaunch {
-    /// Launch `kernel` (the build of [`RowLaunch::variant`]) with this launch's shape.
-    ///
-    /// # Safety
-    /// As [`Kernel::launch`].
-    pub(crate) unsafe fn launch<A: KernelArgs>(&self, kernel: &Kernel<A>, stream: &Stream, args: A) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe {
-            if self.cooperative {
-                kernel.launch_cooperative(stream, self.cfg, args)
-            } else {
-                kernel.launch(stream, self.cfg, args)
-            }
-        }
-    }
-
     /// The index in a [`RowKernels`] of the build this launch needs.
     pub(crate) fn variant(&self) -> usize {
         match (self.mode, self.slots) {
-            (ROW_WHOLE, 1) => 2,
-            (ROW_WHOLE, 2) => 1,
-            (ROW_WHOLE, _) => 0,
-            _ => 3,
+            (ROW_PIPELINE, _) => 3,
+            (_, 1) => 2,
+            (_, 2) => 1,
+            _ => 0,
         }
     }
 }
@@ -107,8 +89,6 @@ pub(crate) struct RowPlan {
     /// Blocks an SM holds at most (the pipelined launch's grid is this many per SM).
     blocks_per_sm: usize,
     sm_count: usize,
-    /// Blocks of the `ROW_RESIDENT` launch (a multiple of `chunks`), or 0 (not resident).
-    resident_grid: usize,
     /// The most blocks a whole-row launch takes (0: one team per row).
     grid_cap: usize,
 }
@@ -144,7 +124,7 @@ impl RowPlan {
             return Err(too_big("rows longer than 2^26 values"));
         }
         // The pipelined launch keeps two groups in L2 (one being read, one re-read) beside the
-        // outputs streaming through it.
+        // outputs streaming through it; inputs that fit one group take the two plain launches.
         let group_rows = (info.l2_bytes / 4 / (cols * elem_bytes)).clamp(1, rows);
         Ok(Self {
             rows,
@@ -153,28 +133,11 @@ impl RowPlan {
             chunks,
             group_rows,
             slots: SLOTS,
-            pipeline: true,
+            pipeline: group_rows < rows,
             blocks_per_sm: MAX_THREADS_PER_SM / NN_ROW_BLOCK,
             sm_count: info.sm_count as usize,
-            resident_grid: 0,
             grid_cap: 0,
         })
-    }
-
-    /// Split rows held on chip (one `ROW_RESIDENT` launch) where the device runs a block of the
-    /// split build for every chunk of a row at once; `blocks_per_sm(cfg)` is how many blocks of
-    /// the shape `cfg` an SM of it runs. Otherwise (and for plans not split) the plan unchanged.
-    pub(crate) fn resident(self, blocks_per_sm: impl FnOnce(LaunchConfig) -> Result<usize>) -> Result<Self> {
-        if !self.pipeline {
-            return Ok(self);
-        }
-        let block = LaunchConfig { grid: (1, 1, 1), block: (NN_ROW_BLOCK as u32, 1, 1), shared_bytes: 0 };
-        let blocks = blocks_per_sm(block)? * self.sm_count;
-        if blocks < self.chunks {
-            return Ok(self);
-        }
-        let resident_grid = (blocks / self.chunks * self.chunks).min(self.rows * self.chunks);
-        Ok(Self { resident_grid, ..self })
     }
 
     /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row. Rows of up to 8
@@ -200,7 +163,6 @@ impl RowPlan {
             pipeline: false,
             blocks_per_sm: 0,
             sm_count: 0,
-            resident_grid: 0,
             grid_cap: 0,
         }
     }
@@ -209,17 +171,27 @@ impl RowPlan {
     /// `WALK_WAVES` times the blocks the device holds, each team walking rows a grid apart
     /// (`RowTeam::walk`): fewer, longer-lived blocks than one team per row.
     fn walking(self, info: &DeviceInfo) -> Self {
-        let waves = std::env::var("FERROCUDA_ROW_WAVES").ok().and_then(|v| v.parse().ok()).unwrap_or(WALK_WAVES);
+        let waves =
+            std::env::var("FERROCUDA_ROW_WAVES").ok().and_then(|v| v.parse().ok()).unwrap_or(WALK_WAVES);
         if self.slots > 1 || waves == 0 {
             return self;
         }
         Self { grid_cap: waves * info.sm_count as usize * (MAX_THREADS_PER_SM / NN_ROW_BLOCK), ..self }
     }
 
-    /// Split rows as two launches over all rows (a partial pass, then one that reads only the
-    /// partials): for the reductions, whose second pass re-reads no input.
-    pub(crate) fn two_launches(self) -> Self {
-        Self { group_rows: self.rows, pipeline: false, ..self }
+    /// The plan of a reduction: split rows as two launches over all rows (a partial pass, then
+    /// one that reads only the partials: no input is re-read), and rows a block takes spread over
+    /// twice the threads, 16 values each (reads only: more loads in flight an SM beat fewer
+    /// registers).
+    pub(crate) fn for_reduction(self) -> Self {
+        if self.split() {
+            return Self { group_rows: self.rows, pipeline: false, ..self };
+        }
+        if self.team < 32 || self.slots < 4 {
+            return self;
+        }
+        let team = (2 * self.team).min(NN_ROW_BLOCK);
+        Self { team, slots: self.chunk.div_ceil(8 * team).next_power_of_two(), ..self }
     }
 
     /// Rows run split (two launches per row group).
@@ -227,10 +199,9 @@ impl RowPlan {
         self.chunks > 1
     }
 
-    /// Counters of the one-launch schemes after the statistics: the draw, then one per row
-    /// (resident) or per row group (pipelined).
+    /// Counters of the pipelined launch after the statistics: the draw, then one per row group.
     fn counters(&self) -> usize {
-        1 + if self.resident_grid > 0 { self.rows } else { self.groups() }
+        1 + self.groups()
     }
 
     /// Row groups of the pipelined launch.
@@ -239,7 +210,7 @@ impl RowPlan {
     }
 
     /// Floats of partial statistics (of `width` floats each) a launch needs, with the counters
-    /// of the one-launch schemes.
+    /// of the pipelined launch.
     pub(crate) fn partials_len(&self, width: usize) -> usize {
         match (self.split(), self.pipeline) {
             (false, _) => 0,
@@ -265,7 +236,6 @@ impl RowPlan {
             chunk: self.chunk,
             mode,
             slots: self.slots,
-            cooperative: false,
         };
         if !self.split() {
             let mut l = launch(0, self.rows, ROW_WHOLE);
@@ -274,16 +244,8 @@ impl RowPlan {
             }
             return vec![l];
         }
-        if self.resident_grid > 0 {
-            // `team` 0 picks the resident scheme in the split builds.
-            let mut l = launch(0, self.rows, ROW_RESIDENT);
-            l.cfg.grid = (self.resident_grid as u32, 1, 1);
-            l.team = 0;
-            l.cooperative = true;
-            return vec![l];
-        }
         if self.pipeline {
-            // Every item of every stage (see `split_items`), drawn by at most as many blocks
+            // Every item of every stage (see `pipelined_items`), drawn by at most as many blocks
             // as the device holds at once; `team` carries the rows per group.
             let items = (2 * self.groups() + 1) * self.group_rows * self.chunks;
             let blocks = items.min(self.blocks_per_sm * self.sm_count);

@@ -198,48 +198,12 @@ impl<A: KernelArgs> Kernel<A> {
         cluster: u32,
         args: A,
     ) -> Result<()> {
-        let attribute = (cluster > 1).then(|| cluster_attribute(cluster));
         args.with_addresses(|addresses| {
             // SAFETY: forwarded from this function's contract; the addresses point into `args`,
             // which outlives the call, and their types are the table's, which the kernel build
             // checked against the kernel.
-            unsafe { launch_raw(stream, self.info, cfg, attribute, addresses) }
+            unsafe { launch_raw(stream, self.info, cfg, cluster, addresses) }
         })
-    }
-
-    /// Launch on `stream` as a cooperative grid: every block runs at once (the driver refuses
-    /// a grid larger than the device holds), so that blocks may wait for each other.
-    ///
-    /// # Safety
-    /// As [`Kernel::launch`].
-    pub unsafe fn launch_cooperative(&self, stream: &Stream, cfg: LaunchConfig, args: A) -> Result<()> {
-        // SAFETY: plain data; all zeros is a valid value of every field.
-        let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-        attribute.value.cooperative = 1;
-        args.with_addresses(|addresses| {
-            // SAFETY: as in `launch_clustered`.
-            unsafe { launch_raw(stream, self.info, cfg, Some(attribute), addresses) }
-        })
-    }
-
-    /// How many blocks of the launch shape `cfg` (its grid ignored) an SM runs at once
-    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
-    pub fn max_active_blocks(&self, stream: &Stream, cfg: LaunchConfig) -> Result<usize> {
-        let f = opt_in(stream, self.info, cfg)?;
-        let mut blocks = 0;
-        // SAFETY: `f` is a live kernel handle; the call only writes `blocks`.
-        unsafe {
-            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                &mut blocks,
-                f,
-                (cfg.block.0 * cfg.block.1 * cfg.block.2) as i32,
-                cfg.shared_bytes as usize,
-            )
-        }
-        .result()
-        .call("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
-        Ok(blocks.max(0) as usize)
     }
 
     /// How many clusters of `cluster` blocks of the launch shape `cfg` (its grid ignored) the
@@ -300,15 +264,13 @@ fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig) -> Result<sys:
     Ok(f.raw.0)
 }
 
-/// A launch with `attribute` (clusters, cooperative) or none.
-///
 /// # Safety
 /// As [`Kernel::launch_clustered`], with `args` the addresses of arguments of the kernel's types.
 unsafe fn launch_raw(
     stream: &Stream,
     kernel: KernelInfo,
     cfg: LaunchConfig,
-    attribute: Option<sys::CUlaunchAttribute>,
+    cluster: u32,
     args: &mut [*mut c_void],
 ) -> Result<()> {
     let f = opt_in(stream, kernel, cfg)?;
@@ -319,7 +281,8 @@ unsafe fn launch_raw(
         shared_bytes: cfg.shared_bytes,
     };
     stream.profiled(kind, || {
-        let launched = if let Some(mut attribute) = attribute {
+        let launched = if cluster > 1 {
+            let mut attribute = cluster_attribute(cluster);
             let config = driver_config(stream, cfg, &mut attribute);
             // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle
             // in the stream's context; `config` and its attribute live across the call.
