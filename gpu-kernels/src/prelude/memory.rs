@@ -115,16 +115,6 @@ pub unsafe fn load_l2_f32(p: *const f32) -> f32 {
     v
 }
 
-/// `x`, which the compiler may not assume equal to anything (a register move with side effects):
-/// keeps a loop's invariant arithmetic inside it where holding its results would cost registers.
-#[inline(always)]
-pub fn opaque_u32(x: u32) -> u32 {
-    let y: u32;
-    // SAFETY: a register move.
-    unsafe { asm!("mov.u32 {y}, {x};", x = in(reg32) x, y = out(reg32) y, options(nomem, nostack)) };
-    y
-}
-
 /// `st.global.v4.f32`.
 ///
 /// # Safety

@@ -14,7 +14,7 @@
 //! within `8 · K · size` values.
 use super::block::{welford_combine, Max, ReduceOp, Sum};
 use super::half::{HalfFloat, BF16, F16};
-use super::index::{block_dim_x, block_x, block_y, grid_dim_x, grid_dim_y, lane, thread_x, warp_in_block};
+use super::index::{block_dim_x, block_x, block_y, grid_dim_y, lane, thread_x, warp_in_block};
 use super::math::exp_fast;
 use super::memory::*;
 use super::shared::shared_ptr;
@@ -168,8 +168,6 @@ fn slot_offset(vec: u32, lane: u32, size: u32, k: usize, e: usize) -> u32 {
 /// (empty past the last row).
 #[derive(Clone, Copy)]
 pub struct RowTeam {
-    /// Rows of the launch (where a split launch's counters follow its partials).
-    rows: usize,
     pub row: usize,
     pub lane: usize,
     pub size: usize,
@@ -202,69 +200,18 @@ impl RowTeam {
         let end = if row < rows { cols.min(begin + chunk) } else { begin };
         let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
         let narrow = [begin as u32, end as u32, lane as u32, size as u32];
-        RowTeam { rows, row, lane, size, begin, end, chunk: block_y(), chunks: grid_dim_y(), vec, narrow }
+        RowTeam { row, lane, size, begin, end, chunk: block_y(), chunks: grid_dim_y(), vec, narrow }
     }
 
     /// The block as the team of chunk `c` (of `chunks` of `chunk` values) of row `row`: an item
     /// of a pipelined launch (see [`pipelined_items`]).
     #[inline(always)]
-    fn block_item<F: Float>(
-        (rows, cols, chunk, chunks): (usize, usize, usize, usize),
-        row: usize,
-        c: usize,
-    ) -> Self {
+    fn block_item<F: Float>(cols: usize, chunk: usize, chunks: usize, row: usize, c: usize) -> Self {
         let (lane, size, begin) = (thread_x(), block_dim_x(), c * chunk);
         let end = cols.min(begin + chunk);
         let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
         let narrow = [begin as u32, end as u32, lane as u32, size as u32];
-        RowTeam { rows, row, lane, size, begin, end, chunk: c, chunks, vec, narrow }
-    }
-
-    /// The same team `by` rows further down, for grids that hold fewer teams than rows; the range
-    /// empty past the last row.
-    #[inline(always)]
-    pub fn advance(&self, by: usize) -> Self {
-        let mut t = *self;
-        t.row += by;
-        if t.row >= t.rows {
-            t.end = t.begin;
-            t.narrow[1] = t.narrow[0];
-        }
-        // The index arithmetic of every value is the same on every row: kept opaque, so that the
-        // compiler recomputes it each step instead of holding all of it in registers across them.
-        t.narrow = t.narrow.map(opaque_u32);
-        t.vec = opaque_u32(t.vec);
-        t
-    }
-
-    /// Teams of the grid (along x), and the rows the teams of this block start at before this
-    /// team's: a grid of fewer teams than rows walks them `teams` apart.
-    #[inline(always)]
-    pub fn grid_teams(&self) -> (usize, usize) {
-        let per_block = (block_dim_x() >> self.size.trailing_zeros()).max(1);
-        (grid_dim_x() * per_block, block_x() * per_block)
-    }
-
-    /// `body(team)` for this thread's team and, in builds of one chunk a thread (`K = 1`: the
-    /// narrow rows, whose grids the host caps), each of its rows `teams` apart (see
-    /// [`RowTeam::grid_teams`]): every team of a block takes the same number of steps (empty
-    /// ranges past the last row), so that warps stay converged for their shuffles and blocks for
-    /// their barriers. Wider builds take one row (the loop would cost them registers).
-    #[inline(always)]
-    pub fn walk<const K: usize>(&self, mut body: impl FnMut(&RowTeam)) {
-        if K > 1 {
-            return body(self);
-        }
-        let (teams, mut first) = self.grid_teams();
-        let mut t = *self;
-        loop {
-            body(&t);
-            first += teams;
-            if first >= self.rows {
-                return;
-            }
-            t = t.advance(teams);
-        }
+        RowTeam { row, lane, size, begin, end, chunk: c, chunks, vec, narrow }
     }
 
     /// The same lanes on row `row` of whole (unsplit) rows of `cols` values: for kernels whose
@@ -505,11 +452,9 @@ shared_array!(static ROW_TICKET: [u32; 1]);
 /// The row items of a launch, `body(team, mode)`: in the split-row builds (`SPLIT = true`,
 /// launched `ROW_PIPELINE`) for each item the block draws (see [`pipelined_items`]); in the
 /// builds of 32 values a thread (`K = 4`) once, in the launch's `mode` (`ROW_WHOLE`, or the
-/// `ROW_PARTIAL` / `ROW_APPLY` launches of split rows that fit in L2: one launch each, no
-/// waiting); in the narrower builds for this block's team of whole rows, walking rows a grid
-/// apart where the build holds one chunk a thread ([`RowTeam::walk`]). The modes of the split
-/// and narrower builds are constants, so that each inlines `body` once and carries only its own
-/// registers.
+/// `ROW_PARTIAL` / `ROW_APPLY` launches of split rows); in the narrower builds once, for this
+/// block's team of whole rows. The modes of the split and narrower builds are constants, so that
+/// each inlines `body` once and carries only its own registers.
 ///
 /// # Safety
 /// As [`pipelined_items`] for the split builds; `partials` as the mode needs.
@@ -526,10 +471,7 @@ pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool, const K: usize>
     } else if K == SLOTS {
         body(&RowTeam::new::<F>(rows, cols, team, chunk), mode);
     } else {
-        RowTeam::new::<F>(rows, cols, team, chunk).walk::<K>(
-            #[inline(always)]
-            |t| body(t, ROW_WHOLE),
-        );
+        body(&RowTeam::new::<F>(rows, cols, team, chunk), ROW_WHOLE);
     }
 }
 
@@ -586,7 +528,7 @@ unsafe fn pipelined_items<F: Float, S: RowStat>(
         if g >= groups || row >= rows {
             continue;
         }
-        let t = RowTeam::block_item::<F>((rows, cols, chunk, chunks), row, i % chunks);
+        let t = RowTeam::block_item::<F>(cols, chunk, chunks, row, i % chunks);
         let counter = done.add(g);
         if apply {
             if thread_x() == 0 {

@@ -19,28 +19,20 @@ unsafe fn reduce_rows<F: Float, R: ReduceOp, const K: usize>(
     (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
     scale: f32,
 ) {
-    let team = if mode == ROW_APPLY {
-        RowTeam::new::<f32>(rows, cols, team, chunk)
+    let (t, v) = if mode == ROW_APPLY {
+        let t = RowTeam::new::<f32>(rows, cols, team, chunk);
+        (t, t.load_first::<f32, K>(partials.wrapping_add(t.row * cols), R::IDENTITY))
     } else {
-        RowTeam::new::<F>(rows, cols, team, chunk)
+        let t = RowTeam::new::<F>(rows, cols, team, chunk);
+        (t, t.load_first::<F, K>(x.wrapping_add(t.row * cols), R::IDENTITY))
     };
-    team.walk::<K>(
-        #[inline(always)]
-        |t| {
-            let v = if mode == ROW_APPLY {
-                t.load_first::<f32, K>(partials.wrapping_add(t.row * cols), R::IDENTITY)
-            } else {
-                t.load_first::<F, K>(x.wrapping_add(t.row * cols), R::IDENTITY)
-            };
-            let total = t.combine(Folded::<R>::new(fold_slots::<R, K>(t, &v, |e| e)));
-            if mode == ROW_PARTIAL {
-                return t.write_partial(partials, total);
-            }
-            if t.lane == 0 && t.begin < t.end {
-                F::store(out.add(t.row), total.0 * scale);
-            }
-        },
-    );
+    let total = t.combine(Folded::<R>::new(fold_slots::<R, K>(&t, &v, |e| e)));
+    if mode == ROW_PARTIAL {
+        return t.write_partial(partials, total);
+    }
+    if t.lane == 0 && t.begin < t.end {
+        F::store(out.add(t.row), total.0 * scale);
+    }
 }
 
 macro_rules! reduce_rows_kernels {

@@ -8,8 +8,6 @@
 //!   chunk of 8 values a lane (the 8-value builds: 32 registers, full occupancy);
 //! - `256 < cols ≤ 8192`: a team of `next_pow2(⌈cols/32⌉)` threads (a warp up to a block of 256),
 //!   each holding the fewest chunks (2 or 4) that cover the row;
-//!   Rows of at most 256 values take grids of at most `WALK_WAVES` device-fulls of blocks, whose
-//!   teams walk rows a grid apart.
 //! - longer rows, or rows too few to give every SM two blocks (chunks of at least
 //!   `MIN_SPLIT_CHUNK` values): a block of `NN_ROW_BLOCK` per chunk of 8192 values, in two
 //!   launches of the 32-value build (`ROW_PARTIAL` writes each chunk's statistic, `ROW_APPLY`
@@ -38,8 +36,6 @@ const MIN_SPLIT_CHUNK: usize = 2048;
 const SLOTS: usize = ROW_THREAD_VALUES / 8;
 /// Threads an SM holds (every GPU since Volta; Hopper's too).
 const MAX_THREADS_PER_SM: usize = 2048;
-/// Grids of narrow rows hold at most this many times the blocks the device runs at once.
-const WALK_WAVES: usize = 2;
 
 /// A row kernel's builds: whole rows by the values a thread holds, 32 (four chunks of 8; also the
 /// `ROW_PARTIAL` and `ROW_APPLY` launches of split rows), 16, 8; then split rows in one
@@ -89,8 +85,6 @@ pub(crate) struct RowPlan {
     /// Blocks an SM holds at most (the pipelined launch's grid is this many per SM).
     blocks_per_sm: usize,
     sm_count: usize,
-    /// The most blocks a whole-row launch takes (0: one team per row).
-    grid_cap: usize,
 }
 
 impl RowPlan {
@@ -107,7 +101,7 @@ impl RowPlan {
             return Err(too_big("more than 2^31-1 rows"));
         }
         if cols <= WARP_ROW_MAX {
-            return Ok(Self::whole_rows(rows, cols).walking(info));
+            return Ok(Self::whole_rows(rows, cols));
         }
         let mut chunks = cols.div_ceil(BLOCK_CHUNK_MAX);
         let wanted = 2 * info.sm_count as usize;
@@ -115,7 +109,7 @@ impl RowPlan {
             chunks = chunks.max(wanted.div_ceil(rows).min(cols / MIN_SPLIT_CHUNK));
         }
         if chunks == 1 {
-            return Ok(Self::whole_rows(rows, cols).walking(info));
+            return Ok(Self::whole_rows(rows, cols));
         }
         let chunk = cols.div_ceil(chunks).next_multiple_of(8);
         let chunks = cols.div_ceil(chunk);
@@ -125,7 +119,9 @@ impl RowPlan {
         }
         // The pipelined launch keeps two groups in L2 (one being read, one re-read) beside the
         // outputs streaming through it; inputs that fit one group take the two plain launches.
-        let group_rows = (info.l2_bytes / 4 / (cols * elem_bytes)).clamp(1, rows);
+        let pipelined = std::env::var("FERROCUDA_ROW_PIPELINE").is_ok_and(|v| v == "1");
+        let group_rows =
+            if pipelined { (info.l2_bytes / 4 / (cols * elem_bytes)).clamp(1, rows) } else { rows };
         Ok(Self {
             rows,
             team: NN_ROW_BLOCK,
@@ -136,7 +132,6 @@ impl RowPlan {
             pipeline: group_rows < rows,
             blocks_per_sm: MAX_THREADS_PER_SM / NN_ROW_BLOCK,
             sm_count: info.sm_count as usize,
-            grid_cap: 0,
         })
     }
 
@@ -163,20 +158,7 @@ impl RowPlan {
             pipeline: false,
             blocks_per_sm: 0,
             sm_count: 0,
-            grid_cap: 0,
         }
-    }
-
-    /// Rows of at most 256 values (teams of up to a warp, one chunk a lane) in a grid of at most
-    /// `WALK_WAVES` times the blocks the device holds, each team walking rows a grid apart
-    /// (`RowTeam::walk`): fewer, longer-lived blocks than one team per row.
-    fn walking(self, info: &DeviceInfo) -> Self {
-        let waves =
-            std::env::var("FERROCUDA_ROW_WAVES").ok().and_then(|v| v.parse().ok()).unwrap_or(WALK_WAVES);
-        if self.slots > 1 || waves == 0 {
-            return self;
-        }
-        Self { grid_cap: waves * info.sm_count as usize * (MAX_THREADS_PER_SM / NN_ROW_BLOCK), ..self }
     }
 
     /// The plan of a reduction: split rows as two launches over all rows (a partial pass, then
@@ -238,11 +220,7 @@ impl RowPlan {
             slots: self.slots,
         };
         if !self.split() {
-            let mut l = launch(0, self.rows, ROW_WHOLE);
-            if self.grid_cap > 0 {
-                l.cfg.grid.0 = l.cfg.grid.0.min(self.grid_cap as u32);
-            }
-            return vec![l];
+            return vec![launch(0, self.rows, ROW_WHOLE)];
         }
         if self.pipeline {
             // Every item of every stage (see `pipelined_items`), drawn by at most as many blocks
