@@ -65,7 +65,7 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 13] = [
+const MAX_THREADS: [(&str, usize); 7] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
     ("attention_bwd_wgmma_", shapes::ATTN_WG_THREADS),
     // One block of LAYERNORM_FUSED_BLOCK threads an SM (its last block's fold would take more).
@@ -75,15 +75,6 @@ const MAX_THREADS: [(&str, usize); 13] = [
     // At most 64 registers a thread: two blocks of CE_BLOCK_MAX threads fit an SM.
     ("cross_entropy_f", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
     ("cross_entropy_bf", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
-    // The split-row builds inline their row body twice (partial and apply items) in the draw
-    // loop; budgeted for four (forward: 64 registers) or two (backward: 128) blocks of
-    // NN_ROW_BLOCK an SM, as many as their whole-row builds allow.
-    ("softmax_split_", 4 * shapes::NN_ROW_BLOCK),
-    ("log_softmax_split_", 4 * shapes::NN_ROW_BLOCK),
-    ("layernorm_fwd_split_", 4 * shapes::NN_ROW_BLOCK),
-    ("softmax_bwd_split_", 2 * shapes::NN_ROW_BLOCK),
-    ("log_softmax_bwd_split_", 2 * shapes::NN_ROW_BLOCK),
-    ("layernorm_bwd_dx_split_", 2 * shapes::NN_ROW_BLOCK),
 ];
 
 const ENV_VARS: [&str; 7] = [

@@ -243,7 +243,7 @@ kernel_table! {
         nn::softmax {
             [
                 softmax_f32, log_softmax_f32, softmax_v16_f32, log_softmax_v16_f32, softmax_v8_f32,
-                log_softmax_v8_f32, softmax_split_f32, log_softmax_split_f32
+                log_softmax_v8_f32
             ](
                 x: *const f32, out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32
@@ -251,15 +251,14 @@ kernel_table! {
             [
                 softmax_f16, log_softmax_f16, softmax_bf16, log_softmax_bf16, softmax_v16_f16,
                 log_softmax_v16_f16, softmax_v16_bf16, log_softmax_v16_bf16, softmax_v8_f16,
-                log_softmax_v8_f16, softmax_v8_bf16, log_softmax_v8_bf16, softmax_split_f16,
-                log_softmax_split_f16, softmax_split_bf16, log_softmax_split_bf16
+                log_softmax_v8_f16, softmax_v8_bf16, log_softmax_v8_bf16
             ](
                 x: *const u16, out: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32
             );
             [
                 softmax_bwd_f32, log_softmax_bwd_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32,
-                softmax_bwd_v8_f32, log_softmax_bwd_v8_f32, softmax_bwd_split_f32, log_softmax_bwd_split_f32
+                softmax_bwd_v8_f32, log_softmax_bwd_v8_f32
             ](
                 y: *const f32, dy: *const f32, dx: *mut f32, partials: *mut f32, rows: usize, cols: usize,
                 team: usize, chunk: usize, mode: u32
@@ -267,9 +266,7 @@ kernel_table! {
             [
                 softmax_bwd_f16, log_softmax_bwd_f16, softmax_bwd_bf16, log_softmax_bwd_bf16,
                 softmax_bwd_v16_f16, log_softmax_bwd_v16_f16, softmax_bwd_v16_bf16, log_softmax_bwd_v16_bf16,
-                softmax_bwd_v8_f16, log_softmax_bwd_v8_f16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16,
-                softmax_bwd_split_f16, log_softmax_bwd_split_f16, softmax_bwd_split_bf16,
-                log_softmax_bwd_split_bf16
+                softmax_bwd_v8_f16, log_softmax_bwd_v8_f16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16
             ](
                 y: *const u16, dy: *const u16, dx: *mut u16, partials: *mut f32, rows: usize, cols: usize,
                 team: usize, chunk: usize, mode: u32
@@ -320,14 +317,13 @@ kernel_table! {
             );
         }
         nn::layernorm {
-            [layernorm_fwd_f32, layernorm_fwd_v16_f32, layernorm_fwd_v8_f32, layernorm_fwd_split_f32](
+            [layernorm_fwd_f32, layernorm_fwd_v16_f32, layernorm_fwd_v8_f32](
                 x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32, eps: f32
             );
             [
-                layernorm_bwd_dx_f32, layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v8_f32,
-                layernorm_bwd_dx_split_f32
+                layernorm_bwd_dx_f32, layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v8_f32
             ](
                 x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
                 dx: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
@@ -348,8 +344,7 @@ kernel_table! {
             );
             [
                 layernorm_fwd_f16, layernorm_fwd_bf16, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16,
-                layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16, layernorm_fwd_split_f16,
-                layernorm_fwd_split_bf16
+                layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16
             ](
                 x: *const u16, gamma: *const u16, beta: *const u16, y: *mut u16, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
@@ -357,8 +352,7 @@ kernel_table! {
             );
             [
                 layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16, layernorm_bwd_dx_v16_f16,
-                layernorm_bwd_dx_v16_bf16, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16,
-                layernorm_bwd_dx_split_f16, layernorm_bwd_dx_split_bf16
+                layernorm_bwd_dx_v16_bf16, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16
             ](
                 x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,
                 dx: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,

@@ -95,10 +95,6 @@ pub const ROW_WHOLE: u32 = 0;
 pub const ROW_PARTIAL: u32 = 1;
 /// See [`ROW_WHOLE`].
 pub const ROW_APPLY: u32 = 2;
-/// Both modes of a split row in one launch, each block drawing items (see
-/// `prelude::rows::pipelined_items`); the launch's `team` argument is then the rows per group
-/// (the team is the block).
-pub const ROW_PIPELINE: u32 = 3;
 /// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
 pub const ROW_THREAD_VALUES: usize = 32;
 /// The widest rows the one-launch layer-norm backward takes (`nn::layernorm`): two of a row

@@ -7,8 +7,9 @@
 //! Forward: a row team (see `prelude::rows`) holds its row in registers: each thread's exact
 //! two-pass (count, mean, M2) over its values, merged over the team by Chan's formula (one team
 //! reduction), then `y = (x - mean) · rstd · γ + β` from the registers; one read, one write. Rows
-//! split across blocks merge the chunks' (count, mean, M2) the same way in the pipelined launch's
-//! apply items, which re-read their chunk.
+//! split across blocks (two launches over all rows) merge the chunks' (count, mean, M2) the same
+//! way in the `ROW_APPLY` launch, which re-reads its chunk; its grid runs the chunk's blocks of
+//! every row one after another, so γ and β come from DRAM once.
 //! Backward, per row with x̂ = (x - mean)·rstd and g = dy·γ:
 //! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`, the two sums merged the same way; per column
 //! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds
@@ -21,7 +22,7 @@ use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_
 /// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
+unsafe fn layernorm_rows<F: Float, const K: usize>(
     x: *const F::Raw,
     gamma: *const F::Raw,
     beta: *const F::Raw,
@@ -32,9 +33,8 @@ unsafe fn layernorm_rows<F: Float, const K: usize, const SPLIT: bool>(
     (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
     eps: f32,
 ) {
-    row_items::<F, Welford, SPLIT, K>(
+    row_items::<F, K>(
         (rows, cols, team, chunk),
-        partials,
         mode,
         #[inline(always)]
         |t, mode| {
@@ -152,7 +152,7 @@ unsafe fn store_dx<F: Float, const K: usize>(
 /// `dx`; `gamma` may be null. Each thread holds its first `K` chunks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
+unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
     x: *const F::Raw,
     gamma: *const F::Raw,
     dy: *const F::Raw,
@@ -162,9 +162,8 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize, const SPLIT: bool>(
     partials: *mut f32,
     (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
 ) {
-    row_items::<F, Sum2, SPLIT, K>(
+    row_items::<F, K>(
         (rows, cols, team, chunk),
-        partials,
         mode,
         #[inline(always)]
         |t, mode| {
@@ -342,7 +341,7 @@ unsafe fn layernorm_bwd_params_cols<F: Float>(
 }
 
 macro_rules! layernorm_row_kernels {
-    ($($fwd:ident, $dx:ident: $f:ty, $k:literal, $split:literal;)*) => {$(
+    ($($fwd:ident, $dx:ident: $f:ty, $k:literal;)*) => {$(
         /// Layer norm forward; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
@@ -351,7 +350,7 @@ macro_rules! layernorm_row_kernels {
             rows: usize, cols: usize, team: usize, chunk: usize, mode: u32, eps: f32,
         ) {
             let shape = (rows, cols, team, chunk, mode);
-            layernorm_rows::<$f, $k, $split>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
+            layernorm_rows::<$f, $k>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
         }
         /// `dx` of layer norm.
         #[no_mangle]
@@ -361,24 +360,21 @@ macro_rules! layernorm_row_kernels {
             rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
             let shape = (rows, cols, team, chunk, mode);
-            layernorm_bwd_dx_rows::<$f, $k, $split>(x, gamma, dy, mean, rstd, dx, partials, shape)
+            layernorm_bwd_dx_rows::<$f, $k>(x, gamma, dy, mean, rstd, dx, partials, shape)
         }
     )*};
 }
 
 layernorm_row_kernels! {
-    layernorm_fwd_f32, layernorm_bwd_dx_f32: f32, 4, false;
-    layernorm_fwd_f16, layernorm_bwd_dx_f16: F16, 4, false;
-    layernorm_fwd_bf16, layernorm_bwd_dx_bf16: BF16, 4, false;
-    layernorm_fwd_v16_f32, layernorm_bwd_dx_v16_f32: f32, 2, false;
-    layernorm_fwd_v16_f16, layernorm_bwd_dx_v16_f16: F16, 2, false;
-    layernorm_fwd_v16_bf16, layernorm_bwd_dx_v16_bf16: BF16, 2, false;
-    layernorm_fwd_v8_f32, layernorm_bwd_dx_v8_f32: f32, 1, false;
-    layernorm_fwd_v8_f16, layernorm_bwd_dx_v8_f16: F16, 1, false;
-    layernorm_fwd_v8_bf16, layernorm_bwd_dx_v8_bf16: BF16, 1, false;
-    layernorm_fwd_split_f32, layernorm_bwd_dx_split_f32: f32, 4, true;
-    layernorm_fwd_split_f16, layernorm_bwd_dx_split_f16: F16, 4, true;
-    layernorm_fwd_split_bf16, layernorm_bwd_dx_split_bf16: BF16, 4, true;
+    layernorm_fwd_f32, layernorm_bwd_dx_f32: f32, 4;
+    layernorm_fwd_f16, layernorm_bwd_dx_f16: F16, 4;
+    layernorm_fwd_bf16, layernorm_bwd_dx_bf16: BF16, 4;
+    layernorm_fwd_v16_f32, layernorm_bwd_dx_v16_f32: f32, 2;
+    layernorm_fwd_v16_f16, layernorm_bwd_dx_v16_f16: F16, 2;
+    layernorm_fwd_v16_bf16, layernorm_bwd_dx_v16_bf16: BF16, 2;
+    layernorm_fwd_v8_f32, layernorm_bwd_dx_v8_f32: f32, 1;
+    layernorm_fwd_v8_f16, layernorm_bwd_dx_v8_f16: F16, 1;
+    layernorm_fwd_v8_bf16, layernorm_bwd_dx_v8_bf16: BF16, 1;
 }
 
 macro_rules! layernorm_kernels {

@@ -6,9 +6,9 @@
 //! Launch (see `prelude::rows` and the host's dispatch): a team of threads per row holds the row
 //! (or its chunk) in registers, so each element is read once and written once: the team's
 //! (max, Σ e^(x - max)) comes from the values held, then the outputs. Rows longer than a block
-//! holds, or too few for the SMs, are split into chunks and run as one pipelined launch of the
-//! `_split_` builds (`ROW_PARTIAL` items: each chunk's (max, sum), merged online; `ROW_APPLY`
-//! items a row group later: re-read the chunk from L2, merge the row's partials, write).
+//! holds, or too few for the SMs, are split into chunks over `gridDim.y` and take two launches
+//! of the 32-value build over all rows (`ROW_PARTIAL`: each chunk's (max, sum); `ROW_APPLY`:
+//! re-read the chunk, merge the row's partials online, write).
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
 //! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;
@@ -17,7 +17,7 @@ use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: bool>(
+unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
     x: *const F::Raw,
     out: *mut F::Raw,
     partials: *mut f32,
@@ -27,9 +27,8 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: b
     chunk: usize,
     mode: u32,
 ) {
-    row_items::<F, MaxSumExp, SPLIT, K>(
+    row_items::<F, K>(
         (rows, cols, team, chunk),
-        partials,
         mode,
         #[inline(always)]
         |t, mode| {
@@ -63,7 +62,7 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: b
 /// Backward of softmax (`LOG = false`: `dx = y (dy - Σ dy·y)`) or log-softmax (`dx = dy - e^y Σ dy`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLIT: bool>(
+unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize>(
     y: *const F::Raw,
     dy: *const F::Raw,
     dx: *mut F::Raw,
@@ -74,9 +73,8 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLI
     chunk: usize,
     mode: u32,
 ) {
-    row_items::<F, Folded<Sum>, SPLIT, K>(
+    row_items::<F, K>(
         (rows, cols, team, chunk),
-        partials,
         mode,
         #[inline(always)]
         |t, mode| {
@@ -111,14 +109,14 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize, const SPLI
 }
 
 macro_rules! softmax_kernels {
-    ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty, $k:literal, $split:literal;)*) => {$(
+    ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty, $k:literal;)*) => {$(
         /// Softmax of each row; see the module documentation for the launch.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_rows::<$f, false, $k, $split>(x, out, partials, rows, cols, team, chunk, mode)
+            softmax_rows::<$f, false, $k>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Log-softmax of each row.
         #[no_mangle]
@@ -126,7 +124,7 @@ macro_rules! softmax_kernels {
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_rows::<$f, true, $k, $split>(x, out, partials, rows, cols, team, chunk, mode)
+            softmax_rows::<$f, true, $k>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
         #[no_mangle]
@@ -134,7 +132,7 @@ macro_rules! softmax_kernels {
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
             partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_bwd_rows::<$f, false, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+            softmax_bwd_rows::<$f, false, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
         #[no_mangle]
@@ -142,22 +140,19 @@ macro_rules! softmax_kernels {
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
             partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
-            softmax_bwd_rows::<$f, true, $k, $split>(y, dy, dx, partials, rows, cols, team, chunk, mode)
+            softmax_bwd_rows::<$f, true, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
     )*};
 }
 
 softmax_kernels! {
-    softmax_f32, log_softmax_f32, softmax_bwd_f32, log_softmax_bwd_f32: f32, 4, false;
-    softmax_f16, log_softmax_f16, softmax_bwd_f16, log_softmax_bwd_f16: F16, 4, false;
-    softmax_bf16, log_softmax_bf16, softmax_bwd_bf16, log_softmax_bwd_bf16: BF16, 4, false;
-    softmax_v16_f32, log_softmax_v16_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32: f32, 2, false;
-    softmax_v16_f16, log_softmax_v16_f16, softmax_bwd_v16_f16, log_softmax_bwd_v16_f16: F16, 2, false;
-    softmax_v16_bf16, log_softmax_v16_bf16, softmax_bwd_v16_bf16, log_softmax_bwd_v16_bf16: BF16, 2, false;
-    softmax_v8_f32, log_softmax_v8_f32, softmax_bwd_v8_f32, log_softmax_bwd_v8_f32: f32, 1, false;
-    softmax_v8_f16, log_softmax_v8_f16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16: F16, 1, false;
-    softmax_v8_bf16, log_softmax_v8_bf16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16: BF16, 1, false;
-    softmax_split_f32, log_softmax_split_f32, softmax_bwd_split_f32, log_softmax_bwd_split_f32: f32, 4, true;
-    softmax_split_f16, log_softmax_split_f16, softmax_bwd_split_f16, log_softmax_bwd_split_f16: F16, 4, true;
-    softmax_split_bf16, log_softmax_split_bf16, softmax_bwd_split_bf16, log_softmax_bwd_split_bf16: BF16, 4, true;
+    softmax_f32, log_softmax_f32, softmax_bwd_f32, log_softmax_bwd_f32: f32, 4;
+    softmax_f16, log_softmax_f16, softmax_bwd_f16, log_softmax_bwd_f16: F16, 4;
+    softmax_bf16, log_softmax_bf16, softmax_bwd_bf16, log_softmax_bwd_bf16: BF16, 4;
+    softmax_v16_f32, log_softmax_v16_f32, softmax_bwd_v16_f32, log_softmax_bwd_v16_f32: f32, 2;
+    softmax_v16_f16, log_softmax_v16_f16, softmax_bwd_v16_f16, log_softmax_bwd_v16_f16: F16, 2;
+    softmax_v16_bf16, log_softmax_v16_bf16, softmax_bwd_v16_bf16, log_softmax_bwd_v16_bf16: BF16, 2;
+    softmax_v8_f32, log_softmax_v8_f32, softmax_bwd_v8_f32, log_softmax_bwd_v8_f32: f32, 1;
+    softmax_v8_f16, log_softmax_v8_f16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16: F16, 1;
+    softmax_v8_bf16, log_softmax_v8_bf16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16: BF16, 1;
 }

@@ -18,9 +18,9 @@ use super::index::{block_dim_x, block_x, block_y, grid_dim_y, lane, thread_x, wa
 use super::math::exp_fast;
 use super::memory::*;
 use super::shared::shared_ptr;
-use super::sync::{atomic_add_u32, fence_gpu, load_acquire_u32, sync_threads};
+use super::sync::sync_threads;
 use super::warp::shfl_xor;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL, ROW_WHOLE};
+use crate::shapes::ROW_WHOLE;
 use core::marker::PhantomData;
 
 /// Chunks of 8 values each thread of a team holds.
@@ -201,17 +201,6 @@ impl RowTeam {
         let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
         let narrow = [begin as u32, end as u32, lane as u32, size as u32];
         RowTeam { row, lane, size, begin, end, chunk: block_y(), chunks: grid_dim_y(), vec, narrow }
-    }
-
-    /// The block as the team of chunk `c` (of `chunks` of `chunk` values) of row `row`: an item
-    /// of a pipelined launch (see [`pipelined_items`]).
-    #[inline(always)]
-    fn block_item<F: Float>(cols: usize, chunk: usize, chunks: usize, row: usize, c: usize) -> Self {
-        let (lane, size, begin) = (thread_x(), block_dim_x(), c * chunk);
-        let end = cols.min(begin + chunk);
-        let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
-        let narrow = [begin as u32, end as u32, lane as u32, size as u32];
-        RowTeam { row, lane, size, begin, end, chunk: c, chunks, vec, narrow }
     }
 
     /// The same lanes on row `row` of whole (unsplit) rows of `cols` values: for kernels whose
@@ -447,105 +436,18 @@ impl RowTeam {
     }
 }
 
-shared_array!(static ROW_TICKET: [u32; 1]);
-
-/// The row items of a launch, `body(team, mode)`: in the split-row builds (`SPLIT = true`,
-/// launched `ROW_PIPELINE`) for each item the block draws (see [`pipelined_items`]); in the
-/// builds of 32 values a thread (`K = 4`) once, in the launch's `mode` (`ROW_WHOLE`, or the
-/// `ROW_PARTIAL` / `ROW_APPLY` launches of split rows); in the narrower builds once, for this
-/// block's team of whole rows. The modes of the split and narrower builds are constants, so that
-/// each inlines `body` once and carries only its own registers.
-///
-/// # Safety
-/// As [`pipelined_items`] for the split builds; `partials` as the mode needs.
+/// The row items of a launch, `body(team, mode)` for this block's team: in the builds of 32
+/// values a thread (`K = 4`) in the launch's `mode` (`ROW_WHOLE`, or the `ROW_PARTIAL` /
+/// `ROW_APPLY` launches of split rows); in the narrower builds (whole rows only) in
+/// `ROW_WHOLE`, a constant, so that they carry no registers for the split modes.
 #[inline(always)]
-pub unsafe fn row_items<F: Float, S: RowStat, const SPLIT: bool, const K: usize>(
+pub fn row_items<F: Float, const K: usize>(
     (rows, cols, team, chunk): (usize, usize, usize, usize),
-    partials: *mut f32,
     mode: u32,
-    body: impl FnMut(&RowTeam, u32),
-) {
-    let mut body = body;
-    if SPLIT {
-        pipelined_items::<F, S>((rows, cols, team, chunk), partials, body);
-    } else if K == SLOTS {
-        body(&RowTeam::new::<F>(rows, cols, team, chunk), mode);
-    } else {
-        body(&RowTeam::new::<F>(rows, cols, team, chunk), ROW_WHOLE);
-    }
-}
-
-/// Split rows in one launch: rows of `chunks = ⌈cols/chunk⌉` chunks, in groups of `group_rows`
-/// rows; an item is one chunk of one row in one of the two modes (`ROW_PARTIAL`: write the
-/// chunk's statistic; `ROW_APPLY`: merge the row's and write the chunk's outputs). Blocks draw
-/// items in the order P(0), P(1), A(0), P(2), A(1), … A(last) (P: a group's partial items, A: its
-/// apply items), one at a time from a counter, so that a group's apply items re-read chunks that
-/// the group's partial items read a group earlier (from L2, where two groups fit), and start
-/// only once every partial item of their group has counted itself done. An item waits only
-/// for items drawn before it, each held by a running block that never waits for a later one:
-/// no deadlock, whatever number of blocks is resident.
-///
-/// `partials` holds `rows · chunks` statistics, then the counters: the draw, then one per
-/// group, zero at launch.
-///
-/// # Safety
-/// The block is the team (every thread calls this); `partials` as above; `body` reads and
-/// writes only its team's chunk and row statistic.
-#[inline(always)]
-unsafe fn pipelined_items<F: Float, S: RowStat>(
-    (rows, cols, group_rows, chunk): (usize, usize, usize, usize),
-    partials: *mut f32,
     mut body: impl FnMut(&RowTeam, u32),
 ) {
-    let chunks = cols.div_ceil(chunk);
-    let groups = rows.div_ceil(group_rows);
-    let stage = group_rows * chunks;
-    let items = (2 * groups + 1) * stage;
-    let draw = partials.add(rows * chunks * S::WIDTH) as *mut u32;
-    let done = draw.add(1);
-    let slot = shared_ptr(&raw mut ROW_TICKET);
-    loop {
-        if thread_x() == 0 {
-            *slot = atomic_add_u32(draw, 1);
-        }
-        sync_threads();
-        let ticket = *slot as usize;
-        // Nobody may draw the next ticket into the slot before all have read this one.
-        sync_threads();
-        if ticket >= items {
-            return;
-        }
-        // Stage 0 is P(0); stage 2g - 1 is P(g), stage 2g + 2 is A(g) (stage 2·groups - 1 is empty).
-        let (s, i) = (ticket / stage, ticket % stage);
-        let (apply, g) = if s == 0 {
-            (false, 0)
-        } else if s % 2 == 1 {
-            (false, (s + 1) / 2)
-        } else {
-            (true, s / 2 - 1)
-        };
-        let row = g * group_rows + i / chunks;
-        if g >= groups || row >= rows {
-            continue;
-        }
-        let t = RowTeam::block_item::<F>(cols, chunk, chunks, row, i % chunks);
-        let counter = done.add(g);
-        if apply {
-            if thread_x() == 0 {
-                let expected = (group_rows.min(rows - g * group_rows) * chunks) as u32;
-                while load_acquire_u32(counter) < expected {}
-            }
-            sync_threads();
-            body(&t, ROW_APPLY);
-        } else {
-            body(&t, ROW_PARTIAL);
-            // Thread 0 wrote the chunk's statistic (`write_partial`): publish it.
-            if thread_x() == 0 {
-                fence_gpu();
-                atomic_add_u32(counter, 1);
-            }
-        }
-    }
+    let mode = if K == SLOTS { mode } else { ROW_WHOLE };
+    body(&RowTeam::new::<F>(rows, cols, team, chunk), mode);
 }
 
 /// A statistic of a row that merges associatively (in the fixed order of the team), kept as

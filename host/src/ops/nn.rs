@@ -102,37 +102,31 @@ const SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
     by_dtype!(softmax_f32, softmax_f16, softmax_bf16),
     by_dtype!(softmax_v16_f32, softmax_v16_f16, softmax_v16_bf16),
     by_dtype!(softmax_v8_f32, softmax_v8_f16, softmax_v8_bf16),
-    by_dtype!(softmax_split_f32, softmax_split_f16, softmax_split_bf16),
 ];
 const LOG_SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
     by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16),
     by_dtype!(log_softmax_v16_f32, log_softmax_v16_f16, log_softmax_v16_bf16),
     by_dtype!(log_softmax_v8_f32, log_softmax_v8_f16, log_softmax_v8_bf16),
-    by_dtype!(log_softmax_split_f32, log_softmax_split_f16, log_softmax_split_bf16),
 ];
 const SOFTMAX_BWD: RowKernels<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> = [
     by_dtype!(softmax_bwd_f32, softmax_bwd_f16, softmax_bwd_bf16),
     by_dtype!(softmax_bwd_v16_f32, softmax_bwd_v16_f16, softmax_bwd_v16_bf16),
     by_dtype!(softmax_bwd_v8_f32, softmax_bwd_v8_f16, softmax_bwd_v8_bf16),
-    by_dtype!(softmax_bwd_split_f32, softmax_bwd_split_f16, softmax_bwd_split_bf16),
 ];
 const LOG_SOFTMAX_BWD: RowKernels<SoftmaxBwdArgs<f32>, SoftmaxBwdArgs<u16>> = [
     by_dtype!(log_softmax_bwd_f32, log_softmax_bwd_f16, log_softmax_bwd_bf16),
     by_dtype!(log_softmax_bwd_v16_f32, log_softmax_bwd_v16_f16, log_softmax_bwd_v16_bf16),
     by_dtype!(log_softmax_bwd_v8_f32, log_softmax_bwd_v8_f16, log_softmax_bwd_v8_bf16),
-    by_dtype!(log_softmax_bwd_split_f32, log_softmax_bwd_split_f16, log_softmax_bwd_split_bf16),
 ];
 const LAYERNORM_FWD: RowKernels<LayerNormArgs<f32>, LayerNormArgs<u16>> = [
     by_dtype!(layernorm_fwd_f32, layernorm_fwd_f16, layernorm_fwd_bf16),
     by_dtype!(layernorm_fwd_v16_f32, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16),
     by_dtype!(layernorm_fwd_v8_f32, layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16),
-    by_dtype!(layernorm_fwd_split_f32, layernorm_fwd_split_f16, layernorm_fwd_split_bf16),
 ];
 const LAYERNORM_DX: RowKernels<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> = [
     by_dtype!(layernorm_bwd_dx_f32, layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16),
     by_dtype!(layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v16_f16, layernorm_bwd_dx_v16_bf16),
     by_dtype!(layernorm_bwd_dx_v8_f32, layernorm_bwd_dx_v8_f16, layernorm_bwd_dx_v8_bf16),
-    by_dtype!(layernorm_bwd_dx_split_f32, layernorm_bwd_dx_split_f16, layernorm_bwd_dx_split_bf16),
 ];
 const LAYERNORM_BWD: ByDType<LayerNormBwdArgs<f32>, LayerNormBwdArgs<u16>> =
     by_dtype!(layernorm_bwd_f32, layernorm_bwd_f16, layernorm_bwd_bf16);
@@ -194,24 +188,13 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
             }
             let stream = x.context().stream(op)?;
             let table = if log { LOG_SOFTMAX } else { SOFTMAX };
-            let plan = RowPlan::new(op, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
+            let plan = RowPlan::new(op, x.shape(), (rows, cols), &stream.device.info)?;
             plan.run(op, stream, 2, |l, partials| {
-                let at = l.row0 * cols;
                 launch_by_dtype!(table[l.variant()], dtype, |k| {
-                    let args = (
-                        x.ptr().offset(at),
-                        out.ptr_mut().offset(at),
-                        partials,
-                        l.rows,
-                        cols,
-                        l.team,
-                        l.chunk,
-                        l.mode,
-                    );
+                    let args = (x.ptr(), out.ptr_mut(), partials, l.rows, cols, l.team, l.chunk, l.mode);
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
-                    // kernel's type, of which this launch's row group starts at `at`; partials
-                    // holds the plan's statistics per group (or is null and unread: mode
-                    // ROW_WHOLE); the launch shape is RowPlan's (team, chunk, grid).
+                    // kernel's type; partials holds the plan's statistics (or is null and
+                    // unread: mode ROW_WHOLE); the launch shape is RowPlan's (team, chunk, grid).
                     unsafe { k.launch(stream, l.cfg, args) }
                 })
             })?;
@@ -250,16 +233,14 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
             }
             let stream = y.context().stream(op)?;
             let table = if log { LOG_SOFTMAX_BWD } else { SOFTMAX_BWD };
-            let plan =
-                RowPlan::new(op, y.shape(), (rows, cols), 2 * dtype.size_bytes(), &stream.device.info)?;
+            let plan = RowPlan::new(op, y.shape(), (rows, cols), &stream.device.info)?;
             plan.run(op, stream, 1, |l, partials| {
-                let at = l.row0 * cols;
                 launch_by_dtype!(table[l.variant()], dtype, |k| {
-                    let (y, dy, dx) = (y.ptr().offset(at), dy.ptr().offset(at), dx.ptr_mut().offset(at));
+                    let (y, dy, dx) = (y.ptr(), dy.ptr(), dx.ptr_mut());
                     let args = (y, dy, dx, partials, l.rows, cols, l.team, l.chunk, l.mode);
                     // SAFETY: `<log_>softmax_bwd_<dtype>`: y, dy, dx hold rows·cols values of the
-                    // kernel's type (shapes and dtypes checked equal), this group from `at`;
-                    // partials and the launch shape as in the forward pass.
+                    // kernel's type (shapes and dtypes checked equal); partials and the launch
+                    // shape as in the forward pass.
                     unsafe { k.launch(stream, l.cfg, args) }
                 })
             })?;
@@ -686,18 +667,16 @@ pub fn layer_norm(
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
             if rows > 0 {
                 let stream = ctx.stream(OP)?;
-                let plan =
-                    RowPlan::new(OP, x.shape(), (rows, cols), dtype.size_bytes(), &stream.device.info)?;
+                let plan = RowPlan::new(OP, x.shape(), (rows, cols), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
-                    let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_FWD[l.variant()], dtype, |k| {
                         let args = (
-                            x.ptr().offset(at),
+                            x.ptr(),
                             Tensor::ptr_or_null(gamma),
                             Tensor::ptr_or_null(beta),
-                            y.ptr_mut().offset(at),
-                            mean.ptr_mut().offset(l.row0),
-                            rstd.ptr_mut().offset(l.row0),
+                            y.ptr_mut(),
+                            mean.ptr_mut(),
+                            rstd.ptr_mut(),
                             partials,
                             l.rows,
                             cols,
@@ -707,9 +686,9 @@ pub fn layer_norm(
                             eps,
                         );
                         // SAFETY: `layernorm_fwd_<dtype>`: x and y hold rows·cols values of the
-                        // kernel's type (this group from `at`), gamma/beta cols values of it (same
-                        // dtype, checked) or null, mean/rstd rows floats (from row0); partials
-                        // and the launch shape are RowPlan's.
+                        // kernel's type, gamma/beta cols values of it (same dtype, checked) or
+                        // null, mean/rstd rows floats; partials and the launch shape are
+                        // RowPlan's.
                         unsafe { k.launch(stream, l.cfg, args) }
                     })
                 })?;
@@ -826,17 +805,16 @@ pub fn layer_norm_backward(
                 return Ok((dx, dgamma, dbeta));
             }
             if rows > 0 {
-                let plan = RowPlan::new(OP, x.shape(), (rows, cols), 2 * dtype.size_bytes(), info)?;
+                let plan = RowPlan::new(OP, x.shape(), (rows, cols), info)?;
                 plan.run(OP, stream, 2, |l, partials| {
-                    let at = l.row0 * cols;
                     launch_by_dtype!(LAYERNORM_DX[l.variant()], dtype, |k| {
                         let args = (
-                            x.ptr().offset(at),
+                            x.ptr(),
                             Tensor::ptr_or_null(gamma),
-                            dy.ptr().offset(at),
-                            mean.offset(l.row0),
-                            rstd.offset(l.row0),
-                            dx.ptr_mut().offset(at),
+                            dy.ptr(),
+                            mean,
+                            rstd,
+                            dx.ptr_mut(),
                             partials,
                             l.rows,
                             cols,
@@ -845,8 +823,8 @@ pub fn layer_norm_backward(
                             l.mode,
                         );
                         // SAFETY: `layernorm_bwd_dx_<dtype>`: x, dy, dx hold rows·cols values of
-                        // the kernel's type (this group from `at`), gamma cols or null,
-                        // mean/rstd rows floats (from row0); partials and launch shape RowPlan's.
+                        // the kernel's type, gamma cols or null, mean/rstd rows floats; partials
+                        // and launch shape RowPlan's.
                         unsafe { k.launch(stream, l.cfg, args) }
                     })
                 })?;

@@ -64,19 +64,16 @@ impl Reduce {
                 by_dtype!(sum_rows_f32, sum_rows_f16, sum_rows_bf16),
                 by_dtype!(sum_rows_v16_f32, sum_rows_v16_f16, sum_rows_v16_bf16),
                 by_dtype!(sum_rows_v8_f32, sum_rows_v8_f16, sum_rows_v8_bf16),
-                by_dtype!(sum_rows_f32, sum_rows_f16, sum_rows_bf16),
             ],
             Reduce::Max => [
                 by_dtype!(max_rows_f32, max_rows_f16, max_rows_bf16),
                 by_dtype!(max_rows_v16_f32, max_rows_v16_f16, max_rows_v16_bf16),
                 by_dtype!(max_rows_v8_f32, max_rows_v8_f16, max_rows_v8_bf16),
-                by_dtype!(max_rows_f32, max_rows_f16, max_rows_bf16),
             ],
             Reduce::Min => [
                 by_dtype!(min_rows_f32, min_rows_f16, min_rows_bf16),
                 by_dtype!(min_rows_v16_f32, min_rows_v16_f16, min_rows_v16_bf16),
                 by_dtype!(min_rows_v8_f32, min_rows_v8_f16, min_rows_v8_bf16),
-                by_dtype!(min_rows_f32, min_rows_f16, min_rows_bf16),
             ],
         }
     }
@@ -190,7 +187,7 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
             }
             let stream = x.context().stream(name)?;
             let info = &stream.device.info;
-            let plan = RowPlan::new(name, x.shape(), (rows, cols), dtype.size_bytes(), info)?.for_reduction();
+            let plan = RowPlan::new(name, x.shape(), (rows, cols), info)?.for_reduction();
             let kernels = op.rows_kernels();
             let scale = op.scale(cols);
             plan.run(name, stream, 1, |l, partials| {
@@ -202,12 +199,11 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
                     (*l, cols)
                 };
                 launch_by_dtype!(kernels[launch.variant()], dtype, |k| {
-                    let at = l.row0 * cols;
-                    let (x, out) = (x.ptr().offset(at), out.ptr_mut().offset(l.row0));
+                    let (x, out) = (x.ptr(), out.ptr_mut());
                     let args = (x, partials, out, l.rows, width, launch.team, launch.chunk, l.mode, scale);
-                    // SAFETY: `<op>_rows_<dtype>`: x holds rows·cols values of the kernel's type
-                    // (this group from `at`), out rows values (from row0); partials holds
-                    // `chunks` floats per row of the group (null and unread unless split); the
+                    // SAFETY: `<op>_rows_<dtype>`: x holds rows·cols values of the kernel's type,
+                    // out rows values; partials holds `chunks` floats per row (null and unread
+                    // unless split); the
                     // launch shapes are RowPlan's, the second pass's for rows of `chunks` floats.
                     unsafe { k.launch(stream, launch.cfg, args) }
                 })

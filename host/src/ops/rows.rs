@@ -10,20 +10,19 @@
 //!   each holding the fewest chunks (2 or 4) that cover the row;
 //! - longer rows, or rows too few to give every SM two blocks (chunks of at least
 //!   `MIN_SPLIT_CHUNK` values): a block of `NN_ROW_BLOCK` per chunk of 8192 values, in two
-//!   launches of the 32-value build (`ROW_PARTIAL` writes each chunk's statistic, `ROW_APPLY`
-//!   re-reads the chunk, from L2, and merges its row's) where every row fits in a quarter of L2,
-//!   as do the reductions, whose second pass reads only the partials. Softmax and layer norm run
-//!   longer inputs in one `ROW_PIPELINE` launch of their `_split_` builds: blocks draw items from
-//!   a counter, each chunk's statistic first, then, a row group later, the chunk again with its
-//!   row's merged statistics (from L2: groups of a quarter of L2); see
-//!   `prelude::rows::pipelined_items`.
+//!   launches of the 32-value build over all rows: `ROW_PARTIAL` writes each chunk's statistic,
+//!   `ROW_APPLY` re-reads the chunk (from L2 where the input fits there), merges its row's and
+//!   writes (the reductions' second pass reads only the partials). One pair of launches over all
+//!   rows beat both a pair per L2-sized row group (main's: many half-empty waves) and one
+//!   pipelined launch whose blocks drew partial and apply items (the re-read missed L2 anyway,
+//!   and each row group read layer norm's γ and β again): see the row-op notes.
 use crate::runtime::device::DeviceInfo;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
-use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_PIPELINE, ROW_THREAD_VALUES, ROW_WHOLE};
+use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_THREAD_VALUES, ROW_WHOLE};
 use std::sync::Arc;
 
 /// Widest row a team of at most a warp takes.
@@ -34,19 +33,15 @@ const BLOCK_CHUNK_MAX: usize = NN_ROW_BLOCK * ROW_THREAD_VALUES;
 const MIN_SPLIT_CHUNK: usize = 2048;
 /// Chunks of 8 values a thread of a split row holds.
 const SLOTS: usize = ROW_THREAD_VALUES / 8;
-/// Threads an SM holds (every GPU since Volta; Hopper's too).
-const MAX_THREADS_PER_SM: usize = 2048;
 
-/// A row kernel's builds: whole rows by the values a thread holds, 32 (four chunks of 8; also the
-/// `ROW_PARTIAL` and `ROW_APPLY` launches of split rows), 16, 8; then split rows in one
-/// `ROW_PIPELINE` launch (the reductions, which have none, repeat their 32-value build).
-pub(crate) type RowKernels<A, B> = [ByDType<A, B>; 4];
+/// A row kernel's builds by the values a thread holds: 32 (four chunks of 8; also the
+/// `ROW_PARTIAL` and `ROW_APPLY` launches of split rows), 16, 8.
+pub(crate) type RowKernels<A, B> = [ByDType<A, B>; 3];
 
-/// One launch of a row kernel over rows `[row0, row0 + rows)`.
+/// One launch of a row kernel.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RowLaunch {
     pub cfg: LaunchConfig,
-    pub row0: usize,
     pub rows: usize,
     pub team: usize,
     pub chunk: usize,
@@ -58,10 +53,9 @@ pub(crate) struct RowLaunch {
 impl RowLaunch {
     /// The index in a [`RowKernels`] of the build this launch needs.
     pub(crate) fn variant(&self) -> usize {
-        match (self.mode, self.slots) {
-            (ROW_PIPELINE, _) => 3,
-            (_, 1) => 2,
-            (_, 2) => 1,
+        match self.slots {
+            1 => 2,
+            2 => 1,
             _ => 0,
         }
     }
@@ -76,15 +70,8 @@ pub(crate) struct RowPlan {
     chunk: usize,
     /// Chunks per row.
     pub chunks: usize,
-    /// Rows per pair of split launches (all rows when not split).
-    pub group_rows: usize,
     /// Chunks of 8 values a thread holds (1, 2 or 4).
     slots: usize,
-    /// Split rows run as one `ROW_PIPELINE` launch (else two launches per row group).
-    pipeline: bool,
-    /// Blocks an SM holds at most (the pipelined launch's grid is this many per SM).
-    blocks_per_sm: usize,
-    sm_count: usize,
 }
 
 impl RowPlan {
@@ -92,7 +79,6 @@ impl RowPlan {
         op: &'static str,
         shape: &[usize],
         (rows, cols): (usize, usize),
-        elem_bytes: usize,
         info: &DeviceInfo,
     ) -> Result<Self> {
         let too_big =
@@ -117,22 +103,7 @@ impl RowPlan {
             // The partials of a row must fit one block's registers for the reductions' last pass.
             return Err(too_big("rows longer than 2^26 values"));
         }
-        // The pipelined launch keeps two groups in L2 (one being read, one re-read) beside the
-        // outputs streaming through it; inputs that fit one group take the two plain launches.
-        let pipelined = std::env::var("FERROCUDA_ROW_PIPELINE").is_ok_and(|v| v == "1");
-        let group_rows =
-            if pipelined { (info.l2_bytes / 4 / (cols * elem_bytes)).clamp(1, rows) } else { rows };
-        Ok(Self {
-            rows,
-            team: NN_ROW_BLOCK,
-            chunk,
-            chunks,
-            group_rows,
-            slots: SLOTS,
-            pipeline: group_rows < rows,
-            blocks_per_sm: MAX_THREADS_PER_SM / NN_ROW_BLOCK,
-            sm_count: info.sm_count as usize,
-        })
+        Ok(Self { rows, team: NN_ROW_BLOCK, chunk, chunks, slots: SLOTS })
     }
 
     /// Rows of at most `BLOCK_CHUNK_MAX` values, never split: a team per row. Rows of up to 8
@@ -148,56 +119,31 @@ impl RowPlan {
         };
         let slots = cols.div_ceil(8 * team).next_power_of_two();
         let chunk = cols.next_multiple_of(8);
-        Self {
-            rows,
-            team,
-            chunk,
-            chunks: 1,
-            group_rows: rows,
-            slots,
-            pipeline: false,
-            blocks_per_sm: 0,
-            sm_count: 0,
-        }
+        Self { rows, team, chunk, chunks: 1, slots }
     }
 
-    /// The plan of a reduction: split rows as two launches over all rows (a partial pass, then
-    /// one that reads only the partials: no input is re-read), and rows a block takes spread over
-    /// twice the threads, 16 values each (reads only: more loads in flight an SM beat fewer
-    /// registers).
+    /// The plan of a reduction: rows a block takes spread over twice the threads, 16 values each
+    /// (reads only: more loads in flight an SM beat fewer registers; main's layout, 81% of copy
+    /// at 4096×4096 against 76% with 32 values a thread).
     pub(crate) fn for_reduction(self) -> Self {
-        if self.split() {
-            return Self { group_rows: self.rows, pipeline: false, ..self };
-        }
-        if self.team < 32 || self.slots < 4 {
+        if self.split() || self.team < 32 || self.slots < 4 {
             return self;
         }
         let team = (2 * self.team).min(NN_ROW_BLOCK);
         Self { team, slots: self.chunk.div_ceil(8 * team).next_power_of_two(), ..self }
     }
 
-    /// Rows run split (two launches per row group).
+    /// Rows run split (two launches).
     pub(crate) fn split(&self) -> bool {
         self.chunks > 1
     }
 
-    /// Counters of the pipelined launch after the statistics: the draw, then one per row group.
-    fn counters(&self) -> usize {
-        1 + self.groups()
-    }
-
-    /// Row groups of the pipelined launch.
-    fn groups(&self) -> usize {
-        self.rows.div_ceil(self.group_rows)
-    }
-
-    /// Floats of partial statistics (of `width` floats each) a launch needs, with the counters
-    /// of the pipelined launch.
+    /// Floats of partial statistics (of `width` floats each) the launches need.
     pub(crate) fn partials_len(&self, width: usize) -> usize {
-        match (self.split(), self.pipeline) {
-            (false, _) => 0,
-            (true, false) => self.group_rows * self.chunks * width,
-            (true, true) => self.rows * self.chunks * width + self.counters(),
+        if self.split() {
+            self.rows * self.chunks * width
+        } else {
+            0
         }
     }
 
@@ -206,39 +152,24 @@ impl RowPlan {
         // Teams of up to a warp share blocks of NN_ROW_BLOCK threads; larger teams are the block.
         let block = if self.team <= 32 { NN_ROW_BLOCK } else { self.team };
         let per_block = block / self.team;
-        let launch = |row0: usize, rows: usize, mode: u32| RowLaunch {
+        let launch = |mode: u32| RowLaunch {
             cfg: LaunchConfig {
-                grid: (rows.div_ceil(per_block) as u32, self.chunks as u32, 1),
+                grid: (self.rows.div_ceil(per_block) as u32, self.chunks as u32, 1),
                 block: (block as u32, 1, 1),
                 shared_bytes: 0,
             },
-            row0,
-            rows,
+            rows: self.rows,
             team: self.team,
             chunk: self.chunk,
             mode,
             slots: self.slots,
         };
         if !self.split() {
-            return vec![launch(0, self.rows, ROW_WHOLE)];
+            return vec![launch(ROW_WHOLE)];
         }
-        if self.pipeline {
-            // Every item of every stage (see `pipelined_items`), drawn by at most as many blocks
-            // as the device holds at once; `team` carries the rows per group.
-            let items = (2 * self.groups() + 1) * self.group_rows * self.chunks;
-            let blocks = items.min(self.blocks_per_sm * self.sm_count);
-            let mut l = launch(0, self.rows, ROW_PIPELINE);
-            l.cfg.grid = (blocks as u32, 1, 1);
-            l.team = self.group_rows;
-            return vec![l];
-        }
-        (0..self.rows)
-            .step_by(self.group_rows)
-            .flat_map(|row0| {
-                let rows = self.group_rows.min(self.rows - row0);
-                [launch(row0, rows, ROW_PARTIAL), launch(row0, rows, ROW_APPLY)]
-            })
-            .collect()
+        // Blocks run x fastest: a chunk's blocks of every row one after another (layer norm's γ
+        // and β chunk from DRAM once).
+        vec![launch(ROW_PARTIAL), launch(ROW_APPLY)]
     }
 }
 
@@ -323,14 +254,7 @@ impl RowPlan {
         mut launch: impl FnMut(&RowLaunch, DevPtrMut<f32>) -> Result<()>,
     ) -> Result<()> {
         let partials = if self.split() {
-            let buf = stream.device.pool.alloc(stream, self.partials_len(width) * 4, op)?;
-            if self.pipeline {
-                let counters = self.rows * self.chunks * width;
-                // SAFETY: the counters lie inside the buffer, which the pool keeps until this
-                // stream's work on it is done.
-                unsafe { stream.zero_async(buf.ptr() + 4 * counters as u64, 4 * self.counters())? };
-            }
-            Some(buf)
+            Some(stream.device.pool.alloc(stream, self.partials_len(width) * 4, op)?)
         } else {
             None
         };

@@ -122,17 +122,6 @@ impl Stream {
         unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
     }
 
-    /// Zero `bytes` bytes at `ptr` in stream order (a memset node when captured).
-    ///
-    /// # Safety
-    /// `ptr` is device memory of this stream's device, allocated for at least `bytes` bytes until
-    /// the stream's work on it is done (as pool buffers are).
-    pub(crate) unsafe fn zero_async(&self, ptr: sys::CUdeviceptr, bytes: usize) -> Result<()> {
-        self.device.bind()?;
-        // SAFETY: the caller's contract; `raw` is a live stream of the bound context.
-        unsafe { result::memset_d8_async(ptr, 0, bytes, self.raw) }.call("cuMemsetD8Async")
-    }
-
     pub(crate) fn reduce_counter(&self) -> Result<sys::CUdeviceptr> {
         if let Some(p) = self.reduce_counter.get() {
             return Ok(*p);
@@ -349,7 +338,6 @@ impl Stream {
         // A capture records launches into a graph instead of running them: nothing to time, and
         // an event recorded inside it would become part of the graph.
         if profiler.is_on() && !self.capturing() {
-            let _order = self.profiled_order.lock().unwrap_or_else(|p| p.into_inner());
             profiler.around(self, kind, queue)
         } else {
             queue()
@@ -358,6 +346,11 @@ impl Stream {
 
     /// Make later work on this stream wait for all work submitted to `other` so far. Refused
     /// while either is captured: the pool's ownership of a capture's blocks follows one stream.
+    /// Held by the event-timed profiler from an operation's start event to its end event.
+    pub(crate) fn profiled_order(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.profiled_order.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn wait_for(&self, other: &Stream) -> Result<()> {
         self.refuse_in_capture("wait_for")?;
         other.refuse_in_capture("wait_for")?;
