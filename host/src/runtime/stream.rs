@@ -338,7 +338,6 @@ impl Stream {
         // A capture records launches into a graph instead of running them: nothing to time, and
         // an event recorded inside it would become part of the graph.
         if profiler.is_on() && !self.capturing() {
-            let _order = self.profiled_order.lock().unwrap_or_else(|p| p.into_inner());
             profiler.around(self, kind, queue)
         } else {
             queue()
@@ -347,6 +346,11 @@ impl Stream {
 
     /// Make later work on this stream wait for all work submitted to `other` so far. Refused
     /// while either is captured: the pool's ownership of a capture's blocks follows one stream.
+    /// Held by the event-timed profiler from an operation's start event to its end event.
+    pub(crate) fn profiled_order(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.profiled_order.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn wait_for(&self, other: &Stream) -> Result<()> {
         self.refuse_in_capture("wait_for")?;
         other.refuse_in_capture("wait_for")?;
