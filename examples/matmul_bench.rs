@@ -14,7 +14,8 @@
 //! dtype bf16, f16 or tf32, layout nn/nt/tn/tt), on the values cuBLAS gets (its uniform fill) and on
 //! `randn`'s, beside cuBLAS's `A·B` of the same (M, N, K): a short run for profilers.
 //!
-//!     matmul_bench [--irregular] [torch.json]     (--irregular: those two tables only)
+//!     matmul_bench [--irregular | --linear] [torch.json]     (--irregular: those two tables only;
+//!                                                         --linear: the linear+GELU table only)
 //!     matmul_bench --gemm SPEC...
 use ferrocuda::timing::median_ms;
 use ferrocuda::{linear, Activation, Context, DType, Result};
@@ -209,6 +210,38 @@ fn gemm_specs(
     Ok(())
 }
 
+/// Fused linear + bias + GELU (tanh) against the unfused path and PyTorch's `gelu(linear(x, w, b))`
+/// (cuBLAS, then a separate GELU kernel), at torch_ref's `linear_gelu_fp32` and `_bf16` shapes.
+fn linear_gelu(ctx: &Context, torch_json: Option<&String>) -> Result<()> {
+    println!(
+        "\n{:<34} {:>10} {:>10} {:>9} {:>10} {:>8}",
+        "linear+GELU (M, K, N)", "fused ms", "unfused", "speedup", "torch ms", "vs torch"
+    );
+    let shapes = [
+        (DType::F32, "linear_gelu_fp32", [(1024, 512, 768), (8192, 4096, 4096)]),
+        (DType::BF16, "linear_gelu_bf16", [(8192, 4096, 4096), (16384, 768, 3072)]),
+    ];
+    for (dtype, workload, sizes) in shapes {
+        for (m, k, n) in sizes {
+            let x = ctx.randn(&[m, k], 5)?.to_dtype(dtype)?;
+            let w = ctx.randn(&[n, k], 6)?.to_dtype(dtype)?;
+            let bias = ctx.randn(&[n], 7)?.to_dtype(dtype)?;
+            let bias_full = ctx.full(&[m, 1], 1.0)?.to_dtype(dtype)?.matmul(&bias.reshape(&[1, n])?)?;
+            let fused = median_ms(ctx, 2, 10, || linear(&x, &w, Some(&bias), Activation::Gelu).map(drop))?;
+            let unfused = median_ms(ctx, 2, 10, || x.matmul_t(&w)?.add(&bias_full)?.gelu().map(drop))?;
+            let torch = torch_ms(torch_json, workload, &format!("({m}, {k}, {n})"));
+            println!(
+                "{:<34} {fused:>10.4} {unfused:>10.4} {:>8.2}x {:>10} {:>8}",
+                format!("{dtype:?} ({m}, {k}, {n})"),
+                unfused / fused,
+                torch.map_or("-".into(), |t| format!("{t:.4}")),
+                torch.map_or("-".into(), |t| format!("{:.2}x", t / fused)),
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(at) = args.iter().position(|a| a == "--gemm") {
@@ -218,7 +251,8 @@ fn main() -> Result<()> {
         return gemm_specs(&ctx, &blas, &args[at + 1..]);
     }
     let only_irregular = args.iter().any(|a| a == "--irregular");
-    args.retain(|a| a != "--irregular");
+    let only_linear = args.iter().any(|a| a == "--linear");
+    args.retain(|a| a != "--irregular" && a != "--linear");
     let torch_json = args.first();
     let ctx = Context::new()?;
     println!("# matmul_bench on {}", ctx.device());
@@ -229,6 +263,9 @@ fn main() -> Result<()> {
     if only_irregular {
         irregular(&ctx, &blas, torch_json)?;
         return gpt_shapes(&ctx, &blas);
+    }
+    if only_linear {
+        return linear_gelu(&ctx, torch_json);
     }
     let cpu = Context::cpu();
     println!(
@@ -302,26 +339,7 @@ fn main() -> Result<()> {
         print_row((format!("{m}x{n}x{k} A·Bᵀ"), (m, n, k)), ms, None, "");
     }
 
-    println!(
-        "\n{:<28} {:>10} {:>10} {:>9} {:>10} {:>8}",
-        "linear+GELU (M, K, N)", "fused ms", "unfused", "speedup", "torch ms", "vs torch"
-    );
-    for (m, k, n) in [(1024, 512, 768), (8192, 4096, 4096)] {
-        let (x, w, bias) = (ctx.randn(&[m, k], 5)?, ctx.randn(&[n, k], 6)?, ctx.randn(&[n], 7)?);
-        let bias_row = bias.reshape(&[1, n])?;
-        let ones = ctx.full(&[m, 1], 1.0)?;
-        let bias_full = ones.matmul(&bias_row)?;
-        let fused = median_ms(&ctx, 2, 10, || linear(&x, &w, Some(&bias), Activation::Gelu).map(drop))?;
-        let unfused = median_ms(&ctx, 2, 10, || x.matmul_t(&w)?.add(&bias_full)?.gelu().map(drop))?;
-        let torch = torch_ms(torch_json, "linear_gelu_fp32", &format!("({m}, {k}, {n})"));
-        println!(
-            "{:<28} {fused:>10.4} {unfused:>10.4} {:>8.2}x {:>10} {:>8}",
-            format!("({m}, {k}, {n})"),
-            unfused / fused,
-            torch.map_or("-".into(), |t| format!("{t:.4}")),
-            torch.map_or("-".into(), |t| format!("{:.2}x", t / fused)),
-        );
-    }
+    linear_gelu(&ctx, torch_json)?;
 
     println!(
         "\n{:<40} {:>9} {:>9} {:>10} {:>9} {:>7}",

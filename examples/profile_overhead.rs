@@ -1,5 +1,5 @@
 //! What the profiler costs per launch: rounds of 10^4 tiny `add` launches (1,000 elements, the
-//! launch-bound case), alternately with profiling off and on, best round of each. Prints the host
+//! launch-bound case), alternately with profiling off and on, best round of each (15 by default: the host's launch time varies by a third between runs). Prints the host
 //! time to queue one launch and the time per launch until the device has finished them all, and
 //! the difference. Exits non-zero when profiling adds more than 2 µs per launch to either.
 //!
@@ -28,7 +28,7 @@ fn round(ctx: &Context, x: &Tensor, on: bool) -> Result<(f64, f64)> {
 }
 
 fn main() -> Result<()> {
-    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(15);
     let ctx = Context::new()?;
     println!("# profiler overhead on {}", ctx.device());
     if !ctx.is_cuda() {

@@ -102,6 +102,51 @@ fn gpu_cnn_layers_match_cpu(gpu: &Context) {
     }
 }
 
+/// `backward_params` stores the same parameter gradients as `backward` (bit for bit: the same
+/// kernels, minus the input gradient's) for the MLP, the CNN, and a network whose first layer
+/// has no parameters (skipped altogether).
+fn backward_params_on(ctx: &Context) {
+    let leading_relu = |ctx: &Context| -> Result<Sequential> {
+        Ok(Sequential::new()
+            .layer(Relu::new())
+            .layer(Linear::new(ctx, 5, 4, 21)?)
+            .layer(Tanh::new())
+            .layer(Linear::new(ctx, 4, 3, 22)?))
+    };
+    type Build = Box<dyn Fn(&Context) -> Result<Sequential>>;
+    let nets: [(&str, Build, Vec<usize>, usize); 3] = [
+        ("mlp", Box::new(|c: &Context| mlp(c, (64, 33, 10), true)), vec![31, 64], 31 * 10),
+        ("cnn", Box::new(cnn), vec![33, 3, 7, 13], 33 * 5),
+        ("leading relu", Box::new(leading_relu), vec![7, 5], 7 * 3),
+    ];
+    for (name, build, shape, outputs) in nets {
+        let (mut full, mut params_only) = (build(ctx).unwrap(), build(ctx).unwrap());
+        let x = ctx.from_slice(&randn_host(shape.iter().product(), 61), &shape).unwrap();
+        let dy = randn_host(outputs, 62);
+        let grads = |m: &mut Sequential| -> Vec<Vec<f32>> {
+            m.params_mut().iter().map(|p| p.grad().expect("gradient").to_vec().unwrap()).collect()
+        };
+        let y = full.forward(&x).unwrap();
+        let dy = ctx.from_slice(&dy, y.shape()).unwrap();
+        full.backward(&dy).unwrap();
+        params_only.forward(&x).unwrap();
+        params_only.backward_params(&dy).unwrap();
+        let (a, b) = (grads(&mut full), grads(&mut params_only));
+        assert_eq!(a.len(), b.len(), "{name}: parameters with gradients");
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert!(a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()), "{name}: gradient {i} differs");
+        }
+    }
+}
+
+fn gpu_backward_params(gpu: &Context) {
+    backward_params_on(gpu);
+}
+
+fn cpu_backward_params() {
+    backward_params_on(&Context::cpu());
+}
+
 /// Eval mode: batch norm normalises with its running statistics (PyTorch's update with momentum
 /// and the unbiased variance), dropout is the identity; training-mode dropout zeroes about p.
 fn cpu_train_eval_modes() {
@@ -261,6 +306,8 @@ fn main() {
         ("gpu_mlp_matches_cpu", Case::Gpu(gpu_mlp_matches_cpu)),
         ("gpu_cnn_layers_match_cpu", Case::Gpu(gpu_cnn_layers_match_cpu)),
         ("gpu_bad_input", Case::Gpu(gpu_bad_input)),
+        ("gpu_backward_params", Case::Gpu(gpu_backward_params)),
+        ("cpu_backward_params", Case::Cpu(cpu_backward_params)),
         ("cpu_train_eval_modes", Case::Cpu(cpu_train_eval_modes)),
         ("cpu_backward_matches_finite_differences", Case::Cpu(cpu_backward_matches_finite_differences)),
         ("cpu_bad_input", Case::Cpu(cpu_bad_input)),

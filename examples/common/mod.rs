@@ -80,6 +80,25 @@ pub struct History {
     pub losses: Vec<f64>,
     pub accuracies: Vec<f64>,
     pub samples_per_s: f64,
+    /// The throughput after the first epoch (which also grows the pool and, with `--graph`,
+    /// captures the graphs); `None` for a run of one epoch.
+    pub steady_samples_per_s: Option<f64>,
+    /// Samples and seconds of training steps: every epoch, and every epoch after the first.
+    timed: [(usize, f64); 2],
+}
+
+impl History {
+    /// Count one epoch's training steps.
+    fn timed_epoch(&mut self, epoch: usize, samples: usize, seconds: f64) {
+        for (i, (n, t)) in self.timed.iter_mut().enumerate() {
+            if i == 0 || epoch > 1 {
+                (*n, *t) = (*n + samples, *t + seconds);
+            }
+        }
+        let [(n, t), (n_after, t_after)] = self.timed;
+        self.samples_per_s = n as f64 / t;
+        self.steady_samples_per_s = (n_after > 0).then(|| n_after as f64 / t_after);
+    }
 }
 
 /// Fraction of `idx` that `model` (in eval mode) classifies right.
@@ -116,7 +135,6 @@ pub fn train(
     progress: bool,
 ) -> Result<History> {
     let mut history = History::default();
-    let (mut seen, mut busy) = (0usize, 0.0f64);
     model.train();
     for epoch in 1..=epochs {
         let order = epoch_order(data, epoch);
@@ -128,20 +146,18 @@ pub fn train(
             let (x, labels) = data.batch(ctx, idx, shape)?;
             let logits = model.forward(&x)?;
             let (loss, dlogits) = cross_entropy(&logits, &labels)?;
-            model.backward(&dlogits)?;
+            model.backward_params(&dlogits)?;
             model.step(optimizer)?;
             let loss = loss.to_scalar()? as f64;
             total += loss;
-            seen += labels.len();
             bar.set_message(format!("{loss:.4}"));
             bar.inc(1);
         }
         ctx.synchronize()?;
-        busy += started.elapsed().as_secs_f64();
+        history.timed_epoch(epoch, order.len(), started.elapsed().as_secs_f64());
         bar.finish_and_clear();
         end_epoch(ctx, model, data, shape, &mut history, epoch, total / batches.len() as f64)?;
     }
-    history.samples_per_s = seen as f64 / busy;
     Ok(history)
 }
 
@@ -199,7 +215,7 @@ fn graph_step(
 ) -> Result<()> {
     let logits = model.forward(x)?;
     let (loss, dlogits) = cross_entropy_labels(&logits, labels)?;
-    model.backward(&dlogits)?;
+    model.backward_params(&dlogits)?;
     model.step(adam)?;
     sum.step(&mut [loss_sum], &[&loss])
 }
@@ -217,7 +233,6 @@ pub fn train_graph(
     progress: bool,
 ) -> Result<History> {
     let mut history = History::default();
-    let (mut seen, mut busy) = (0usize, 0.0f64);
     let mut steps: HashMap<usize, Captured> = HashMap::new();
     let (mut sum, mut loss_sum, mut warmed) = (Sgd::new(-1.0), ctx.zeros(&[])?, false);
     model.train();
@@ -257,15 +272,13 @@ pub fn train_graph(
                     warmed = true;
                 }
             }
-            seen += labels.len();
             bar.inc(1);
         }
         let total = loss_sum.to_scalar()? as f64;
-        busy += started.elapsed().as_secs_f64();
+        history.timed_epoch(epoch, order.len(), started.elapsed().as_secs_f64());
         bar.finish_and_clear();
         end_epoch(ctx, model, data, shape, &mut history, epoch, total / batches.len() as f64)?;
     }
-    history.samples_per_s = seen as f64 / busy;
     Ok(history)
 }
 
@@ -352,11 +365,13 @@ pub fn run(example: Example) -> Result<()> {
         write_profile(&ctx, trace)?;
     }
     let final_acc = history.accuracies.last().copied().unwrap_or(0.0);
+    let steady = history.steady_samples_per_s.map(|s| format!(" ({s:.0} after the first epoch)"));
     println!(
-        "final test accuracy {:.2}% after {} epochs; {:.0} training samples/s on {}{}",
+        "final test accuracy {:.2}% after {} epochs; {:.0} training samples/s{} on {}{}",
         final_acc * 100.0,
         example.epochs,
         history.samples_per_s,
+        steady.unwrap_or_default(),
         ctx.device(),
         if graphs { " (CUDA graphs)" } else { "" }
     );

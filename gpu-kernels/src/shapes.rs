@@ -34,6 +34,8 @@ pub const GEMM_TILE_SMALL: (usize, usize) = (64, 64);
 pub const GEMM_TILE_TINY: (usize, usize) = (32, 32);
 pub const GEMM_TINY_KC: usize = 32;
 pub const GEMM_TINY_THREADS: usize = 256;
+/// The longest K the tiny GEMM is dispatched for (up to eight chunks of `GEMM_TINY_KC`).
+pub const GEMM_TINY_MAX_K: usize = 256;
 
 /// Outputs per thread along N in a SIMT GEMM tile `bn` wide: 8×16 register tiles in the wide
 /// tile (256 threads), 8×8 in the others.

@@ -6,7 +6,8 @@
 //! global-memory round trip per K-chunk plus the launch. The tiled SIMT kernels run such a product
 //! as two 64×64 blocks walking K in steps of 16 behind a barrier each (10–15 µs measured); here
 //! 32×32 tiles give more blocks, a whole chunk of 32 k loads at once, and the next chunk's loads
-//! are issued before this chunk's FMAs.
+//! are issued before this chunk's FMAs. (Loading every chunk of K before the first FMA, eight
+//! unrolled chunk bodies, measured slower: 2.9 → 4.2 µs at K = 64, the cold kernel's larger code.)
 //!
 //! Each of the 256 threads owns a 2×2 block of outputs (rows `2·(t / 16) + {0, 1}`, columns
 //! `t % 16 + {0, 16}`): a warp reads two A words (broadcasts) and 32 consecutive B words per k.
@@ -22,7 +23,16 @@ const BN: usize = GEMM_TILE_TINY.1;
 /// Elements of each operand's chunk a thread loads.
 const PER_THREAD: usize = BM * KC / THREADS;
 
-shared_array!(static GEMM_TINY_TILES: [f32; 2 * 32 * 32]);
+/// A staged tile's row (one k) of 32 values, padded by one word: a k-contiguous operand is
+/// stored with consecutive lanes on consecutive k, which unpadded rows put in one bank (a
+/// 32-way conflict on every store: ~1 µs a chunk).
+const ROW: usize = BM + 1;
+const _: () = assert!(
+    BM == BN && 2 * KC * ROW == 2 * 32 * 33,
+    "one padded row length for both tiles, as the shared array is sized"
+);
+
+shared_array!(static GEMM_TINY_TILES: [f32; 2 * 32 * 33]);
 
 /// One chunk of A (`[KC][BM]`) or B (`[KC][BN]`) held in registers between load and store.
 type Chunk = [f32; PER_THREAD];
@@ -60,12 +70,12 @@ unsafe fn load_chunk(
     v
 }
 
-/// Store a chunk into its k-major tile `[KC][32]`.
+/// Store a chunk into its k-major tile `[KC][ROW]`.
 #[inline(always)]
 unsafe fn store_chunk(tile: *mut f32, v: &Chunk, k_contiguous: bool) {
     unroll!(i in [0, 1, 2, 3] => {
         let (kk, xx) = chunk_coords(i, k_contiguous);
-        *tile.add(kk * BM + xx) = v[i];
+        *tile.add(kk * ROW + xx) = v[i];
     });
 }
 
@@ -84,7 +94,7 @@ unsafe fn gemm_tiny<const TA: bool, const TB: bool>(
     let a_strides = if TA { (m, 1) } else { (1, k) };
     let b_strides = if TB { (1, k) } else { (n, 1) };
     let tiles = shared_ptr(&raw mut GEMM_TINY_TILES);
-    let (tile_a, tile_b) = (tiles, tiles.add(KC * BM));
+    let (tile_a, tile_b) = (tiles, tiles.add(KC * ROW));
     let (tr, tc) = (thread_x() / 16, thread_x() % 16);
     let mut acc = [[0.0f32; 2]; 2];
     let mut next = (load_chunk(a, a_strides, 0, (k, m), m0), load_chunk(b, b_strides, 0, (k, n), n0));
@@ -100,8 +110,8 @@ unsafe fn gemm_tiny<const TA: bool, const TB: bool>(
             );
         }
         for kk in 0..KC {
-            let (a0, a1) = (*tile_a.add(kk * BM + 2 * tr), *tile_a.add(kk * BM + 2 * tr + 1));
-            let (b0, b1) = (*tile_b.add(kk * BN + tc), *tile_b.add(kk * BN + tc + 16));
+            let (a0, a1) = (*tile_a.add(kk * ROW + 2 * tr), *tile_a.add(kk * ROW + 2 * tr + 1));
+            let (b0, b1) = (*tile_b.add(kk * ROW + tc), *tile_b.add(kk * ROW + tc + 16));
             acc[0][0] = fma(a0, b0, acc[0][0]);
             acc[0][1] = fma(a0, b1, acc[0][1]);
             acc[1][0] = fma(a1, b0, acc[1][0]);

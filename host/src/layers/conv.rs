@@ -45,6 +45,23 @@ impl Conv2d {
 
 params_builders!(Conv2d: stride, padding, dilation);
 
+impl Conv2d {
+    /// Store the parameters' gradients from `dy`; dL/d(input) too when `input_grad`.
+    fn gradients(&mut self, dy: &Tensor, input_grad: bool) -> Result<Option<Tensor>> {
+        let x = saved(self.input.take(), self, dy)?;
+        let w = self.weights.weight.value();
+        let grads = (|| {
+            let dx = input_grad.then(|| conv2d_backward_data(dy, w, x.shape(), self.params)).transpose()?;
+            let dw = conv2d_backward_weight(&x, dy, w.shape(), self.params)?;
+            let db = self.weights.bias.as_ref().map(|_| conv2d_backward_bias(dy)).transpose()?;
+            Ok((dx, dw, db))
+        })();
+        let (dx, dw, db) = grads.in_layer(self)?;
+        self.weights.set_grads(dw, db)?;
+        Ok(dx)
+    }
+}
+
 impl Layer for Conv2d {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
         let channels = self.weights.weight.value().shape()[1];
@@ -57,17 +74,10 @@ impl Layer for Conv2d {
         Ok(y)
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
-        let x = saved(self.input.take(), self, dy)?;
-        let w = self.weights.weight.value();
-        let grads = (|| {
-            let dx = conv2d_backward_data(dy, w, x.shape(), self.params)?;
-            let dw = conv2d_backward_weight(&x, dy, w.shape(), self.params)?;
-            let db = self.weights.bias.as_ref().map(|_| conv2d_backward_bias(dy)).transpose()?;
-            Ok((dx, dw, db))
-        })();
-        let (dx, dw, db) = grads.in_layer(self)?;
-        self.weights.set_grads(dw, db)?;
-        Ok(dx)
+        Ok(self.gradients(dy, true)?.expect("asked for"))
+    }
+    fn backward_params(&mut self, dy: &Tensor) -> Result<()> {
+        self.gradients(dy, false).map(drop)
     }
     fn params_mut(&mut self) -> Vec<&mut Param> {
         self.weights.params_mut()

@@ -58,6 +58,28 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// Store the parameters' gradients from `dy`; dL/d(input) too when `input_grad`.
+    fn gradients(&mut self, dy: &Tensor, input_grad: bool) -> Result<Option<Tensor>> {
+        let (x, pre) = saved(self.kept.take(), self, dy)?;
+        let grads = (|| {
+            let w = self.weights.weight.value();
+            let dpre = match (self.activation, pre) {
+                (Activation::Relu, Some(pre)) => pre.relu_backward(dy)?,
+                (Activation::Gelu, Some(pre)) => pre.gelu_backward(dy)?,
+                _ => dy.clone(),
+            };
+            let dw = Gemm::new(&dpre, &x).transpose_a(true).run()?;
+            let db = self.weights.bias.as_ref().map(|_| bias_grad(&dpre)).transpose()?;
+            let dx = input_grad.then(|| dpre.matmul(w)).transpose()?;
+            Ok((dx, dw, db))
+        })();
+        let (dx, dw, db) = grads.in_layer(self)?;
+        self.weights.set_grads(dw, db)?;
+        Ok(dx)
+    }
+}
+
 impl Layer for Linear {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
         let (inputs, _) = self.sizes();
@@ -80,21 +102,10 @@ impl Layer for Linear {
         Ok(y)
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
-        let (x, pre) = saved(self.kept.take(), self, dy)?;
-        let grads = (|| {
-            let w = self.weights.weight.value();
-            let dpre = match (self.activation, pre) {
-                (Activation::Relu, Some(pre)) => pre.relu_backward(dy)?,
-                (Activation::Gelu, Some(pre)) => pre.gelu_backward(dy)?,
-                _ => dy.clone(),
-            };
-            let dw = Gemm::new(&dpre, &x).transpose_a(true).run()?;
-            let db = self.weights.bias.as_ref().map(|_| bias_grad(&dpre)).transpose()?;
-            Ok((dpre.matmul(w)?, dw, db))
-        })();
-        let (dx, dw, db) = grads.in_layer(self)?;
-        self.weights.set_grads(dw, db)?;
-        Ok(dx)
+        Ok(self.gradients(dy, true)?.expect("asked for"))
+    }
+    fn backward_params(&mut self, dy: &Tensor) -> Result<()> {
+        self.gradients(dy, false).map(drop)
     }
     fn params_mut(&mut self) -> Vec<&mut Param> {
         self.weights.params_mut()

@@ -91,6 +91,13 @@ pub trait Layer: Send {
     /// From dL/d(output) of the last training-mode forward: store the parameters' gradients and
     /// return dL/d(input).
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor>;
+    /// [`backward`](Layer::backward) where dL/d(input) is not wanted (the layer reads the
+    /// network's input, as PyTorch's first layer does with an input that needs no gradient): only
+    /// the parameters' gradients are stored, the same values. Layers whose input gradient is work
+    /// of its own (a matrix product, a convolution) skip that work.
+    fn backward_params(&mut self, dy: &Tensor) -> Result<()> {
+        self.backward(dy).map(drop)
+    }
     /// The trainable parameters, in a fixed order.
     fn params_mut(&mut self) -> Vec<&mut Param> {
         Vec::new()

@@ -77,6 +77,18 @@ impl Layer for Sequential {
         }
         Ok(d)
     }
+    /// Layers before the first with parameters get no gradient at all, that one only its
+    /// parameters' (see [`Layer::backward_params`]).
+    fn backward_params(&mut self, dy: &Tensor) -> Result<()> {
+        let Some(first) = self.layers.iter_mut().position(|l| !l.params_mut().is_empty()) else {
+            return Ok(());
+        };
+        let mut d = dy.clone();
+        for layer in self.layers[first + 1..].iter_mut().rev() {
+            d = layer.backward(&d)?;
+        }
+        self.layers[first].backward_params(&d)
+    }
     fn params_mut(&mut self) -> Vec<&mut Param> {
         self.layers.iter_mut().flat_map(|l| l.params_mut()).collect()
     }

@@ -32,9 +32,9 @@ use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
     GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE,
-    GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK,
-    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES,
-    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
+    GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS,
+    MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES,
+    WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -739,12 +739,12 @@ struct GemmPlan {
     k_chunk: usize,
 }
 
-/// f32 products up to this many outputs (per batch) and this K take the tiny SIMT GEMM: at most
-/// 64 of its 32×32 tiles, each a few K-chunk round trips (an MLP layer on a mini-batch). Larger
+/// f32 products up to this many outputs (per batch) and K up to `GEMM_TINY_MAX_K` take the tiny
+/// SIMT GEMM: at most 64 of its 32×32 tiles, each one round trip for all of K (an MLP layer on a
+/// mini-batch). Larger
 /// ones fill the SMs with the tiled kernels, and a longer K is better split. Exact f32 there also
 /// when TF32 is allowed: TF32 gains nothing at a latency-bound size.
 const TINY_MAX_OUTPUTS: usize = 1 << 16;
-const TINY_MAX_K: usize = 256;
 
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
@@ -867,7 +867,7 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         }
         return whole(GemmPath::HalfMma);
     }
-    if d.m * d.n <= TINY_MAX_OUTPUTS && d.k <= TINY_MAX_K {
+    if d.m * d.n <= TINY_MAX_OUTPUTS && d.k <= GEMM_TINY_MAX_K {
         return whole(GemmPath::Tiny);
     }
     if o.tf32 {

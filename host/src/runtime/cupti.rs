@@ -3,13 +3,16 @@
 //! profiler on CUDA events).
 //!
 //! The driver writes a kernel's or copy's start and end into a record without anything queued
-//! on the stream, so the launching thread only brackets each operation with an external
-//! correlation id (a push and a pop on a thread-local stack of libcupti); the records arrive in
-//! buffers that CUPTI hands back on its own thread, where they are reduced to times by
-//! correlation id until the profiler's report takes them.
+//! on the stream. The records name the driver call that queued the operation by CUPTI's
+//! correlation id, which a callback on the launch and copy calls hands to the launching thread as
+//! the call enters the driver (a thread-local the profiler reads once the call returns): nothing
+//! else runs on the launch path. The records arrive in buffers that CUPTI hands back on its own
+//! thread, where they are reduced to times by correlation id until the profiler's report takes
+//! them.
 use super::error::{Error, Result};
 use cudarc::cupti::result::{activity, CuptiError};
-use cudarc::cupti::sys::{self, CUpti_ActivityKind as Kind, CUpti_ExternalCorrelationKind};
+use cudarc::cupti::sys::{self, CUpti_ActivityKind as Kind, CUpti_driver_api_trace_cbid_enum as Call};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -18,21 +21,24 @@ pub const PROFILER_VAR: &str = "FERROCUDA_PROFILER";
 
 const BUFFER_BYTES: usize = 4 << 20;
 const BUFFER_ALIGN: usize = 8;
-const EXTERNAL: CUpti_ExternalCorrelationKind =
-    CUpti_ExternalCorrelationKind::CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
-/// The activity kinds the profiler needs: launches, copies, and our ids for both (CUPTI writes an
-/// external correlation record only beside a driver API record, hence the driver API kind).
-const KINDS: [Kind; 4] = [
-    Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-    Kind::CUPTI_ACTIVITY_KIND_MEMCPY,
-    Kind::CUPTI_ACTIVITY_KIND_DRIVER,
-    Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+/// The activity kinds the profiler needs: launches and copies.
+const KINDS: [Kind; 2] = [Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, Kind::CUPTI_ACTIVITY_KIND_MEMCPY];
+/// The driver calls the runtime queues profiled work with (`kernel.rs`, `stream.rs`): the callback
+/// fires on these alone.
+const QUEUEING_CALLS: [Call; 6] = [
+    Call::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    Call::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    Call::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
+    Call::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
+    Call::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,
+    Call::CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2,
 ];
-/// Driver calls every launch makes besides the launch (binding the context): no records for them.
-const QUIET: [sys::CUpti_driver_api_trace_cbid_enum; 2] = [
-    sys::CUpti_driver_api_trace_cbid_enum::CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent,
-    sys::CUpti_driver_api_trace_cbid_enum::CUPTI_DRIVER_TRACE_CBID_cuCtxSetCurrent,
-];
+
+thread_local! {
+    /// CUPTI's correlation id of the last queueing call this thread made (0: none since
+    /// [`forget_last_call`]).
+    static LAST_CALL: Cell<u32> = const { Cell::new(0) };
+}
 
 /// Start and end of one operation on the device, ns on CUPTI's clock ([`timestamp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,11 +47,10 @@ pub(crate) struct Span {
     pub end: u64,
 }
 
-/// What the completed buffers held, by CUPTI's correlation id and by ours.
+/// What the completed buffers held, by CUPTI's correlation id.
 #[derive(Default)]
 struct Collected {
     spans: HashMap<u32, Span>,
-    correlation: HashMap<u64, u32>,
 }
 
 fn collected() -> std::sync::MutexGuard<'static, Collected> {
@@ -91,7 +96,19 @@ unsafe extern "C" fn buffer_completed(
     for (id, span) in found.spans {
         all.spans.entry(id).and_modify(|s| *s = merge(*s, span)).or_insert(span);
     }
-    all.correlation.extend(found.correlation);
+}
+
+unsafe extern "C" fn on_queueing_call(
+    _userdata: *mut std::ffi::c_void,
+    _domain: sys::CUpti_CallbackDomain,
+    _cbid: sys::CUpti_CallbackId,
+    data: *const std::ffi::c_void,
+) {
+    // SAFETY: for the driver API domain CUPTI passes a live `CUpti_CallbackData`.
+    let data = unsafe { &*data.cast::<sys::CUpti_CallbackData>() };
+    if data.callbackSite == sys::CUpti_ApiCallbackSite::CUPTI_API_ENTER {
+        LAST_CALL.with(|c| c.set(data.correlationId));
+    }
 }
 
 /// A pageable copy may come in several records of one correlation id: their hull.
@@ -126,12 +143,6 @@ unsafe fn read_record(record: *const u8, found: &mut Collected) {
             };
             let id = addr_of!((*m).correlationId).read_unaligned();
             found.spans.entry(id).and_modify(|s| *s = merge(*s, span)).or_insert(span);
-        } else if kind == Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION as u32 {
-            let e = record.cast::<sys::CUpti_ActivityExternalCorrelation>();
-            if addr_of!((*e).externalKind).cast::<u32>().read_unaligned() == EXTERNAL as u32 {
-                let id = addr_of!((*e).correlationId).read_unaligned();
-                found.correlation.insert(addr_of!((*e).externalId).read_unaligned(), id);
-            }
         }
     }
 }
@@ -153,17 +164,49 @@ pub(crate) fn available() -> bool {
     })
 }
 
+/// CUPTI's handle of the queueing-call callback.
+struct Subscriber(sys::CUpti_SubscriberHandle);
+// SAFETY: the handle is an opaque token CUPTI accepts from any thread.
+unsafe impl Send for Subscriber {}
+
 /// Profilers recording now, and whether CUPTI is attached to the process (its buffer callbacks
-/// registered): attached, it hooks every launch even with no activity kind enabled, so it is
-/// detached once no profiler needs it.
+/// registered, the callback subscribed): attached, it hooks every launch even with no activity
+/// kind enabled, so it is detached once no profiler needs it.
 struct Attachment {
     recording: usize,
-    attached: bool,
+    attached: Option<Subscriber>,
 }
 
 fn attachment() -> std::sync::MutexGuard<'static, Attachment> {
-    static ATTACHMENT: Mutex<Attachment> = Mutex::new(Attachment { recording: 0, attached: false });
+    static ATTACHMENT: Mutex<Attachment> = Mutex::new(Attachment { recording: 0, attached: None });
     ATTACHMENT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Register the buffer callbacks and subscribe the queueing-call callback (CUPTI takes one
+/// subscriber a process: under another tool that holds it, this fails and the profiler says so).
+fn attach() -> Result<Subscriber> {
+    activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))
+        .map_err(|e| error("cuptiActivityRegisterCallbacks", e))?;
+    let mut handle: sys::CUpti_SubscriberHandle = std::ptr::null_mut();
+    // SAFETY: `handle` is writable; the callback is a plain function that lives forever.
+    unsafe { sys::cuptiSubscribe(&mut handle, Some(on_queueing_call), std::ptr::null_mut()) }
+        .result()
+        .map_err(|e| error("cuptiSubscribe", e))?;
+    let subscriber = Subscriber(handle);
+    for call in QUEUEING_CALLS {
+        // SAFETY: `handle` was just subscribed.
+        unsafe {
+            sys::cuptiEnableCallback(
+                1,
+                handle,
+                sys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API,
+                call as u32,
+            )
+        }
+        .result()
+        .map_err(|e| error("cuptiEnableCallback", e))?;
+    }
+    Ok(subscriber)
 }
 
 /// Start (or stop) one profiler's recording of launches and copies (the kinds are
@@ -171,17 +214,11 @@ fn attachment() -> std::sync::MutexGuard<'static, Attachment> {
 pub(crate) fn enable(on: bool) -> Result<()> {
     let mut at = attachment();
     if on {
-        if !at.attached {
-            activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))
-                .map_err(|e| error("cuptiActivityRegisterCallbacks", e))?;
-            at.attached = true;
+        if at.attached.is_none() {
+            at.attached = Some(attach()?);
         }
         for kind in KINDS {
             activity::enable(kind).map_err(|e| error("cuptiActivityEnable", e))?;
-        }
-        for cbid in QUIET {
-            // An older CUPTI without per-call filtering records them too: only slower.
-            let _ = activity::enable_driver_api(cbid as u32, 0);
         }
         at.recording += 1;
         return Ok(());
@@ -199,10 +236,15 @@ pub(crate) fn enable(on: bool) -> Result<()> {
 /// flushed): launches cost what they cost without it again.
 pub(crate) fn detach() -> Result<()> {
     let mut at = attachment();
-    if at.attached && at.recording == 0 {
-        flush()?;
-        cudarc::cupti::result::finalize().map_err(|e| error("cuptiFinalize", e))?;
-        at.attached = false;
+    if at.recording == 0 {
+        if let Some(subscriber) = at.attached.take() {
+            flush()?;
+            // SAFETY: subscribed by `attach` and not unsubscribed since.
+            unsafe { sys::cuptiUnsubscribe(subscriber.0) }
+                .result()
+                .map_err(|e| error("cuptiUnsubscribe", e))?;
+            cudarc::cupti::result::finalize().map_err(|e| error("cuptiFinalize", e))?;
+        }
     }
     Ok(())
 }
@@ -215,17 +257,14 @@ pub(crate) fn timestamp() -> Result<u64> {
     Ok(t)
 }
 
-/// Tag the driver calls this thread makes until [`untag`] with `id`.
-pub(crate) fn tag(id: u64) -> Result<()> {
-    activity::push_external_correlation_id(EXTERNAL, id)
-        .map_err(|e| error("cuptiActivityPushExternalCorrelationId", e))
+/// Forget this thread's last queueing call, before it makes the one to be profiled.
+pub(crate) fn forget_last_call() {
+    LAST_CALL.with(|c| c.set(0));
 }
 
-pub(crate) fn untag() -> Result<()> {
-    let mut last = 0u64;
-    // SAFETY: `last` is writable.
-    unsafe { activity::pop_external_correlation_id(EXTERNAL, &mut last) }
-        .map_err(|e| error("cuptiActivityPopExternalCorrelationId", e))
+/// CUPTI's correlation id of this thread's last queueing call since [`forget_last_call`].
+pub(crate) fn last_call() -> Option<u32> {
+    Some(LAST_CALL.with(Cell::get)).filter(|&id| id != 0)
 }
 
 /// Hand every record CUPTI holds to the buffer callback (after a device synchronisation, all of
@@ -235,13 +274,10 @@ pub(crate) fn flush() -> Result<()> {
         .map_err(|e| error("cuptiActivityFlushAll", e))
 }
 
-/// The span of the operation tagged `id`, once its records have arrived (taken out).
-pub(crate) fn take(id: u64) -> Option<Span> {
-    let mut all = collected();
-    let correlation = *all.correlation.get(&id)?;
-    let span = all.spans.remove(&correlation)?;
-    all.correlation.remove(&id);
-    Some(span)
+/// The span of the operation queued by the driver call `id`, once its records have arrived
+/// (taken out).
+pub(crate) fn take(id: u32) -> Option<Span> {
+    collected().spans.remove(&id)
 }
 
 /// Forget what arrived (a reset of the profile).
@@ -278,17 +314,13 @@ mod tests {
         read(&m, &mut found);
         (m.start, m.end) = (6_100, 7_000);
         read(&m, &mut found);
-        let mut e: sys::CUpti_ActivityExternalCorrelation = record();
-        e.kind = Kind::CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
-        (e.externalKind, e.externalId, e.correlationId) = (EXTERNAL, 42, 8);
-        read(&e, &mut found);
-        // Another tool's external ids are not ours.
-        e.externalKind = CUpti_ExternalCorrelationKind::CUPTI_EXTERNAL_CORRELATION_KIND_OPENACC;
-        e.externalId = 43;
-        read(&e, &mut found);
+        // A kind the profiler does not read leaves nothing.
+        let mut other: sys::CUpti_ActivityKernel10 = record();
+        other.kind = Kind::CUPTI_ACTIVITY_KIND_MEMSET;
+        other.correlationId = 9;
+        read(&other, &mut found);
         assert_eq!(found.spans[&7], Span { start: 1_000, end: 3_500 });
         assert_eq!(found.spans[&8], Span { start: 5_000, end: 7_000 });
-        assert_eq!(found.correlation.get(&42), Some(&8));
-        assert!(!found.correlation.contains_key(&43));
+        assert!(!found.spans.contains_key(&9));
     }
 }

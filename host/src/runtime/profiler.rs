@@ -2,9 +2,9 @@
 //! records where libcupti loads (see `cupti.rs`), else by CUDA events.
 //!
 //! Off (the default) it costs one relaxed atomic load per launch or copy. On, with CUPTI, each
-//! launch and copy is tagged with an id (a push and a pop on libcupti's thread-local stack) and
-//! leaves a record; the device times arrive in CUPTI's buffers and are matched by id at the
-//! report (CUPTI is attached while a profiler records, and detached at the first report or reset
+//! launch and copy leaves a record holding CUPTI's correlation id of its driver call (handed over
+//! by a CUPTI callback as the call enters the driver); the device times arrive in CUPTI's buffers
+//! and are matched by that id at the report (CUPTI is attached while a profiler records, and detached at the first report or reset
 //! after profiling stops, since attached it slows every launch). With events, each takes two events from the device's free list (a new one when the
 //! list is empty), records one before and one after itself on its own stream, and leaves a
 //! record; that is all the launching thread does. A harvester thread (one per device, running
@@ -28,7 +28,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::{self, Write as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How often the harvester looks for completed records.
@@ -112,8 +112,8 @@ unsafe impl Send for RawEvent {}
 enum Timing {
     /// Two events recorded around the operation on its stream.
     Events { start: RawEvent, end: RawEvent },
-    /// CUPTI's records of the driver calls tagged with this id.
-    Cupti { id: u64 },
+    /// CUPTI's records of the driver call with this correlation id (0 until the call is made).
+    Cupti { id: u32 },
 }
 
 /// A record whose times have not been read yet.
@@ -165,8 +165,6 @@ struct State {
     done: Vec<ProfiledOp>,
     /// Whether the harvester thread runs.
     harvesting: bool,
-    /// The next CUPTI tag.
-    next_tag: u64,
     /// Records CUPTI had no times for at a report.
     untimed: usize,
 }
@@ -215,13 +213,16 @@ impl Profiler {
         kind: impl FnOnce() -> ProfiledKind,
         queue: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        let Some(span) = self.begin(stream)? else { return queue() };
+        let Some((span, _order)) = self.begin(stream)? else { return queue() };
         let queued = queue();
         let ended = self.end(span, stream, queued.is_ok().then(kind));
         queued.and(ended)
     }
 
-    fn begin(&self, stream: &Stream) -> Result<Option<Span>> {
+    /// Open the span; with events, also the stream's order guard, held until the end event is
+    /// recorded, so that two threads queueing on one stream cannot land between each other's
+    /// events (CUPTI's records need no such order: each carries its own call's id).
+    fn begin<'s>(&self, stream: &'s Stream) -> Result<Option<(Span, Option<MutexGuard<'s, ()>>)>> {
         let (clock, first, second, host_us) = {
             let mut st = self.lock();
             let Some((clock, host_base)) = st.window.as_ref().map(|w| (w.clock, w.host_base)) else {
@@ -230,14 +231,13 @@ impl Profiler {
             };
             let host_us = host_base.elapsed().as_secs_f64() * 1e6;
             if let Clock::Cupti(_) = clock {
-                let id = st.next_tag;
-                st.next_tag += 1;
                 drop(st);
-                cupti::tag(id)?;
-                return Ok(Some(Span { timing: Timing::Cupti { id }, host_us }));
+                cupti::forget_last_call();
+                return Ok(Some((Span { timing: Timing::Cupti { id: 0 }, host_us }, None)));
             }
             (clock, st.free.pop(), st.free.pop(), host_us)
         };
+        let order = stream.profiled_order();
         debug_assert!(matches!(clock, Clock::Event(_)));
         let (start, end) = match (first, second) {
             (Some(start), Some(end)) => (start, end),
@@ -260,14 +260,19 @@ impl Profiler {
             self.lock().free.extend([start, end]);
             return Err(e);
         }
-        Ok(Some(Span { timing: Timing::Events { start, end }, host_us }))
+        Ok(Some((Span { timing: Timing::Events { start, end }, host_us }, Some(order))))
     }
 
-    /// Close the span (record its end event, or untag) and keep the record; without a kind (the
+    /// Close the span (record its end event, or take the call's correlation id) and keep the record; without a kind (the
     /// operation was not queued) only give the events back.
     fn end(&self, span: Span, stream: &Stream, kind: Option<ProfiledKind>) -> Result<()> {
-        let closed = match span.timing {
-            Timing::Cupti { .. } => cupti::untag(),
+        let mut timing = span.timing;
+        let closed = match &mut timing {
+            // A call that failed before the driver saw it leaves id 0: no record to wait for.
+            Timing::Cupti { id } => {
+                *id = cupti::last_call().unwrap_or(0);
+                Ok(())
+            }
             // SAFETY: as in `begin`.
             Timing::Events { end, .. } if kind.is_some() => {
                 unsafe { result::event::record(end.0, stream.raw()) }.call("cuEventRecord")
@@ -278,13 +283,12 @@ impl Profiler {
         match (closed, kind) {
             // Queued, and the window (reset and switched off meanwhile) still there.
             (Ok(()), Some(kind)) if st.window.is_some() => {
-                let record =
-                    Pending { kind, stream: stream.id(), host_us: span.host_us, timing: span.timing };
+                let record = Pending { kind, stream: stream.id(), host_us: span.host_us, timing };
                 st.pending.push_back(record);
                 Ok(())
             }
             (closed, _) => {
-                st.free.extend(span.timing.events().into_iter().flatten());
+                st.free.extend(timing.events().into_iter().flatten());
                 closed
             }
         }
