@@ -163,9 +163,9 @@ pub fn under_sanitizer() -> bool {
 }
 
 /// `[rows, cols]` shapes that reach every branch of the row kernels' dispatch: one value; one
-/// long row (split over blocks); rows of 2^22 (split, one row per L2-sized group of the
-/// pipelined launch); narrow rows (several per warp, one chunk a lane); a warp per row; a block
-/// per row split for want of rows; GPT-2's vocabulary (two groups, the last partial); whole rows
+/// long row (split over blocks); rows of 2^22 (split, 512 chunks a row); narrow rows (several
+/// per warp, one chunk a lane); a warp per row; a block per row split for want of rows; GPT-2's
+/// vocabulary (split, the last chunk partial); whole rows
 /// on blocks of 64 (unaligned), 128 and 256 threads holding 8, 16 or 32 values a thread; rows
 /// around the boundaries: the widest of one chunk a lane (256), the narrowest past it (264), a
 /// split unaligned row (4099) for want of rows, a row one past a block's 8192.

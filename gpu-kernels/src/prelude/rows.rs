@@ -5,8 +5,7 @@
 //! A team is `size` threads of a 1-D block: a power of two up to 32 (several rows per warp, or a
 //! warp per row; combined by butterflies within the warp) or the whole block (one row, or one
 //! chunk of a row, per block of 64-256 threads; combined through shared memory). `blockIdx.y`
-//! (or, in a pipelined launch, the item a block draws) picks the chunk `[c·chunk, (c+1)·chunk)`
-//! of the row. Each thread holds up to [`SLOTS`] chunks of 8 values (kernels are built for the
+//! picks the chunk `[c·chunk, (c+1)·chunk)` of the row. Each thread holds up to [`SLOTS`] chunks of 8 values (kernels are built for the
 //! first 1, 2 or 4: `load_first`, `each_first`, `store_first`): 16-byte vectors (one of 8 16-bit
 //! values, two of 4 f32) with the team's lanes on consecutive vectors, so that each load
 //! instruction of a warp reads one contiguous span, where the row start is 16-byte aligned;
@@ -173,9 +172,9 @@ pub struct RowTeam {
     pub size: usize,
     pub begin: usize,
     pub end: usize,
-    /// The chunk's index along the row (`blockIdx.y`, or the pipelined item's).
+    /// The chunk's index along the row (`blockIdx.y`).
     pub chunk: usize,
-    /// Chunks per row (`gridDim.y`, or the pipelined launch's).
+    /// Chunks per row (`gridDim.y`).
     chunks: usize,
     /// Values per 16-byte vector, or 0 where rows are not 16-byte aligned (scalar accesses).
     vec: u32,

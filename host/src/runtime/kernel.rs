@@ -50,13 +50,6 @@ macro_rules! device_pointer {
             pub(crate) fn new(addr: u64) -> Self {
                 Self { addr, elem: PhantomData }
             }
-            /// The pointer `elems` elements further (a row group of a buffer); null stays null.
-            pub(crate) fn offset(self, elems: usize) -> Self {
-                if self.addr == 0 {
-                    return self;
-                }
-                Self::new(self.addr + (elems * std::mem::size_of::<T>()) as u64)
-            }
         }
     )*};
 }
@@ -66,6 +59,14 @@ impl<T: DeviceElement> DevPtr<T> {
     /// The null pointer, for optional inputs (a kernel checks for 0 before reading).
     pub(crate) fn null() -> Self {
         Self::new(0)
+    }
+
+    /// The pointer `elems` elements further; null stays null.
+    pub(crate) fn offset(self, elems: usize) -> Self {
+        if self.addr == 0 {
+            return self;
+        }
+        Self::new(self.addr + (elems * std::mem::size_of::<T>()) as u64)
     }
 }
 
