@@ -499,10 +499,12 @@ fn check_product(
 /// split-K on the SIMT and `wgmma` kernels (thin outputs, long K), and the tiled kernels beside them.
 fn every_dispatch_branch(gpu: &Context) {
     let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
-    // (M, N, K): few rows (one slice; many slices; K = 1; N and K off every vector), then 17 rows
-    // and thin outputs with long K (split-K), short K, and tiles partly outside.
+    // (M, N, K): few rows (one slice; many slices; K = 1; N and K off every vector; 16-bit on
+    // tensor cores where K, and N for B [K, N], are multiples of 8: one or two 8-row MMA
+    // columns, N off the warp's 64 columns, K off the 32-step), then 17 rows and thin outputs
+    // with long K (split-K), short K, and tiles partly outside.
     let few: &[(usize, usize, usize)] = if small {
-        &[(1, 33, 65), (3, 40, 1), (16, 129, 1500)]
+        &[(1, 33, 65), (3, 40, 1), (16, 129, 1500), (9, 40, 72)]
     } else {
         &[
             (1, 1, 1),
@@ -512,6 +514,9 @@ fn every_dispatch_branch(gpu: &Context) {
             (5, 300, 4096),
             (16, 8200, 1031),
             (16, 260, 9000),
+            (9, 1000, 808),
+            (7, 264, 2056),
+            (16, 8192, 1032),
         ]
     };
     let tiled: &[(usize, usize, usize)] = if small {

@@ -29,31 +29,31 @@ const WARPS: usize = GEMV_THREADS / 32;
 
 shared_array!(static GEMV_PARTIAL: [f32; 8 * 32 * 8]);
 
-/// The kernel arguments.
+/// The kernel arguments (also `gemv_mma`'s).
 #[derive(Clone, Copy)]
-struct Gemv<T> {
-    a: *const T,
-    b: *const T,
-    c: *const T,
-    bias: *const T,
-    out: *mut T,
-    ws: *mut f32,
-    m: usize,
-    n: usize,
-    k: usize,
-    k_chunk: usize,
-    stride_a: usize,
-    stride_b: usize,
-    stride_c: usize,
-    alpha: f32,
-    beta: f32,
-    activation: u32,
+pub(super) struct Gemv<T> {
+    pub(super) a: *const T,
+    pub(super) b: *const T,
+    pub(super) c: *const T,
+    pub(super) bias: *const T,
+    pub(super) out: *mut T,
+    pub(super) ws: *mut f32,
+    pub(super) m: usize,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) k_chunk: usize,
+    pub(super) stride_a: usize,
+    pub(super) stride_b: usize,
+    pub(super) stride_c: usize,
+    pub(super) alpha: f32,
+    pub(super) beta: f32,
+    pub(super) activation: u32,
 }
 
 impl<T> Gemv<T> {
     /// This block's batch, slice, and its k-range.
     #[inline(always)]
-    fn slice(&self) -> (usize, usize, usize, usize) {
+    pub(super) fn slice(&self) -> (usize, usize, usize, usize) {
         let (batch, slice) = (block_z(), block_y());
         let lo = slice * self.k_chunk;
         (batch, slice, lo, (lo + self.k_chunk).min(self.k))
@@ -62,7 +62,7 @@ impl<T> Gemv<T> {
     /// Output `(row, col)` of `batch` from the sum `v` of `slice`: through the epilogue, or raw
     /// into the workspace when the launch has several slices.
     #[inline(always)]
-    unsafe fn finish<E: GemmElem<Elem = T>>(
+    pub(super) unsafe fn finish<E: GemmElem<Elem = T>>(
         &self,
         (batch, slice): (usize, usize),
         (row, col): (usize, usize),

@@ -11,6 +11,8 @@ pub mod gemm_tiny;
 pub mod gemm_wgmma;
 #[cfg(feature = "matmul")]
 pub mod gemv;
+#[cfg(feature = "matmul")]
+pub mod gemv_mma;
 
 use crate::prelude::*;
 use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES};

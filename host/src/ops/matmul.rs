@@ -9,7 +9,8 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
-//! | 1 | M ≤ 16, A not transposed, any dtype (TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
+//! | 1 | M ≤ 16, A not transposed: f16/bf16 with K (and N unless B is transposed) a multiple of 8 and 16-byte aligned operands, K > 0 | `gemv_mma_{f16,bf16}_{nn,nt}`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp | slices until the grid is one wave (3 blocks per SM), each ≥ 512 of k, multiples of 32 |
+//! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
@@ -32,9 +33,10 @@ use crate::runtime::stream::Stream;
 use crate::shapes::{
     gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
     GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE,
-    GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS,
-    MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES,
-    WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
+    GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS,
+    GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE,
+    WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -266,6 +268,7 @@ impl<'a> Gemm<'a> {
         };
         match plan.path {
             GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
+            GemmPath::GemvMma => self.launch_gemv_mma(&d, &out, stream, &plan, workspace.as_ref())?,
             GemmPath::Wgmma { tile, staged } => {
                 // Row 3: copies of the operands TMA cannot read, alive until after the launch
                 // (the pool reuses them only after the work queued before their release).
@@ -313,7 +316,7 @@ impl<'a> Gemm<'a> {
             GemmPath::Tiny => {
                 (GemmKernel::SimtF32(TINY_F32_KERNELS[ta][tb]), GEMM_TILE_TINY, GEMM_TINY_THREADS, 0)
             }
-            GemmPath::Gemv { .. } | GemmPath::Wgmma { .. } | GemmPath::Tf32Wgmma => {
+            GemmPath::Gemv { .. } | GemmPath::GemvMma | GemmPath::Wgmma { .. } | GemmPath::Tf32Wgmma => {
                 unreachable!("launch_tiled takes the tiled paths only")
             }
         };
@@ -381,6 +384,57 @@ impl<'a> Gemm<'a> {
         // workspace of batch·slices·M·N floats, grid y = ⌈k / k_chunk⌉ slices, `k_chunk` a
         // multiple of 32 vectors; block, grid and dynamic shared memory (A's staged piece, at most
         // 64 KiB) are the kernel's.
+        unsafe {
+            launch_by_dtype!(table, dtype, |k| k.launch(
+                stream,
+                cfg,
+                (
+                    self.a.ptr(),
+                    self.b.ptr(),
+                    Tensor::ptr_or_null(self.c),
+                    Tensor::ptr_or_null(self.bias),
+                    out.ptr_mut(),
+                    ws,
+                    d.m,
+                    d.n,
+                    d.k,
+                    plan.k_chunk,
+                    d.stride_a,
+                    d.stride_b,
+                    d.stride_c,
+                    self.alpha,
+                    self.beta,
+                    self.activation.code(),
+                )
+            ))
+        }
+    }
+
+    /// Few 16-bit rows on tensor cores (dispatch row 1).
+    fn launch_gemv_mma(
+        &self,
+        d: &Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        plan: &GemmPlan,
+        workspace: Option<&DeviceBuffer>,
+    ) -> Result<()> {
+        let dtype = self.a.dtype();
+        let cfg = LaunchConfig {
+            grid: (gemv_mma_blocks_x(d.n) as u32, plan.slices as u32, d.batch as u32),
+            block: (GEMV_MMA_THREADS as u32, 1, 1),
+            shared_bytes: 0,
+        };
+        let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
+        let table = &GEMV_MMA_KERNELS[usize::from(self.transpose_b)];
+        // SAFETY: `gemv_mma_<dtype>_<nn|nt>(a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a,
+        // stride_b, stride_c, alpha, beta, activation)`: a, b, c, bias and the fresh `out` are
+        // live buffers of this stream of the shapes `dims()` checked (c, bias may be null); A is
+        // not transposed and has at most 16 rows, K (and N when B is not transposed) is a multiple
+        // of 8 and A and B are 16-byte aligned (the plan's conditions, so every batch's rows
+        // start 16-byte aligned too); `ws` is null or the workspace of batch·slices·M·N floats,
+        // grid y = ⌈k / k_chunk⌉ slices with `k_chunk` a multiple of 32; block and grid are the
+        // kernel's.
         unsafe {
             launch_by_dtype!(table, dtype, |k| k.launch(
                 stream,
@@ -715,6 +769,8 @@ struct Operands {
 enum GemmPath {
     /// `gemv_*`: A has at most `rows` (4 or 16) rows.
     Gemv { rows: usize },
+    /// `gemv_mma_*`: 16-bit, at most 16 rows of A, on tensor cores.
+    GemvMma,
     /// SIMT f32 with this tile.
     Simt { tile: (usize, usize) },
     /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 32×32 tiles, whole chunks of K per load).
@@ -746,6 +802,9 @@ struct GemmPlan {
 /// when TF32 is allowed: TF32 gains nothing at a latency-bound size.
 const TINY_MAX_OUTPUTS: usize = 1 << 16;
 
+/// Blocks of `gemv_mma_*` resident per SM (128 threads of 156–164 registers: 3 fit in 65,536),
+/// so that the split of K makes one full wave.
+const GEMV_MMA_BLOCKS_PER_SM: usize = 3;
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
 /// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
@@ -778,6 +837,11 @@ fn gemv_blocks_x(n: usize, dtype: DType, transpose_b: bool) -> usize {
     } else {
         n.div_ceil(32 * vector_elems(dtype))
     }
+}
+
+/// Blocks of a 16-bit few-row launch on tensor cores along N.
+fn gemv_mma_blocks_x(n: usize) -> usize {
+    n.div_ceil(GEMV_MMA_THREADS / 32 * GEMV_MMA_COLS)
 }
 
 /// Split `k` into slices of a multiple of `align` elements so that `blocks` blocks per slice
@@ -836,6 +900,13 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     let whole = |path| GemmPlan { path, slices: 1, k_chunk: d.k.max(1) };
     let tiles = |tile: (usize, usize)| d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
     let small_dims = d.m.max(d.n).max(d.k) < 1 << 31;
+    // Row 1, 16-bit on tensor cores: whole 16-byte vectors of both operands.
+    let mma_fits = d.k % 8 == 0 && (o.transpose_b || d.n % 8 == 0) && o.aligned_a && o.aligned_b;
+    if d.m <= GEMV_ROWS && !o.transpose_a && o.dtype != DType::F32 && mma_fits && d.k > 0 {
+        let blocks = gemv_mma_blocks_x(d.n) * d.batch;
+        let (slices, k_chunk) = split_k(d.k, blocks, GEMV_MMA_BLOCKS_PER_SM * dev.sms, (32, SPLIT_MIN_K));
+        return GemmPlan { path: GemmPath::GemvMma, slices, k_chunk };
+    }
     if d.m <= GEMV_ROWS && !o.transpose_a {
         let rows = if d.m <= GEMV_ROWS_SMALL { GEMV_ROWS_SMALL } else { GEMV_ROWS };
         let vec = vector_elems(o.dtype);
@@ -1041,6 +1112,13 @@ type GemvArgs<E> = (
 );
 
 /// `[up to 16 rows][B transposed]`.
+/// `gemv_mma_*` by `transpose_b` (16-bit only: the f32 entry is never launched, the plan keeps
+/// f32 on `gemv_*`).
+const GEMV_MMA_KERNELS: [ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2] = [
+    ByDType { f32: kernels::gemv_f32_nn_r16, f16: kernels::gemv_mma_f16_nn, bf16: kernels::gemv_mma_bf16_nn },
+    ByDType { f32: kernels::gemv_f32_nt_r16, f16: kernels::gemv_mma_f16_nt, bf16: kernels::gemv_mma_bf16_nt },
+];
+
 const GEMV_KERNELS: [[ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2]; 2] = [
     [
         ByDType {
@@ -1350,20 +1428,30 @@ mod tests {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for tb in [false, true] {
                 let o = operands(dtype, false, tb);
-                assert_eq!(path(dims(1, 8192, 8192), o, H100), GemmPath::Gemv { rows: 4 });
+                // 16-bit with whole 16-byte vectors: tensor cores; else the f32-pipe kernels.
+                let (mma, vectors) = (dtype != DType::F32, |rows| GemmPath::Gemv { rows });
+                let wide = |rows| if mma { GemmPath::GemvMma } else { vectors(rows) };
+                assert_eq!(path(dims(1, 8192, 8192), o, H100), wide(4));
                 assert_eq!(path(dims(4, 3, 1), o, OLDER), GemmPath::Gemv { rows: 4 });
-                assert_eq!(path(dims(5, 8192, 8192), o, H100), GemmPath::Gemv { rows: 16 });
+                assert_eq!(path(dims(5, 8192, 8192), o, H100), wide(16));
                 assert_eq!(path(dims(16, 1, 1), o, H100), GemmPath::Gemv { rows: 16 });
+                // N not a multiple of 8: B's rows only allow vectors when B is transposed.
+                let odd_n = path(dims(16, 8191, 8192), o, H100);
+                assert_eq!(odd_n, if tb { wide(16) } else { GemmPath::Gemv { rows: 16 } });
+                // K not a multiple of 8, or an operand off a 16-byte boundary: no vectors.
+                assert_eq!(path(dims(16, 8192, 8190), o, H100), GemmPath::Gemv { rows: 16 });
+                let unaligned = Operands { aligned_b: false, ..o };
+                assert_eq!(path(dims(16, 8192, 8192), unaligned, H100), GemmPath::Gemv { rows: 16 });
                 // TF32 allowed or not: the few-row kernel is exact and bound by B anyway.
-                assert_eq!(
-                    path(dims(16, 100, 100), Operands { tf32: true, ..o }, H100),
-                    GemmPath::Gemv { rows: 16 }
-                );
-                assert_ne!(path(dims(17, 8192, 8192), o, H100), GemmPath::Gemv { rows: 16 });
+                assert_eq!(path(dims(16, 96, 96), Operands { tf32: true, ..o }, H100), wide(16));
+                assert!(!matches!(
+                    path(dims(17, 8192, 8192), o, H100),
+                    GemmPath::Gemv { .. } | GemmPath::GemvMma
+                ));
                 // A stored [K, M] strides its rows: the tiled kernels take it.
                 assert!(!matches!(
                     path(dims(1, 8192, 8192), operands(dtype, true, tb), H100),
-                    GemmPath::Gemv { .. }
+                    GemmPath::Gemv { .. } | GemmPath::GemvMma
                 ));
             }
         }
@@ -1371,12 +1459,18 @@ mod tests {
 
     #[test]
     fn few_rows_split_k_until_the_sms_are_busy() {
-        // B [N, K] bf16, 8192 wide: 256 blocks of 32 columns, 2 slices fill 4 blocks per SM.
-        let p = plan(&dims(1, 8192, 8192), &operands(DType::BF16, false, true), &H100);
+        // B [N, K] f32, 8192 wide: 256 blocks of 32 columns, 2 slices fill 4 blocks per SM.
+        let p = plan(&dims(1, 8192, 8192), &operands(DType::F32, false, true), &H100);
         assert_eq!((p.slices, p.k_chunk), (2, 4096));
-        // B [K, N] bf16: 32 blocks of 256 columns; 16 slices of 512.
-        let p = plan(&dims(16, 8192, 8192), &operands(DType::BF16, false, false), &H100);
-        assert_eq!((p.slices, p.k_chunk), (16, 512));
+        // bf16 on tensor cores, either layout: 32 blocks of 256 columns; 12 slices of 704 (one
+        // wave of 3 blocks on each of 132 SMs).
+        for tb in [false, true] {
+            let p = plan(&dims(16, 8192, 8192), &operands(DType::BF16, false, tb), &H100);
+            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvMma, 12, 704));
+        }
+        // Slices of the tensor-core kernel are whole steps of 32 k.
+        let p = plan(&dims(3, 256, 2008), &operands(DType::F16, false, true), &H100);
+        assert!(p.path == GemmPath::GemvMma && p.slices > 1 && p.k_chunk % 32 == 0);
         // Slices are whole vectors per lane (32 · 4 f32) and at least SPLIT_MIN_K long.
         let p = plan(&dims(1, 64, 3000), &operands(DType::F32, false, true), &H100);
         assert_eq!(p.k_chunk % 128, 0);

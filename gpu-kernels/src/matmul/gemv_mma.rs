@@ -1,0 +1,200 @@
+//! Few-row 16-bit GEMM on tensor cores: `out = act(alpha · A · op(B) + beta · C + bias)` with A
+//! `[M, K]` of at most 16 rows, B `[K, N]` (`_nn`) or `[N, K]` (`_nt`, a linear layer's weight),
+//! f16 or bf16 with f32 accumulation, batched over `gridDim.z`.
+//!
+//! Floor: the bytes of B, read once: (16, 8192, 8192) in bf16 is 128 MiB, ~45 µs at the copy's
+//! ~3 TB/s. Its 2·16 FLOP per element of B need ~80% of the FP32 pipes with the conversions on
+//! top (the f32-pipe `gemv_*` ran it at 7% of DRAM bandwidth), but ~4% of the tensor cores.
+//!
+//! The product is computed transposed, `outᵀ = op(B)ᵀ · Aᵀ`, as `mma.m16n8k16`: B's columns n are
+//! the MMA's 16 rows, A's rows its 8 (or twice 8) columns, so A's few rows waste nothing of B's
+//! bytes. Since a sum over k (and the naming of the MMA's rows) may be permuted freely, each lane
+//! loads whole 16-byte vectors of B and A in the order memory holds them, and the permutation
+//! maps them to fragment registers:
+//! - `_nt` (B `[N, K]`): in a step of 32 k, lane 4g + t loads k = 8t..8t+7 of B's rows
+//!   `n0 + 16j + g` and `+ 8` for its warp's four row tiles j, and the same k of A's rows g and
+//!   g + 8. The first MMA of the step takes words 0 and 1 of each vector (k 8t..8t+3), the second
+//!   words 2 and 3.
+//! - `_nn` (B `[K, N]`): in each half of the step, lane 4g + t loads B's rows k = 4t..4t+3 at
+//!   columns `n0 + 8g..+7`; the MMA row of tile j and group g is column `n0 + 8g + 2j` (row g + 8:
+//!   `+ 1`), whose four k are gathered from the four vectors' word j (`prmt`), and A comes as
+//!   4 consecutive k of rows g and g + 8.
+//!
+//! Each warp owns 64 columns (four 16-row tiles) over the block's k-slice, two steps of 32 k in
+//! flight (16 vectors of B a lane). `gridDim.y` slices of `k_chunk` (a multiple of 32) as in
+//! `gemv`: one slice applies the epilogue, several write raw sums for `gemm_reduce_*`.
+//! Requirements (the host's plan checks them): K a multiple of 8, N too for `_nn`, A and B
+//! 16-byte aligned. Launch: block `GEMV_MMA_THREADS`, grid `(⌈N / (64·warps)⌉, slices, batch)`,
+//! no shared memory.
+use super::gemv::Gemv;
+use super::GemmElem;
+use crate::prelude::*;
+use crate::shapes::{GEMV_MMA_COLS, GEMV_MMA_THREADS};
+
+const WARPS: usize = GEMV_MMA_THREADS / 32;
+/// 16-row MMA tiles of columns a warp owns.
+const TILES: usize = GEMV_MMA_COLS / 16;
+const _: () = assert!(TILES == 4, "the kernel unrolls four tiles");
+/// Steps of 32 k whose loads are in flight at once.
+const DEPTH: usize = 2;
+
+/// B's vectors and A's words of one step of 32 k for one lane.
+#[derive(Clone, Copy)]
+struct Step {
+    b: [[u32; 4]; 2 * TILES],
+    a: [[u32; 4]; 2],
+}
+
+const EMPTY: Step = Step { b: [[0; 4]; 2 * TILES], a: [[0; 4]; 2] };
+
+/// Four words at `p` (16 bytes, or zeros when `!inside`).
+///
+/// # Safety
+/// When `inside`, `p` is 16-byte aligned global memory nothing writes during the kernel.
+#[inline(always)]
+unsafe fn words4(p: *const u16, inside: bool) -> [u32; 4] {
+    if inside {
+        load_nc_u32x4(p as *const u32)
+    } else {
+        [0; 4]
+    }
+}
+
+/// Two words at `p` (8 bytes, or zeros).
+///
+/// # Safety
+/// As [`words4`], 8-byte aligned.
+#[inline(always)]
+unsafe fn words2(p: *const u16, inside: bool) -> [u32; 2] {
+    if inside {
+        let v = load_nc_f32x2(p as *const f32);
+        [v[0].to_bits(), v[1].to_bits()]
+    } else {
+        [0; 2]
+    }
+}
+
+/// The low halves of `x` and `y` as one pair (x's first), and their high halves.
+#[inline(always)]
+fn pair_halves(x: u32, y: u32) -> (u32, u32) {
+    ((x & 0xffff) | (y << 16), (x >> 16) | (y & 0xffff_0000))
+}
+
+#[inline(always)]
+unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u16>) {
+    let (batch, slice, k_lo, k_hi) = g.slice();
+    let (a, b) = (g.a.add(batch * g.stride_a), g.b.add(batch * g.stride_b));
+    let (grp, t) = (lane() / 4, lane() % 4);
+    let n0 = (block_x() * WARPS + warp_in_block()) * GEMV_MMA_COLS;
+    let (m, n, k) = (g.m, g.n, g.k);
+    let two = m > 8;
+    let mut acc = [[[0.0f32; 4]; 2]; TILES];
+    // Inlined by force, as in `gemv`: a call would keep the fragments in local memory.
+    let load = #[inline(always)]
+    |k0: usize| -> Step {
+        let mut s = EMPTY;
+        if NT {
+            let kk = k0 + 8 * t;
+            let inside = kk < k_hi;
+            unroll!(j in [0, 1, 2, 3] => {
+                unroll!(h in [0, 1] => {
+                    let row = n0 + 16 * j + grp + 8 * h;
+                    s.b[2 * j + h] = words4(b.add(row * k + kk), inside && row < n);
+                });
+            });
+            unroll!(q in [0, 1] => {
+                let row = 8 * q + grp;
+                s.a[q] = words4(a.add(row * k + kk), inside && row < m && (q == 0 || two));
+            });
+        } else {
+            let col = n0 + 8 * grp;
+            unroll!(h in [0, 1] => {
+                unroll!(e in [0, 1, 2, 3] => {
+                    let kk = k0 + 16 * h + 4 * t + e;
+                    s.b[4 * h + e] = words4(b.add(kk * n + col), kk < k_hi && col < n);
+                });
+                unroll!(q in [0, 1] => {
+                    let (row, kk) = (8 * q + grp, k0 + 16 * h + 4 * t);
+                    let w = words2(a.add(row * k + kk), kk < k_hi && row < m && (q == 0 || two));
+                    s.a[q][2 * h] = w[0];
+                    s.a[q][2 * h + 1] = w[1];
+                });
+            });
+        }
+        s
+    };
+    let mut multiply = #[inline(always)]
+    |s: &Step| {
+        unroll!(h in [0, 1] => {
+            unroll!(j in [0, 1, 2, 3] => {
+                let frag = if NT {
+                    let (lo, hi) = (s.b[2 * j], s.b[2 * j + 1]);
+                    [lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]]
+                } else {
+                    let v = |e: usize| s.b[4 * h + e][j];
+                    let (r0, r1) = pair_halves(v(0), v(1));
+                    let (r2, r3) = pair_halves(v(2), v(3));
+                    [r0, r1, r2, r3]
+                };
+                unroll!(q in [0, 1] => {
+                    if q == 0 || two {
+                        E::mma_16x8x16(&mut acc[j][q], frag, [s.a[q][2 * h], s.a[q][2 * h + 1]]);
+                    }
+                });
+            });
+        });
+    };
+    let mut k0 = k_lo;
+    while k0 < k_hi {
+        let mut steps = [EMPTY; DEPTH];
+        unroll!(d in [0, 1] => {
+            if k0 + 32 * d < k_hi {
+                steps[d] = load(k0 + 32 * d);
+            }
+        });
+        unroll!(d in [0, 1] => {
+            if k0 + 32 * d < k_hi {
+                multiply(&steps[d]);
+            }
+        });
+        k0 += 32 * DEPTH;
+    }
+    // d0, d1: MMA row g, columns (A's rows) 2t, 2t + 1; d2, d3: row g + 8.
+    unroll!(j in [0, 1, 2, 3] => {
+        unroll!(q in [0, 1] => {
+            unroll!(e in [0, 1, 2, 3] => {
+                let upper = e / 2;
+                let col = if NT { n0 + 16 * j + grp + 8 * upper } else { n0 + 8 * grp + 2 * j + upper };
+                let row = 8 * q + 2 * t + e % 2;
+                if row < m && col < n {
+                    g.finish::<E>((batch, slice), (row, col), acc[j][q][e]);
+                }
+            });
+        });
+    });
+}
+
+macro_rules! gemv_mma_kernels {
+    ($($name:ident: $e:ty, $nt:literal;)*) => {$(
+        /// Few-row 16-bit GEMM on tensor cores; see the module documentation. Arguments as
+        /// `gemv_*`'s.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16,
+            ws: *mut f32, m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize,
+            stride_b: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32,
+        ) {
+            let g = Gemv {
+                a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a, stride_b, stride_c, alpha, beta, activation,
+            };
+            gemv_mma::<$e, $nt>(g)
+        }
+    )*};
+}
+
+gemv_mma_kernels! {
+    gemv_mma_f16_nn: F16, false;
+    gemv_mma_f16_nt: F16, true;
+    gemv_mma_bf16_nn: BF16, false;
+    gemv_mma_bf16_nt: BF16, true;
+}
