@@ -381,8 +381,19 @@ pub const GEMV_MMA_COLS: usize = 64;
 pub const GEMV_COLS_NT: usize = 4;
 pub const GEMV_ROWS_SMALL: usize = 4;
 pub const GEMV_ROWS: usize = 16;
-/// Threads of a `gemm_reduce_*` block (one output element each).
+/// Threads of a `gemm_reduce_*` block.
 pub const GEMM_REDUCE_THREADS: usize = 256;
+
+/// Outputs per `gemm_reduce_*` thread: 4 (one 16-byte load per slice, one vector store) when
+/// each batch's `m·n` outputs and the output's address `out_addr` (elements of `elem_bytes`)
+/// allow whole aligned quads, else 1.
+pub const fn gemm_reduce_per_thread(mn: usize, out_addr: u64, elem_bytes: usize) -> usize {
+    if mn % 4 == 0 && out_addr % (4 * elem_bytes as u64) == 0 {
+        4
+    } else {
+        1
+    }
+}
 /// f32 elements of A one few-row block stages in shared memory at a time (64 KiB).
 pub const GEMV_A_FLOATS: usize = 16384;
 

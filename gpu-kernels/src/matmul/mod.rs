@@ -47,6 +47,11 @@ pub(crate) trait GemmElem {
     /// # Safety
     /// `p` is aligned writable global memory.
     unsafe fn store(p: *mut Self::Elem, v: f32);
+    /// Four elements in one store.
+    ///
+    /// # Safety
+    /// `p` is writable global memory aligned to four elements.
+    unsafe fn store_quad(p: *mut Self::Elem, v: [f32; 4]);
 
     /// The first `count.min(VEC)` elements at `p`, zeros after them: one 16-byte load when all
     /// `VEC` exist and `vector` (the caller's alignment check) holds.
@@ -85,6 +90,10 @@ impl GemmElem for F32 {
     unsafe fn store(p: *mut f32, v: f32) {
         store_f32(p, v)
     }
+    #[inline(always)]
+    unsafe fn store_quad(p: *mut f32, v: [f32; 4]) {
+        store_f32x4(p, F32x4(v))
+    }
 }
 
 macro_rules! gemm_elem_16bit {
@@ -103,6 +112,10 @@ macro_rules! gemm_elem_16bit {
             #[inline(always)]
             unsafe fn store(p: *mut u16, v: f32) {
                 store_u16(p, <$ty as HalfFloat>::from_f32(v))
+            }
+            #[inline(always)]
+            unsafe fn store_quad(p: *mut u16, v: [f32; 4]) {
+                store_u16x4(p, v.map(<$ty as HalfFloat>::from_f32))
             }
         }
     )*};

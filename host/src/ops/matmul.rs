@@ -31,12 +31,12 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK,
-    GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE,
-    GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS,
-    GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
-    WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE,
-    WGMMA_TILES,
+    gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE,
+    ACTIVATION_RELU, GEMM_BK, GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL,
+    GEMM_TILE_TINY, GEMM_TILE_WIDE, GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_MMA_COLS,
+    GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES,
+    MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS,
+    WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -470,12 +470,14 @@ impl<'a> Gemm<'a> {
         slices: usize,
         ws: &DeviceBuffer,
     ) -> Result<()> {
+        let per_thread = gemm_reduce_per_thread(d.m * d.n, out.device_ptr(), out.dtype().size_bytes());
+        let blocks = (d.m * d.n).div_ceil(per_thread * GEMM_REDUCE_THREADS);
         let cfg = LaunchConfig {
-            grid: ((d.m * d.n).div_ceil(GEMM_REDUCE_THREADS) as u32, 1, d.batch as u32),
+            grid: (blocks as u32, 1, d.batch as u32),
             block: (GEMM_REDUCE_THREADS as u32, 1, 1),
             shared_bytes: 0,
         };
-        if cfg.grid.0 as usize != (d.m * d.n).div_ceil(GEMM_REDUCE_THREADS) {
+        if cfg.grid.0 as usize != blocks {
             return Err(Error::InvalidArgument {
                 op: self.op,
                 shape: vec![d.m, d.n],
