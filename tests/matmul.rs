@@ -560,6 +560,10 @@ fn every_dispatch_branch(gpu: &Context) {
         if !small {
             check_product(gpu, dtype, (73, 384, 16384), (true, false), (1, false), false, seed);
         }
+        // Split-K whose reduction takes four outputs a thread (M·N ≥ 2^19), batched, epilogue.
+        if !small {
+            check_product(gpu, dtype, (130, 4100, 2056), (false, true), (2, true), true, seed);
+        }
         // Batches: the few-row kernel and split-K with a shared and a batched B.
         for (shape, batch_b) in [((3, 77, 1200), true), ((2, 77, 1200), false), ((24, 40, 2000), true)] {
             check_product(gpu, dtype, shape, (false, true), (3, batch_b), true, seed);

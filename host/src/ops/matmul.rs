@@ -1621,6 +1621,17 @@ mod tests {
     }
 
     #[test]
+    fn split_k_reduction_takes_quads_only_when_they_fill_the_device() {
+        // The tests' quad case (130 × 4100) and the GPT head's weight gradient (73 × 384).
+        assert_eq!(gemm_reduce_per_thread(130 * 4100, 256, 2), 4);
+        assert_eq!(gemm_reduce_per_thread(73 * 384, 256, 2), 1);
+        // Outputs that do not split into aligned quads.
+        assert_eq!(gemm_reduce_per_thread((1 << 19) + 2, 256, 4), 1);
+        assert_eq!(gemm_reduce_per_thread(1 << 20, 256 + 8, 4), 1);
+        assert_eq!(gemm_reduce_per_thread(1 << 20, 256 + 8, 2), 4);
+    }
+
+    #[test]
     fn split_k_rounds_to_the_alignment_and_caps_the_slices() {
         assert_eq!(split_k(8192, 64, 132, (16, 512)), (2, 4096));
         assert_eq!(split_k(8192, 1, 132, (16, 512)), (16, 512));
