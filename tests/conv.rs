@@ -22,7 +22,8 @@ type ConvCase = ([usize; 4], [usize; 4], Conv2dParams);
 
 /// Odd shapes: batch 1, 3 channels, 7×13 images, 1×1 / 3×3 / 5×3 kernels, strides 1–3, paddings
 /// 0–2, dilation 2, sizes that are multiples of no tile; then shapes that pick the medium and
-/// large SIMT tiles and a split weight gradient; then a large one.
+/// large SIMT tiles and a split weight gradient; pointwise (1×1) convolutions on planes of ≥ 512
+/// pixels (under TF32 the forward is a per-image GEMM); then a large one.
 fn cases() -> Vec<ConvCase> {
     let p = Conv2dParams::new();
     let mut cases = vec![
@@ -35,8 +36,10 @@ fn cases() -> Vec<ConvCase> {
         ([1, 3, 7, 13], [2, 3, 7, 13], p),
         ([1, 64, 20, 20], [130, 64, 3, 3], p.padding(1)),
         ([2, 5, 9, 10], [3, 5, 2, 3], params((3, 2), (0, 2), (2, 3))),
+        ([2, 7, 19, 29], [5, 7, 1, 1], p),
     ];
     if !sanitizer() {
+        cases.push(([3, 37, 23, 29], [19, 37, 1, 1], p.dilation(2)));
         cases.push(([4, 16, 50, 50], [128, 16, 3, 3], p.padding(1)));
         cases.push(([8, 64, 56, 56], [128, 64, 3, 3], p.padding(1)));
         cases.push(([2, 32, 40, 40], [64, 32, 5, 5], p.stride(2).padding(2)));

@@ -2,8 +2,12 @@
 //! [`conv2d_backward_weight`], [`conv2d_backward_bias`]. Kernels: `gpu-kernels/src/conv/`.
 //!
 //! Forward and both backward products are implicit GEMMs (the im2col gather happens in the tile
-//! loaders). Precision as in matmul: exact f32 on the SIMT kernels by default, TF32 tensor cores
-//! when the context allows TF32 ([`Context::set_allow_tf32`](crate::Context::set_allow_tf32)).
+//! loaders), but for the forward of a pointwise convolution under TF32 (a 1×1 filter at stride
+//! 1 without padding, planes of at least `POINTWISE_MIN_PLANE` pixels): a plain GEMM batched over
+//! the images with W shared (`[K, C] · [C, H·W]` per image) on matmul's TF32 tensor-core kernel.
+//! In exact f32 the implicit GEMM's SIMT tiles, whose M is N·P·Q rather than K, are faster there.
+//! Precision as in matmul: exact f32 on the SIMT kernels by default, TF32 tensor cores when the
+//! context allows TF32 ([`Context::set_allow_tf32`](crate::Context::set_allow_tf32)).
 //! The SIMT tile is the largest whose grid still gives every SM a block; the weight gradient
 //! splits its N·P·Q reduction over enough blocks to fill the GPU and adds the splits in a fixed
 //! order, so every op here is deterministic.
@@ -87,6 +91,14 @@ struct Geometry {
 /// Elements a tensor of the convolution may have: the kernels index in 32 bits.
 const MAX_ELEMENTS: usize = (1 << 31) - 1;
 
+/// The smallest plane (P·Q pixels) a pointwise convolution runs as per-image GEMMs: each image's
+/// product is then at least two 256-wide (or four 128-wide) tiles across; narrower planes (a
+/// ResNet's 7×7 stages) leave the GEMMs' tiles mostly empty, where the implicit GEMM's
+/// N·P·Q-long side fills them.
+const POINTWISE_MIN_PLANE: usize = 512;
+/// The most images a pointwise convolution batches into one GEMM (its grid's z extent).
+const POINTWISE_MAX_IMAGES: usize = 65_535;
+
 impl Geometry {
     fn check(op: &'static str, x: &[usize], w: &[usize], params: Conv2dParams) -> Result<Geometry> {
         let invalid =
@@ -148,6 +160,15 @@ impl Geometry {
     }
     fn w_shape(&self) -> [usize; 4] {
         [self.k, self.c, self.r, self.s]
+    }
+
+    /// A 1×1 filter at stride 1 without padding over planes wide enough for per-image GEMMs (see
+    /// `POINTWISE_MIN_PLANE`): y = W · x per image.
+    fn pointwise(&self) -> bool {
+        let Conv2dParams { stride, padding, .. } = self.params;
+        (self.r, self.s, stride, padding) == (1, 1, (1, 1), (0, 0))
+            && self.p * self.q >= POINTWISE_MIN_PLANE
+            && self.n <= POINTWISE_MAX_IMAGES
     }
 
     /// Whether the backward data gradient is cheaper as `cols = Wᵀ · dy` plus a gather than as
@@ -295,13 +316,7 @@ impl ImplicitGemm<'_> {
         }
         let partial = Tensor::uninit(ctx, &[splits, len], self.op)?;
         self.launch(choice, (DevPtr::null(), partial.ptr_mut()), splits, k_chunk)?;
-        let (plane, channels) = (self.g.p * self.g.q, self.g.k);
-        let cfg = LaunchConfig::covering(len, ELEMENTWISE_BLOCK);
-        let args = (partial.ptr(), bias, out.ptr_mut(), len, splits, plane, channels);
-        // SAFETY: `conv2d_split_sum_f32(partial, bias, out, len, splits, plane, channels)`:
-        // `partial` holds splits·len floats written by the launch above on this stream, `out`
-        // len floats, `bias` is null or K = channels floats.
-        unsafe { kernels::conv2d_split_sum_f32.launch(stream, cfg, args) }
+        add_splits(self.op, (&partial, splits), self.bias, out, (self.g.p * self.g.q, self.g.k))
     }
 
     /// Launch over `splits` pieces of the reduction, `k_chunk` long each.
@@ -360,6 +375,27 @@ impl ImplicitGemm<'_> {
     }
 }
 
+/// `out = Σ_z partial[z] + bias` per output element, the `splits` pieces of `partial` (each
+/// `out.len()` floats) added in order, the bias (`[channels]`, planes of `plane` elements) last.
+fn add_splits(
+    op: &'static str,
+    (partial, splits): (&Tensor, usize),
+    bias: Option<&Tensor>,
+    out: &Tensor,
+    (plane, channels): (usize, usize),
+) -> Result<()> {
+    let len = out.len();
+    debug_assert_eq!(partial.len(), splits * len);
+    let stream = out.context().stream(op)?;
+    let cfg = LaunchConfig::covering(len, ELEMENTWISE_BLOCK);
+    let args = (partial.ptr(), Tensor::ptr_or_null(bias), out.ptr_mut(), len, splits, plane, channels);
+    // SAFETY: `conv2d_split_sum_f32(partial, bias, out, len, splits, plane, channels)`: `partial`
+    // holds splits·len floats written before on this stream (the callers' launches or GEMM),
+    // `out` is a distinct buffer of len floats, `bias` is null or K = channels floats, and
+    // `Geometry::check` bounded len below 2^31.
+    unsafe { kernels::conv2d_split_sum_f32.launch(stream, cfg, args) }
+}
+
 /// `y = x ⊛ w + bias`: x `[N, C, H, W]`, w `[K, C, R, S]`, bias `[K]` → `[N, K, P, Q]`
 /// (cross-correlation, as in PyTorch).
 pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, p: Conv2dParams) -> Result<Tensor> {
@@ -376,6 +412,14 @@ pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, p: Conv2dParams) ->
             let bias = bias.map(Tensor::to_vec).transpose()?;
             let y = cpu_forward(&g, &x.to_vec()?, &w.to_vec()?, bias.as_deref());
             Ok(Tensor::from_cpu(x.context(), &g.y_shape(), y))
+        }
+        Storage::Cuda(_) if g.pointwise() && x.context().allow_tf32() => {
+            let x_planes = x.reshape(&[g.n, g.c, g.h * g.w])?;
+            let planes = Gemm::new(&w.reshape(&[g.k, g.c])?, &x_planes).run()?.reshape(&g.y_shape())?;
+            let Some(bias) = bias else { return Ok(planes) };
+            let y = Tensor::uninit(x.context(), &g.y_shape(), OP)?;
+            add_splits(OP, (&planes, 1), Some(bias), &y, (g.p * g.q, g.k))?;
+            Ok(y)
         }
         Storage::Cuda(_) => {
             let y = Tensor::uninit(x.context(), &g.y_shape(), OP)?;
@@ -644,6 +688,22 @@ mod tests {
 
     fn col2im_wins(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> bool {
         Geometry::check("test", &x, &w, p).unwrap().col2im_wins()
+    }
+
+    /// Pointwise convolutions take per-image GEMMs only on wide planes.
+    #[test]
+    fn pointwise_path() {
+        let p = Conv2dParams::new();
+        let g = |x: [usize; 4], w: [usize; 4], p: Conv2dParams| Geometry::check("test", &x, &w, p).unwrap();
+        // ResNet-50's 1×1 at 56×56 (the torch_ref row).
+        assert!(g([32, 256, 56, 56], [64, 256, 1, 1], p).pointwise());
+        // At 7×7 the planes are too narrow; padding, stride or a 3×3 filter are not pointwise.
+        assert!(!g([32, 2048, 7, 7], [512, 2048, 1, 1], p).pointwise());
+        assert!(!g([2, 8, 32, 32], [8, 8, 1, 1], p.stride(2)).pointwise());
+        assert!(!g([2, 8, 32, 32], [8, 8, 1, 1], p.padding(1)).pointwise());
+        assert!(!g([2, 8, 32, 32], [8, 8, 3, 3], p).pointwise());
+        // Dilation does not matter for a 1×1 filter.
+        assert!(g([2, 8, 32, 32], [8, 8, 1, 1], p.dilation(2)).pointwise());
     }
 
     /// The backward data gradient leaves the implicit GEMM only where it wastes most of its work.
