@@ -57,7 +57,7 @@ bench() {
   local out=${1:-$here/out}
   mkdir -p "$out"
   python3 "$here/torch_ref.py" --json "$out/torch.json" \
-    --only copy,add,gelu,relu,sigmoid,sum,max,transpose,matmul,linear_gelu,softmax,layernorm,adam,sgd,conv2d,maxpool,avgpool,batchnorm || status=1
+    --only copy,add,gelu,relu,sigmoid,sum,max,transpose,matmul,linear_gelu,softmax,layernorm,adam,sgd,conv2d,maxpool,avgpool,batchnorm,cross_entropy,embedding || status=1
   python3 "$here/torch_extra.py" --json "$out/torch_extra.json" || status=1
   "$here/examples/bench_report" --json "$out/bench_report.json" "$out/torch.json" "$out/torch_extra.json" \
     | tee "$out/bench_report.txt" || status=1
