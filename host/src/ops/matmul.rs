@@ -388,26 +388,37 @@ impl<'a> Gemm<'a> {
             launch_by_dtype!(table, dtype, |k| k.launch(
                 stream,
                 cfg,
-                (
-                    self.a.ptr(),
-                    self.b.ptr(),
-                    Tensor::ptr_or_null(self.c),
-                    Tensor::ptr_or_null(self.bias),
-                    out.ptr_mut(),
-                    ws,
-                    d.m,
-                    d.n,
-                    d.k,
-                    plan.k_chunk,
-                    d.stride_a,
-                    d.stride_b,
-                    d.stride_c,
-                    self.alpha,
-                    self.beta,
-                    self.activation.code(),
-                )
+                self.gemv_args(d, out, ws, plan.k_chunk)
             ))
         }
+    }
+
+    /// The arguments of the few-row kernels (`gemv_*` and `gemv_mma_*` share the signature).
+    fn gemv_args<E: DeviceElement>(
+        &self,
+        d: &Dims,
+        out: &Tensor,
+        ws: DevPtrMut<f32>,
+        k_chunk: usize,
+    ) -> GemvArgs<E> {
+        (
+            self.a.ptr(),
+            self.b.ptr(),
+            Tensor::ptr_or_null(self.c),
+            Tensor::ptr_or_null(self.bias),
+            out.ptr_mut(),
+            ws,
+            d.m,
+            d.n,
+            d.k,
+            k_chunk,
+            d.stride_a,
+            d.stride_b,
+            d.stride_c,
+            self.alpha,
+            self.beta,
+            self.activation.code(),
+        )
     }
 
     /// Few 16-bit rows on tensor cores (dispatch row 1).
@@ -439,24 +450,7 @@ impl<'a> Gemm<'a> {
             launch_by_dtype!(table, dtype, |k| k.launch(
                 stream,
                 cfg,
-                (
-                    self.a.ptr(),
-                    self.b.ptr(),
-                    Tensor::ptr_or_null(self.c),
-                    Tensor::ptr_or_null(self.bias),
-                    out.ptr_mut(),
-                    ws,
-                    d.m,
-                    d.n,
-                    d.k,
-                    plan.k_chunk,
-                    d.stride_a,
-                    d.stride_b,
-                    d.stride_c,
-                    self.alpha,
-                    self.beta,
-                    self.activation.code(),
-                )
+                self.gemv_args(d, out, ws, plan.k_chunk)
             ))
         }
     }
