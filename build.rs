@@ -65,7 +65,7 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 7] = [
+const MAX_THREADS: [(&str, usize); 8] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
     ("attention_bwd_wgmma_", shapes::ATTN_WG_THREADS),
     // One block of LAYERNORM_FUSED_BLOCK threads an SM (its last block's fold would take more).
@@ -75,6 +75,9 @@ const MAX_THREADS: [(&str, usize); 7] = [
     // At most 64 registers a thread: two blocks of CE_BLOCK_MAX threads fit an SM.
     ("cross_entropy_f", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
     ("cross_entropy_bf", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),
+    // At most 128 registers a thread: two blocks fit an SM (one leaves 8 warps, too few to hide
+    // the latency of the loads of B and of the FMAs' shared loads of A; perf-notes).
+    ("gemv_f32_nn_r16", shapes::GEMV_F32_NN_R16_BLOCKS_PER_SM * shapes::GEMV_THREADS),
 ];
 
 const ENV_VARS: [&str; 7] = [

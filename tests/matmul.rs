@@ -499,7 +499,8 @@ fn check_product(
 /// split-K on the SIMT and `wgmma` kernels (thin outputs, long K), and the tiled kernels beside them.
 fn every_dispatch_branch(gpu: &Context) {
     let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
-    // (M, N, K): few rows (one slice; many slices; K = 1; N and K off every vector; 16-bit on
+    // (M, N, K): few rows (one slice; many slices; K = 1 with 4 and 16 rows; N and K off every
+    // vector with 4 and 16 rows; 16-bit on
     // tensor cores where K, and N for B [K, N], are multiples of 8: one or two 8-row MMA
     // columns, N off the warp's 64 columns, K off the 32-step), then 17 rows and thin outputs
     // with long K (split-K), short K, and tiles partly outside.
@@ -517,6 +518,8 @@ fn every_dispatch_branch(gpu: &Context) {
             (9, 1000, 808),
             (7, 264, 2056),
             (16, 8192, 1032),
+            (13, 1001, 1),
+            (11, 4097, 1999),
         ]
     };
     let tiled: &[(usize, usize, usize)] = if small {

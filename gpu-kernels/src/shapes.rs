@@ -381,6 +381,8 @@ pub const GEMV_MMA_COLS: usize = 64;
 pub const GEMV_COLS_NT: usize = 4;
 pub const GEMV_ROWS_SMALL: usize = 4;
 pub const GEMV_ROWS: usize = 16;
+/// Blocks of `gemv_f32_nn_r16` resident per SM: its register budget (build.rs).
+pub const GEMV_F32_NN_R16_BLOCKS_PER_SM: usize = 2;
 /// Threads of a `gemm_reduce_*` block.
 pub const GEMM_REDUCE_THREADS: usize = 256;
 /// Outputs from which `gemm_reduce_*` takes four a thread: below, a quarter of the blocks would

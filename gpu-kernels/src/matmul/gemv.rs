@@ -12,9 +12,10 @@
 //! walk the piece in 16-byte vectors of those columns (two per column in flight), each multiplied
 //! by the same k of every row of A, and one butterfly per row and column sums the lanes at the end.
 //! B `[K, N]` (`_nn`): each lane owns the columns of one 16-byte vector, a warp 32 vectors; the
-//! block's 8 warps take interleaved rows k of the piece (8 rows in flight per warp, 4 for 16 rows
-//! of 16-bit), A comes as shared-memory broadcasts, and the warps' sums meet in shared memory,
-//! added in warp order.
+//! block's 8 warps take interleaved rows k of the piece (8 rows in flight per warp, 4 for 16
+//! rows), A comes as shared-memory broadcasts, and the warps' sums meet in shared memory, added
+//! in warp order. 16 rows of f32 run two blocks per SM (128 registers, build.rs) and each warp
+//! takes 4 consecutive rows k, so that one 16-byte broadcast brings A's 4 values of a row.
 //!
 //! `gridDim.y` slices of `k_chunk` elements of k: with one slice the kernel applies the epilogue;
 //! with several each block writes its raw f32 sums to `ws[batch][slice][M][N]` and
@@ -87,6 +88,24 @@ impl<T> Gemv<T> {
 #[inline(always)]
 fn aligned16<T>(p: *const T) -> bool {
     p as usize % 16 == 0
+}
+
+/// The row of A that row `r` of a `ROWS`-row kernel reads in the mainloop for `m` rows, if it
+/// runs. 16 rows of f32 run all 16 (rows past `m` read row `m - 1` and are never stored): a branch
+/// per row kept ptxas from hoisting the next row's shared loads of A above the previous row's
+/// FMAs, and the few warps of a 16-row block did not hide that latency (perf-notes). The 4-row
+/// kernels keep the branch (at M = 1 it saves 3 of 4 FMAs), and 16-bit ones were not measured.
+#[inline(always)]
+fn a_row<E: GemmElem, const ROWS: usize>(r: usize, m: usize) -> Option<usize> {
+    if r >= ROWS {
+        None
+    } else if ROWS > GEMV_ROWS_SMALL && E::VEC == 4 {
+        Some(r.min(m.saturating_sub(1)))
+    } else if r < m {
+        Some(r)
+    } else {
+        None
+    }
 }
 
 /// Stage rows `0..m` of A over k in `[lo, hi)` into `a_s` (row stride `ld`, as f32), with four
@@ -181,8 +200,8 @@ unsafe fn gemv_nt<E: GemmElem, const ROWS: usize>(g: Gemv<E::Elem>) {
                 let k = kk + u * stride;
                 if k < hi {
                     unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-                        if r < ROWS && r < g.m {
-                            let row = a_s.add(r * ld + k - lo);
+                        if let Some(ar) = a_row::<E, ROWS>(r, g.m) {
+                            let row = a_s.add(ar * ld + k - lo);
                             let high = if E::VEC == 8 { *(row.add(4) as *const F32x4) } else { F32x4([0.0; 4]) };
                             let halves = [*(row as *const F32x4), high];
                             unroll!(c in [0, 1, 2, 3] => {
@@ -216,9 +235,10 @@ unsafe fn gemv_nt<E: GemmElem, const ROWS: usize>(g: Gemv<E::Elem>) {
 #[inline(always)]
 unsafe fn gemv_nn<E: GemmElem, const ROWS: usize>(g: Gemv<E::Elem>) {
     // Rows of B each warp loads before it uses any (the bytes in flight that hide the latency);
-    // 16 rows of 8 columns of accumulators leave registers for 4 (8 would spill).
+    // 16 rows of 8 columns of accumulators leave registers for 4 (8 would spill), and so do 16
+    // rows of f32 in the 128 registers of two blocks per SM.
     const DEPTH: usize = 8;
-    let depth = if ROWS > GEMV_ROWS_SMALL && E::VEC == 8 { DEPTH / 2 } else { DEPTH };
+    let depth = if ROWS > GEMV_ROWS_SMALL { DEPTH / 2 } else { DEPTH };
     let (batch, slice, k_lo, k_hi) = g.slice();
     let (a, b) = (g.a.add(batch * g.stride_a), g.b.add(batch * g.stride_b));
     let col0 = (block_x() * 32 + lane()) * E::VEC;
@@ -226,24 +246,44 @@ unsafe fn gemv_nn<E: GemmElem, const ROWS: usize>(g: Gemv<E::Elem>) {
     let w = warp_in_block();
     let vector = g.n % E::VEC == 0 && aligned16(b);
     let mut acc = [[0.0f32; 8]; ROWS];
+    // 16 rows of f32: each warp takes 4 consecutive rows of B, so that one 16-byte shared load
+    // brings a row of A's values for all 4 (a quarter of the shared loads).
+    let quads = ROWS > GEMV_ROWS_SMALL && E::VEC == 4;
+    let (first, apart) = if quads { (w * depth, 1) } else { (w, WARPS) };
     // Inlined by force, as in `gemv_nt`.
     let piece = #[inline(always)]
     |lo: usize, hi: usize, a_s: *const f32, ld: usize| {
-        let mut kr = lo + w;
+        let mut kr = lo + first;
         while kr < hi {
             let mut bv = [[0.0f32; 8]; DEPTH];
             unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                let k = kr + u * WARPS;
+                let k = kr + u * apart;
                 if u < depth && k < hi && cols > 0 {
                     bv[u] = E::load_run(b.add(k * g.n + col0), vector, cols);
                 }
             });
+            if quads {
+                // Rows past `hi` add 0·0: B's are not loaded, and A's piece is zero to the end
+                // of its last vector.
+                unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                    if let Some(ar) = a_row::<E, ROWS>(r, g.m) {
+                        let x = *(a_s.add(ar * ld + kr - lo) as *const F32x4);
+                        unroll!(u in [0, 1, 2, 3] => {
+                            unroll!(j in [0, 1, 2, 3] => {
+                                acc[r][j] = fma(x.0[u], bv[u][j], acc[r][j]);
+                            });
+                        });
+                    }
+                });
+                kr += depth * WARPS;
+                continue;
+            }
             unroll!(u in [0, 1, 2, 3, 4, 5, 6, 7] => {
                 let k = kr + u * WARPS;
                 if u < depth && k < hi {
                     unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-                        if r < ROWS && r < g.m {
-                            let x = *a_s.add(r * ld + k - lo);
+                        if let Some(ar) = a_row::<E, ROWS>(r, g.m) {
+                            let x = *a_s.add(ar * ld + k - lo);
                             unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7] => {
                                 if j < E::VEC {
                                     acc[r][j] = fma(x, bv[u][j], acc[r][j]);
