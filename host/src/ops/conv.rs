@@ -1,5 +1,6 @@
-//! 2-D convolution, NCHW, f32: [`conv2d`] (bias fused), [`conv2d_backward_data`],
-//! [`conv2d_backward_weight`], [`conv2d_backward_bias`]. Kernels: `gpu-kernels/src/conv/`.
+//! 2-D convolution, NCHW, f32: [`conv2d`] (bias fused, but for the pointwise TF32 forward below,
+//! which adds it in a second pass), [`conv2d_backward_data`], [`conv2d_backward_weight`],
+//! [`conv2d_backward_bias`]. Kernels: `gpu-kernels/src/conv/`.
 //!
 //! Forward and both backward products are implicit GEMMs (the im2col gather happens in the tile
 //! loaders), but for the forward of a pointwise convolution under TF32 (a 1×1 filter at stride

@@ -1107,7 +1107,6 @@ type GemvArgs<E> = (
     u32,
 );
 
-/// `[up to 16 rows][B transposed]`.
 /// `gemv_mma_*` by `transpose_b` (16-bit only: the f32 entry is never launched, the plan keeps
 /// f32 on `gemv_*`).
 const GEMV_MMA_KERNELS: [ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2] = [
@@ -1115,6 +1114,7 @@ const GEMV_MMA_KERNELS: [ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2] = [
     ByDType { f32: kernels::gemv_f32_nt_r16, f16: kernels::gemv_mma_f16_nt, bf16: kernels::gemv_mma_bf16_nt },
 ];
 
+/// `[up to 16 rows][B transposed]`.
 const GEMV_KERNELS: [[ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2]; 2] = [
     [
         ByDType {
