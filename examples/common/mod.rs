@@ -85,6 +85,10 @@ pub struct History {
     pub steady_samples_per_s: Option<f64>,
     /// Samples and seconds of training steps: every epoch, and every epoch after the first.
     timed: [(usize, f64); 2],
+    /// Host ms of each capture (batch size, ms of `Context::capture`, ms of the first launch).
+    pub captures: Vec<(usize, f64, f64)>,
+    /// Host ms of the eager step before the first capture.
+    pub warm_up_ms: Option<f64>,
 }
 
 impl History {
@@ -98,6 +102,26 @@ impl History {
         let [(n, t), (n_after, t_after)] = self.timed;
         self.samples_per_s = n as f64 / t;
         self.steady_samples_per_s = (n_after > 0).then(|| n_after as f64 / t_after);
+    }
+
+    /// Where the first epoch's time went: its ms beside a later epoch's mean, and the captures.
+    pub fn first_epoch_line(&self) -> String {
+        let [(n, t), (n_after, t_after)] = self.timed;
+        let first_ms = (t - t_after) * 1e3;
+        let later = (n_after > 0).then(|| t_after * 1e3 / (n_after as f64 / (n - n_after) as f64));
+        let mut line = format!("first epoch {first_ms:.1} ms");
+        if let Some(ms) = later {
+            line += &format!(", a later one {ms:.2} ms");
+        }
+        if let Some(ms) = self.warm_up_ms {
+            line += &format!("; eager warm-up step {ms:.2} ms");
+        }
+        for (batch, capture_ms, launch_ms) in &self.captures {
+            line += &format!(
+                "; capture of the batch-{batch} step {capture_ms:.2} ms, its first launch {launch_ms:.2} ms"
+            );
+        }
+        line
     }
 }
 
@@ -262,13 +286,19 @@ pub fn train_graph(
             match &step.graph {
                 Some(graph) => graph.launch()?,
                 None if warmed => {
+                    let captured = Instant::now();
                     let graph =
                         ctx.capture(|| graph_step(model, adam, statics, (&mut sum, &mut loss_sum)))?;
+                    let launched = Instant::now();
                     graph.launch()?;
+                    let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+                    history.captures.push((idx.len(), ms(captured, launched), ms(launched, Instant::now())));
                     step.graph = Some(graph);
                 }
                 None => {
+                    let started = Instant::now();
                     graph_step(model, adam, statics, (&mut sum, &mut loss_sum))?;
+                    history.warm_up_ms = Some(started.elapsed().as_secs_f64() * 1e3);
                     warmed = true;
                 }
             }
@@ -375,6 +405,7 @@ pub fn run(example: Example) -> Result<()> {
         ctx.device(),
         if graphs { " (CUDA graphs)" } else { "" }
     );
+    println!("{}", history.first_epoch_line());
     if ctx.is_cuda() && !args.iter().any(|a| a == "--no-cpu") {
         let cpu = Context::cpu();
         let mut model = (example.build)(&cpu)?;
