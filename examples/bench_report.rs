@@ -171,9 +171,10 @@ fn main() -> Result<()> {
             ferrocuda::layer_norm(x, Some(&gamma), Some(&beta), 1e-5).map(|(y, _)| y)
         })?);
     }
-    // Rows few and long, many and narrow, and GPT-2's vocabulary; layer norm in bf16 at model
-    // widths (torch_ref counts read + write of 2 B there).
-    for shape in [[16, 1 << 22], [1 << 20, 16], [64, 50257]] {
+    // Rows few and long, many and narrow, GPT-2's vocabulary for few rows and for many
+    // (torch_extra's row); layer norm in bf16 at model widths (torch_ref counts read + write of
+    // 2 B there).
+    for shape in [[16, 1 << 22], [1 << 20, 16], [64, 50257], [4096, 50257]] {
         rows.push(measure(&ctx, "sum_rows", &shape, true, 4, Tensor::sum_last)?);
         rows.push(measure(&ctx, "softmax", &shape, true, 8, Tensor::softmax)?);
         let (gamma, beta) = (ctx.randn(&shape[1..], 13)?, ctx.randn(&shape[1..], 14)?);

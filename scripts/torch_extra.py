@@ -18,6 +18,14 @@ def main():
         x = ref.rn(*shp)
         ms = ref.median_ms(lambda: torch.tanh(x))
         rows.append(dict(workload="tanh", shape=str(shp), impl="torch", ms=round(ms, 4), **{"GB/s": round(8 * x.numel() / ms / 1e6, 1)}))
+    # Rows wider than a block holds, many of them (a language model's logits): split rows.
+    import torch.nn.functional as F
+    for shp in [(4096, 50257)]:
+        x, w, b = ref.rn(*shp), ref.rn(shp[1]), ref.rn(shp[1])
+        for name, fn, per in [("sum_rows", lambda: x.sum(1), 4), ("softmax", lambda: torch.softmax(x, 1), 8),
+                              ("layernorm", lambda: F.layer_norm(x, (shp[1],), w, b), 8)]:
+            ms = ref.median_ms(fn)
+            rows.append(dict(workload=name, shape=str(shp), impl="torch", ms=round(ms, 4), **{"GB/s": round(per * x.numel() / ms / 1e6, 1)}))
     for r in rows:
         print(f"{r['workload']:24s} {r['shape']:34s} {r['impl']:14s} {r['ms']:9.4f} ms  {r['GB/s']} GB/s")
     if a.json:

@@ -91,12 +91,19 @@ pub const NN_ROW_VECTORS: usize = 8;
 /// Modes of a row-kernel launch (softmax, layer norm, row reductions; see
 /// `gpu-kernels/src/prelude/rows.rs`): `ROW_WHOLE` handles whole rows; a row split across
 /// blocks runs `ROW_PARTIAL` (each block writes its chunk's statistic) then `ROW_APPLY` (each
-/// block merges its row's statistics and writes its chunk's outputs).
+/// block merges its row's statistics and writes its chunk's outputs), or, split across the
+/// blocks of one cluster (at most `ROW_CLUSTER_MAX` chunks, compute capability 9.0 and later),
+/// `ROW_CLUSTER` in one launch: the blocks exchange their statistics through distributed shared
+/// memory, and each row is read once.
 pub const ROW_WHOLE: u32 = 0;
 /// See [`ROW_WHOLE`].
 pub const ROW_PARTIAL: u32 = 1;
 /// See [`ROW_WHOLE`].
 pub const ROW_APPLY: u32 = 2;
+/// See [`ROW_WHOLE`].
+pub const ROW_CLUSTER: u32 = 3;
+/// The most chunks (blocks) of a `ROW_CLUSTER` row: the portable cluster size.
+pub const ROW_CLUSTER_MAX: usize = 8;
 /// Values of a row each thread of a row team holds in registers (8 · `prelude::rows::SLOTS`).
 pub const ROW_THREAD_VALUES: usize = 32;
 /// The widest rows the one-launch layer-norm backward takes (`nn::layernorm`): two of a row

@@ -9,7 +9,8 @@
 //! reduction), then `y = (x - mean) · rstd · γ + β` from the registers; one read, one write. Rows
 //! split across blocks (two launches over all rows) merge the chunks' (count, mean, M2) the same
 //! way in the `ROW_APPLY` launch, which re-reads its chunk; its grid runs the chunk's blocks of
-//! every row one after another, so γ and β come from DRAM once.
+//! every row one after another, so γ and β come from DRAM once. Rows a cluster holds (at most
+//! `ROW_CLUSTER_MAX` chunks) merge them within the cluster instead, in one launch and one read.
 //! Backward, per row with x̂ = (x - mean)·rstd and g = dy·γ:
 //! `dx = rstd (g - mean(g) - x̂ mean(g x̂))`, the two sums merged the same way; per column
 //! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds
@@ -17,7 +18,7 @@
 //! transformer widths) take one fused launch instead (`layernorm_bwd_<dtype>`): dx and the
 //! parameter sums from one read of x and dy.
 use crate::prelude::*;
-use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_APPLY, ROW_PARTIAL};
+use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS};
 
 /// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
 #[inline(always)]
@@ -42,15 +43,11 @@ unsafe fn layernorm_rows<F: Float, const K: usize>(
             let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
             // Each thread's exact two-pass (count, mean, M2) over its registers, merged over the team
             // (and, for a split row, over its chunks) by Chan's formula: one team reduction.
-            let stat = if mode == ROW_APPLY {
-                t.merge_partials::<Welford>(partials)
-            } else {
-                t.combine(welford_slots::<K>(&t, &v))
+            let Some(Welford(n, mean, m2)) =
+                t.row_stat(mode, partials, || t.combine(welford_slots::<K>(&t, &v)))
+            else {
+                return;
             };
-            if mode == ROW_PARTIAL {
-                return t.write_partial(partials, stat);
-            }
-            let Welford(n, mean, m2) = stat;
             let rstd = 1.0 / sqrt_rn(m2 / n + eps);
             if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
                 store_f32(mean_out.add(t.row), mean);
@@ -177,14 +174,11 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
             let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
             let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
             let w = gamma_slots::<F, K>(&t, gamma);
-            let sums = if mode == ROW_APPLY {
-                t.merge_partials(partials)
-            } else {
-                t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat))
+            let Some(sums) =
+                t.row_stat(mode, partials, || t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat)))
+            else {
+                return;
             };
-            if mode == ROW_PARTIAL {
-                return t.write_partial(partials, sums);
-            }
             store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
         },
     );

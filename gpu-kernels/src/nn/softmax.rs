@@ -8,11 +8,11 @@
 //! (max, Σ e^(x - max)) comes from the values held, then the outputs. Rows longer than a block
 //! holds, or too few for the SMs, are split into chunks over `gridDim.y` and take two launches
 //! of the 32-value build over all rows (`ROW_PARTIAL`: each chunk's (max, sum); `ROW_APPLY`:
-//! re-read the chunk, merge the row's partials online, write).
+//! re-read the chunk, merge the row's partials online, write), or, when a cluster holds the row,
+//! one `ROW_CLUSTER` launch that reads it once.
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
 //! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
 
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
 #[inline(always)]
@@ -36,19 +36,15 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
             let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
             // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
             // reductions); only the merge of a split row's chunks takes the online form.
-            let stat = if mode == ROW_APPLY {
-                t.merge_partials(partials)
-            } else {
+            let Some(MaxSumExp(m, s)) = t.row_stat(mode, partials, || {
                 let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
                 MaxSumExp(
                     m,
                     t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(&t, &v, |e| exp_fast(e - m)))).0,
                 )
+            }) else {
+                return;
             };
-            if mode == ROW_PARTIAL {
-                return t.write_partial(partials, stat);
-            }
-            let MaxSumExp(m, s) = stat;
             let (shift, inv) = (m + ln_fast(s), 1.0 / s);
             t.store_first::<F, K>(
                 out.wrapping_add(offset),
@@ -81,17 +77,13 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize>(
             let offset = t.row * cols;
             let p = t.load_first::<F, K>(y.wrapping_add(offset), 0.0);
             let g = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
-            let total = if mode == ROW_APPLY {
-                t.merge_partials::<Folded<Sum>>(partials)
-            } else {
+            let Some(Folded(total, _)) = t.row_stat(mode, partials, || {
                 let mut acc = 0.0f32;
                 t.each_first::<K>(|k, e| acc += if LOG { g[k][e] } else { p[k][e] * g[k][e] });
                 t.combine(Folded::<Sum>::new(acc))
+            }) else {
+                return;
             };
-            if mode == ROW_PARTIAL {
-                return t.write_partial(partials, total);
-            }
-            let total = total.0;
             t.store_first::<F, K>(
                 dx.wrapping_add(offset),
                 #[inline(always)]

@@ -10,16 +10,20 @@
 //! values, two of 4 f32) with the team's lanes on consecutive vectors, so that each load
 //! instruction of a warp reads one contiguous span, where the row start is 16-byte aligned;
 //! scalars at `begin + lane + size·(8k + e)` where it is not. The host keeps a team's range
-//! within `8 · K · size` values.
+//! within `8 · K · size` values. A `ROW_CLUSTER` launch turns the grid around: `blockIdx.y` is
+//! the row and `blockIdx.x` the chunk, so that a row's chunks are one cluster along x.
 use super::block::{welford_combine, Max, ReduceOp, Sum};
 use super::half::{HalfFloat, BF16, F16};
-use super::index::{block_dim_x, block_x, block_y, grid_dim_y, lane, thread_x, warp_in_block};
+use super::index::{block_dim_x, block_x, block_y, grid_dim_x, grid_dim_y, lane, thread_x, warp_in_block};
 use super::math::exp_fast;
 use super::memory::*;
 use super::shared::shared_ptr;
 use super::sync::sync_threads;
+#[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+use super::sync::{cluster_sync, load_cluster_shared_f32};
+use super::tensor_core::shared_addr;
 use super::warp::shfl_xor;
-use crate::shapes::ROW_WHOLE;
+use crate::shapes::{ROW_APPLY, ROW_CLUSTER, ROW_PARTIAL, ROW_WHOLE};
 use core::marker::PhantomData;
 
 /// Chunks of 8 values each thread of a team holds.
@@ -195,11 +199,32 @@ impl RowTeam {
         } else {
             ((block_x() * block_dim_x() + thread_x()) >> shift, thread_x() & (size - 1))
         };
-        let begin = block_y() * chunk;
+        Self::placed::<F>((row, lane, size), (block_y(), grid_dim_y()), (rows, cols, chunk))
+    }
+
+    /// The team of this thread in a launch of `mode`: as [`RowTeam::new`], except that a
+    /// `ROW_CLUSTER` launch runs a block per chunk with the row on `blockIdx.y` and the chunk on
+    /// `blockIdx.x` (see the module documentation).
+    #[inline(always)]
+    pub fn in_mode<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize, mode: u32) -> Self {
+        if mode != ROW_CLUSTER {
+            return Self::new::<F>(rows, cols, size, chunk);
+        }
+        Self::placed::<F>((block_y(), thread_x(), size), (block_x(), grid_dim_x()), (rows, cols, chunk))
+    }
+
+    /// The team at `row` with `lane` of `size` lanes, on chunk `c` of `chunks` of `chunk` values.
+    #[inline(always)]
+    fn placed<F: Float>(
+        (row, lane, size): (usize, usize, usize),
+        (c, chunks): (usize, usize),
+        (rows, cols, chunk): (usize, usize, usize),
+    ) -> Self {
+        let begin = c * chunk;
         let end = if row < rows { cols.min(begin + chunk) } else { begin };
         let vec = if cols % F::PER_16B == 0 { F::PER_16B as u32 } else { 0 };
         let narrow = [begin as u32, end as u32, lane as u32, size as u32];
-        RowTeam { row, lane, size, begin, end, chunk: block_y(), chunks: grid_dim_y(), vec, narrow }
+        RowTeam { row, lane, size, begin, end, chunk: c, chunks, vec, narrow }
     }
 
     /// The same lanes on row `row` of whole (unsplit) rows of `cols` values: for kernels whose
@@ -423,6 +448,69 @@ impl RowTeam {
         self.combine(s)
     }
 
+    /// The statistic of this team's row in a launch of `mode`: `local()` (the team's combined
+    /// statistic of the values it holds) for whole rows; merged over the row's chunks in chunk
+    /// order for `ROW_APPLY` (from the partials, without calling `local`) and `ROW_CLUSTER`
+    /// (through the cluster's shared memory); `None` for `ROW_PARTIAL`, which writes the chunk's
+    /// partial instead. Every thread of the block (of the cluster, for `ROW_CLUSTER`) calls it.
+    ///
+    /// # Safety
+    /// As [`RowTeam::merge_partials`] and [`RowTeam::write_partial`] in their modes.
+    #[inline(always)]
+    pub unsafe fn row_stat<S: RowStat>(
+        &self,
+        mode: u32,
+        partials: *mut f32,
+        local: impl FnOnce() -> S,
+    ) -> Option<S> {
+        if mode == ROW_APPLY {
+            return Some(self.merge_partials(partials));
+        }
+        let s = local();
+        match mode {
+            ROW_PARTIAL => {
+                self.write_partial(partials, s);
+                None
+            }
+            ROW_CLUSTER => Some(self.merge_cluster(s)),
+            _ => Some(s),
+        }
+    }
+
+    /// The merge, in chunk (cluster rank) order, of the block statistics `s` of the cluster's
+    /// blocks: each block publishes its own in shared memory and reads the others' there.
+    #[inline(always)]
+    fn merge_cluster<S: RowStat>(&self, s: S) -> S {
+        #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+        {
+            let scratch = shared_ptr(&raw mut CLUSTER_STAT);
+            if thread_x() == 0 {
+                for (i, &e) in s.to_array().iter().enumerate().take(S::WIDTH) {
+                    // SAFETY: WIDTH ≤ 3: inside the scratch.
+                    unsafe { *scratch.add(i) = e };
+                }
+            }
+            cluster_sync();
+            let mut total = S::EMPTY;
+            for rank in 0..self.chunks as u32 {
+                let mut v = [0.0f32; 3];
+                for (i, e) in v.iter_mut().enumerate().take(S::WIDTH) {
+                    // SAFETY: block `rank` of this cluster wrote its statistic before the barrier
+                    // above and waits at the one below before it may exit.
+                    *e = unsafe { load_cluster_shared_f32(shared_addr(scratch.add(i)), rank) };
+                }
+                total = total.merge(S::from_array(v));
+            }
+            cluster_sync();
+            total
+        }
+        #[cfg(not(any(feature = "sm90a", target_feature = "sm_90")))]
+        {
+            // Targets without clusters: the host never launches ROW_CLUSTER there.
+            s
+        }
+    }
+
     /// Write this team's statistic as its chunk's partial (lane 0 of the team writes).
     ///
     /// # Safety
@@ -436,8 +524,8 @@ impl RowTeam {
 }
 
 /// The row items of a launch, `body(team, mode)` for this block's team: in the builds of 32
-/// values a thread (`K = 4`) in the launch's `mode` (`ROW_WHOLE`, or the `ROW_PARTIAL` /
-/// `ROW_APPLY` launches of split rows); in the narrower builds (whole rows only) in
+/// values a thread (`K = 4`) in the launch's `mode` (`ROW_WHOLE`, the `ROW_PARTIAL` /
+/// `ROW_APPLY` launches of split rows, or `ROW_CLUSTER`); in the narrower builds (whole rows only) in
 /// `ROW_WHOLE`, a constant, so that they carry no registers for the split modes.
 #[inline(always)]
 pub fn row_items<F: Float, const K: usize>(
@@ -446,7 +534,7 @@ pub fn row_items<F: Float, const K: usize>(
     mut body: impl FnMut(&RowTeam, u32),
 ) {
     let mode = if K == SLOTS { mode } else { ROW_WHOLE };
-    body(&RowTeam::new::<F>(rows, cols, team, chunk), mode);
+    body(&RowTeam::in_mode::<F>(rows, cols, team, chunk, mode), mode);
 }
 
 /// A statistic of a row that merges associatively (in the fixed order of the team), kept as
@@ -589,6 +677,8 @@ impl RowStat for Welford {
 }
 
 shared_array!(static ROW_STAT_SCRATCH: [f32; 3 * 32]);
+// A block's statistic for the other blocks of its cluster (`RowTeam::merge_cluster`).
+shared_array!(static CLUSTER_STAT: [f32; 4]);
 
 /// Merge every thread's `s` over the block: butterflies within each warp, then every thread
 /// merges the warps' results in warp order.

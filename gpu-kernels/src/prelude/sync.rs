@@ -41,6 +41,43 @@ pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
     v
 }
 
+/// This block's rank in its cluster.
+#[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+#[inline(always)]
+pub fn cluster_rank() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    r
+}
+
+/// Every thread of every block of the cluster arrives before any continues; shared-memory
+/// writes (and `mbarrier` initialisations) before it are visible to the cluster after it (the
+/// arrive's default semantics are release and the wait's acquire; the explicit modifiers need
+/// PTX 8.0, which the portable modules do not declare).
+#[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+#[inline(always)]
+pub fn cluster_sync() {
+    // SAFETY: a barrier; callers reach it with every thread of the cluster.
+    unsafe { asm!("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;", options(nostack)) }
+}
+
+/// The f32 at shared-memory address `addr` (as [`shared_addr`](super::tensor_core::shared_addr)
+/// gives it) of the cluster's block `rank`.
+///
+/// # Safety
+/// That block is running and wrote the value before a cluster barrier this thread has passed,
+/// and it does not pass its next cluster barrier before this read (so it cannot exit or reuse
+/// the address).
+#[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+#[inline(always)]
+pub unsafe fn load_cluster_shared_f32(addr: u32, rank: u32) -> f32 {
+    let v: f32;
+    asm!("{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {a}, {r}; ld.shared::cluster.f32 {v}, [remote]; }}",
+         a = in(reg32) addr, r = in(reg32) rank, v = out(reg32) v, options(nostack, readonly));
+    v
+}
+
 /// Abort the kernel (a launch failure on the host).
 #[inline(always)]
 pub fn trap() -> ! {

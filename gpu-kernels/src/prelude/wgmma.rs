@@ -121,29 +121,6 @@ pub unsafe fn tma_load_3d_multicast(
          k = in(reg16) mask, options(nostack));
 }
 
-/// This block's rank in its cluster.
-#[inline(always)]
-pub fn cluster_rank() -> u32 {
-    let r: u32;
-    // SAFETY: reads a special register.
-    unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(pure, nomem, nostack)) };
-    r
-}
-
-/// Every thread of every block of the cluster arrives before any continues; shared-memory
-/// writes (and `mbarrier` initialisations) before it are visible to the cluster after it.
-#[inline(always)]
-pub fn cluster_sync() {
-    // SAFETY: a barrier; callers reach it with every thread of the cluster.
-    unsafe {
-        asm!(
-            "barrier.cluster.arrive.release.aligned;",
-            "barrier.cluster.wait.acquire.aligned;",
-            options(nostack)
-        )
-    }
-}
-
 /// Arrive on the `mbarrier` at this block's shared offset `bar` in the cluster's block `rank`.
 /// The default (CTA-scope) release: it orders this thread's own accesses only, which is what a
 /// consumer releasing a stage it read through `wgmma` (complete, waited for) needs; a

@@ -6,9 +6,10 @@
 //! Launch (see `prelude::rows` and the host's dispatch): a team of threads per row (several rows
 //! per warp when rows are narrow, a warp, or a block); rows longer than a block holds are split
 //! over `gridDim.y`: `ROW_PARTIAL` writes each chunk's fold to `partials[row · chunks + chunk]`,
-//! then `ROW_APPLY` (one chunk per row, `cols` = the chunk count) folds those rows of partials.
+//! then `ROW_APPLY` (one chunk per row, `cols` = the chunk count) folds those rows of partials;
+//! or one `ROW_CLUSTER` launch merges a row's chunks within its cluster.
 use crate::prelude::*;
-use crate::shapes::{ROW_APPLY, ROW_PARTIAL};
+use crate::shapes::{ROW_APPLY, ROW_WHOLE};
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -19,20 +20,37 @@ unsafe fn reduce_rows<F: Float, R: ReduceOp, const K: usize>(
     (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
     scale: f32,
 ) {
-    let (t, v) = if mode == ROW_APPLY {
-        let t = RowTeam::new::<f32>(rows, cols, team, chunk);
-        (t, t.load_first::<f32, K>(partials.wrapping_add(t.row * cols), R::IDENTITY))
+    // The second pass's rows are the partials: whole rows of f32 to fold, not a split row.
+    if mode == ROW_APPLY {
+        fold_rows::<f32, F, R, K>(partials, partials, out, (rows, cols, team, chunk, ROW_WHOLE), scale)
     } else {
-        let t = RowTeam::new::<F>(rows, cols, team, chunk);
-        (t, t.load_first::<F, K>(x.wrapping_add(t.row * cols), R::IDENTITY))
-    };
-    let total = t.combine(Folded::<R>::new(fold_slots::<R, K>(&t, &v, |e| e)));
-    if mode == ROW_PARTIAL {
-        return t.write_partial(partials, total);
+        fold_rows::<F, F, R, K>(x, partials, out, (rows, cols, team, chunk, mode), scale)
     }
-    if t.lane == 0 && t.begin < t.end {
-        F::store(out.add(t.row), total.0 * scale);
-    }
+}
+
+/// `out[row] = scale · fold_R(src[row])` for rows of `L` values (written as `F`), in the launch's
+/// `mode` (`ROW_PARTIAL` writes the chunks' folds to `partials` instead).
+#[inline(always)]
+unsafe fn fold_rows<L: Float, F: Float, R: ReduceOp, const K: usize>(
+    src: *const L::Raw,
+    partials: *mut f32,
+    out: *mut F::Raw,
+    (rows, cols, team, chunk, mode): (usize, usize, usize, usize, u32),
+    scale: f32,
+) {
+    row_items::<L, K>(
+        (rows, cols, team, chunk),
+        mode,
+        #[inline(always)]
+        |t, mode| {
+            let v = t.load_first::<L, K>(src.wrapping_add(t.row * cols), R::IDENTITY);
+            let local = || t.combine(Folded::<R>::new(fold_slots::<R, K>(t, &v, |e| e)));
+            let Some(total) = t.row_stat(mode, partials, local) else { return };
+            if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
+                F::store(out.add(t.row), total.0 * scale);
+            }
+        },
+    );
 }
 
 macro_rules! reduce_rows_kernels {

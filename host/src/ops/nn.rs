@@ -194,8 +194,9 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
                     let args = (x.ptr(), out.ptr_mut(), partials, l.rows, cols, l.team, l.chunk, l.mode);
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type; partials holds the plan's statistics (or is null and
-                    // unread: mode ROW_WHOLE); the launch shape is RowPlan's (team, chunk, grid).
-                    unsafe { k.launch(stream, l.cfg, args) }
+                    // unread: modes ROW_WHOLE and ROW_CLUSTER); the launch shape is RowPlan's
+                    // (team, chunk, grid, and clusters of a row's chunks for ROW_CLUSTER).
+                    unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                 })
             })?;
             Ok(out)
@@ -241,7 +242,7 @@ fn softmax_backward_impl(y: &Tensor, dy: &Tensor, log: bool) -> Result<Tensor> {
                     // SAFETY: `<log_>softmax_bwd_<dtype>`: y, dy, dx hold rows·cols values of the
                     // kernel's type (shapes and dtypes checked equal); partials and the launch
                     // shape as in the forward pass.
-                    unsafe { k.launch(stream, l.cfg, args) }
+                    unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                 })
             })?;
             Ok(dx)
@@ -689,7 +690,7 @@ pub fn layer_norm(
                         // kernel's type, gamma/beta cols values of it (same dtype, checked) or
                         // null, mean/rstd rows floats; partials and the launch shape are
                         // RowPlan's.
-                        unsafe { k.launch(stream, l.cfg, args) }
+                        unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                     })
                 })?;
             }
@@ -825,7 +826,7 @@ pub fn layer_norm_backward(
                         // SAFETY: `layernorm_bwd_dx_<dtype>`: x, dy, dx hold rows·cols values of
                         // the kernel's type, gamma cols or null, mean/rstd rows floats; partials
                         // and launch shape RowPlan's.
-                        unsafe { k.launch(stream, l.cfg, args) }
+                        unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                     })
                 })?;
             }

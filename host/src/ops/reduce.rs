@@ -203,9 +203,9 @@ fn reduce_rows(x: &Tensor, op: Reduce) -> Result<Tensor> {
                     let args = (x, partials, out, l.rows, width, launch.team, launch.chunk, l.mode, scale);
                     // SAFETY: `<op>_rows_<dtype>`: x holds rows·cols values of the kernel's type,
                     // out rows values; partials holds `chunks` floats per row (null and unread
-                    // unless split); the
-                    // launch shapes are RowPlan's, the second pass's for rows of `chunks` floats.
-                    unsafe { k.launch(stream, launch.cfg, args) }
+                    // unless split in two launches); the launch shapes (and clusters) are
+                    // RowPlan's, the second pass's for rows of `chunks` floats.
+                    unsafe { k.launch_clustered(stream, launch.cfg, launch.cluster, args) }
                 })
             })?;
             Ok(out)
