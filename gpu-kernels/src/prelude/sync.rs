@@ -52,14 +52,23 @@ pub fn cluster_rank() -> u32 {
 }
 
 /// Every thread of every block of the cluster arrives before any continues; shared-memory
-/// writes (and `mbarrier` initialisations) before it are visible to the cluster after it (the
-/// arrive's default semantics are release and the wait's acquire; the explicit modifiers need
-/// PTX 8.0, which the portable modules do not declare).
+/// writes (and `mbarrier` initialisations) before it are visible to the cluster after it. The
+/// arrive's default semantics are release and the wait's acquire; the portable modules, whose
+/// PTX predates the explicit modifiers (8.0), leave them implicit.
 #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
 #[inline(always)]
 pub fn cluster_sync() {
     // SAFETY: a barrier; callers reach it with every thread of the cluster.
-    unsafe { asm!("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;", options(nostack)) }
+    unsafe {
+        #[cfg(feature = "sm90a")]
+        asm!(
+            "barrier.cluster.arrive.release.aligned;",
+            "barrier.cluster.wait.acquire.aligned;",
+            options(nostack)
+        );
+        #[cfg(not(feature = "sm90a"))]
+        asm!("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;", options(nostack));
+    }
 }
 
 /// The f32 at shared-memory address `addr` (as [`shared_addr`](super::tensor_core::shared_addr)

@@ -44,8 +44,10 @@ unsafe fn fold_rows<L: Float, F: Float, R: ReduceOp, const K: usize>(
         #[inline(always)]
         |t, mode| {
             let v = t.load_first::<L, K>(src.wrapping_add(t.row * cols), R::IDENTITY);
-            let local = || t.combine(Folded::<R>::new(fold_slots::<R, K>(t, &v, |e| e)));
-            let Some(total) = t.row_stat(mode, partials, local) else { return };
+            // Folded before `row_stat` (which takes it by value): a closure over `v` left the f32
+            // builds' values in local memory (a 208-byte stack frame, 3.8× slower split rows).
+            let folded = t.combine(Folded::<R>::new(fold_slots::<R, K>(t, &v, |e| e)));
+            let Some(total) = t.row_stat(mode, partials, move || folded) else { return };
             if t.lane == 0 && t.chunk == 0 && t.begin < t.end {
                 F::store(out.add(t.row), total.0 * scale);
             }
