@@ -38,6 +38,32 @@ fn chain_replay_matches_eager(ctx: &Context) {
     }
 }
 
+/// A capture may be a kernel module's first use (nothing loads every module ahead of a capture):
+/// the transpose module loads while the stream is captured (the load time grows inside the
+/// capture; this case runs first, and no other case transposes), and the replay matches eager
+/// execution.
+fn first_use_of_a_module_inside_a_capture(ctx: &Context) {
+    let (rows, cols) = (37, 53);
+    let mut x = ctx.from_slice(&randn_host(rows * cols, 11), &[rows, cols]).unwrap();
+    let loaded = ctx.module_load_time().unwrap();
+    let mut out = None;
+    let graph = ctx
+        .capture(|| {
+            out = Some(x.transpose()?);
+            Ok(())
+        })
+        .unwrap();
+    assert!(ctx.module_load_time().unwrap() > loaded, "no module loaded inside the capture");
+    let y = out.unwrap();
+    for seed in 12..15 {
+        let data = randn_host(rows * cols, seed);
+        x.copy_from_slice(&data).unwrap();
+        graph.launch().unwrap();
+        let want = ctx.from_slice(&data, &[rows, cols]).unwrap().transpose().unwrap();
+        assert_same(&format!("transpose, input {seed}"), &y.to_vec().unwrap(), &want.to_vec().unwrap());
+    }
+}
+
 /// 64 features → 128 → 10 (`capturable` has nothing to change).
 fn mlp(ctx: &Context, _capturable: bool) -> Sequential {
     Sequential::new()
@@ -368,6 +394,7 @@ fn cpu_capturable_adam_is_adam() {
 
 fn main() {
     run(&[
+        ("first_use_of_a_module_inside_a_capture", Case::Gpu(first_use_of_a_module_inside_a_capture)),
         ("chain_replay_matches_eager", Case::Gpu(chain_replay_matches_eager)),
         ("mlp_training_replay_matches_eager", Case::Gpu(mlp_training_replay_matches_eager)),
         ("cnn_with_dropout_replay_matches_eager", Case::Gpu(cnn_with_dropout_replay_matches_eager)),

@@ -8,8 +8,9 @@
 //! 9.0): no compilation at run time. Elsewhere the driver JIT-compiles the PTX (tens of seconds the
 //! first time on a machine, then cached by the driver; said once on stderr). The sm_90a modules
 //! (wgmma, TMA) are used only on compute capability 9.0 and not with `FERROCUDA_DISABLE_SM90A=1`.
-//! Opening a device loads nothing (a cubin takes ~0.5 ms to load, all of them ~5 ms on an H100);
-//! a stream capture loads every module first, so that no load happens inside one.
+//! Opening a device loads nothing (a cubin takes ~0.5 ms to load, all of them ~10 ms on an H100),
+//! and neither does a stream capture: a launch recorded into a graph loads its module like any
+//! other (relaxed capture mode allows it; `tests/graphs.rs` captures a module's first use).
 use super::error::{DriverResultExt, Error, Result};
 use super::kernel::KernelInfo;
 use crate::kernels::{KERNEL_COUNT, MODULES};
@@ -195,12 +196,6 @@ impl KernelModules {
         };
         self.load_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(Some(*self.modules[index].get_or_init(|| raw)))
-    }
-
-    /// Load every module this device uses (before a stream capture: a module load inside one is
-    /// not a captured operation, and may wait for the device).
-    pub(crate) fn load_all(&self) -> Result<()> {
-        (0..self.plans.len()).try_for_each(|i| self.module(i).map(drop))
     }
 
     /// The handle of `kernel` and its shared-memory facts, looked up once per device.

@@ -65,7 +65,8 @@ impl Stream {
     /// Start capturing this stream's work into a graph.
     ///
     /// Relaxed mode: the pool calls `cuMemAlloc` on a cache miss (and `cuMemHostAlloc` for the
-    /// graph's staged uploads) during the capture, which the global and thread-local modes refuse
+    /// graph's staged uploads) during the capture, and a launch may load its kernel's module
+    /// (`cuModuleLoadData`, `cuModuleGetFunction`), which the global and thread-local modes refuse
     /// as "potentially unsafe" on the capturing thread. What those modes protect against, a
     /// call that synchronises with the capturing stream, is refused by the crate instead
     /// (`Error::NotCapturable`, checked in every host-synchronising op).
@@ -77,7 +78,6 @@ impl Stream {
         // Made now: its first use allocates and clears it synchronously.
         self.reduce_counter()?;
         self.device.bind()?;
-        self.device.modules.load_all()?;
         // SAFETY: `raw` is a live stream, not being captured (checked above; every capture of it
         // goes through this function).
         unsafe {
