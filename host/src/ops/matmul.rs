@@ -401,24 +401,9 @@ impl<'a> Gemm<'a> {
         ws: DevPtrMut<f32>,
         k_chunk: usize,
     ) -> GemvArgs<E> {
-        (
-            self.a.ptr(),
-            self.b.ptr(),
-            Tensor::ptr_or_null(self.c),
-            Tensor::ptr_or_null(self.bias),
-            out.ptr_mut(),
-            ws,
-            d.m,
-            d.n,
-            d.k,
-            k_chunk,
-            d.stride_a,
-            d.stride_b,
-            d.stride_c,
-            self.alpha,
-            self.beta,
-            self.activation.code(),
-        )
+        let (a, b, c, bias, out, m, n, k, stride_a, stride_b, stride_c, alpha, beta, act) =
+            self.gemm_args::<E>(d, out);
+        (a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a, stride_b, stride_c, alpha, beta, act)
     }
 
     /// Few 16-bit rows on tensor cores (dispatch row 1).
@@ -532,23 +517,9 @@ impl<'a> Gemm<'a> {
 
     /// The arguments of the SIMT kernels: the mma.sync ones with `k_chunk` after k.
     fn simt_args(&self, d: &Dims, out: &Tensor, k_chunk: usize) -> SimtArgs {
-        (
-            self.a.ptr(),
-            self.b.ptr(),
-            Tensor::ptr_or_null(self.c),
-            Tensor::ptr_or_null(self.bias),
-            out.ptr_mut(),
-            d.m,
-            d.n,
-            d.k,
-            k_chunk,
-            d.stride_a,
-            d.stride_b,
-            d.stride_c,
-            self.alpha,
-            self.beta,
-            self.activation.code(),
-        )
+        let (a, b, c, bias, out, m, n, k, stride_a, stride_b, stride_c, alpha, beta, act) =
+            self.gemm_args::<f32>(d, out);
+        (a, b, c, bias, out, m, n, k, k_chunk, stride_a, stride_b, stride_c, alpha, beta, act)
     }
 
     /// TF32 through `wgmma`: both operands K-major (a 2-D operand in the other layout is
