@@ -89,6 +89,8 @@ pub struct History {
     pub captures: Vec<(usize, f64, f64)>,
     /// Host ms of the eager step before the first capture.
     pub warm_up_ms: Option<f64>,
+    /// Ms spent loading kernel modules (each at its first launch) during the run; CUDA only.
+    pub module_load_ms: Option<f64>,
 }
 
 impl History {
@@ -115,6 +117,9 @@ impl History {
         }
         if let Some(ms) = self.warm_up_ms {
             line += &format!("; eager warm-up step {ms:.2} ms");
+        }
+        if let Some(ms) = self.module_load_ms {
+            line += &format!(" (kernel module loads {ms:.2} ms in all)");
         }
         for (batch, capture_ms, launch_ms) in &self.captures {
             line += &format!(
@@ -384,12 +389,16 @@ pub fn run(example: Example) -> Result<()> {
     let guard = profile.as_ref().map(|_| ctx.profiler_guard()).transpose()?;
     let schedule = (example.sample_shape, example.batch, example.epochs);
     let graphs = ctx.is_cuda() && args.iter().any(|a| a == "--graph");
-    let history = if graphs {
+    let loaded_before = ctx.module_load_time();
+    let mut history = if graphs {
         let mut adam = Adam::new(example.learning_rate).capturable(true);
         train_graph(&ctx, &mut model, &mut adam, &data, schedule, true)?
     } else {
         train(&ctx, &mut model, &mut Adam::new(example.learning_rate), &data, schedule, true)?
     };
+    if let (Some(before), Some(after)) = (loaded_before, ctx.module_load_time()) {
+        history.module_load_ms = Some((after - before).as_secs_f64() * 1e3);
+    }
     if let Some(trace) = &profile {
         drop(guard);
         write_profile(&ctx, trace)?;

@@ -89,13 +89,6 @@ kernel_table! {
                 alpha: f32, beta: f32, activation: u32
             );
         }
-        matmul::gemm_tiny {
-            [gemm_f32_tiny_nn, gemm_f32_tiny_nt, gemm_f32_tiny_tn, gemm_f32_tiny_tt](
-                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
-                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
-                alpha: f32, beta: f32, activation: u32
-            );
-        }
         matmul::gemv {
             [
                 gemv_f32_nn_r4, gemv_f32_nt_r4, gemv_f32_nn_r16, gemv_f32_nt_r16
@@ -237,16 +230,7 @@ kernel_table! {
             [conv2d_bwd_bias_f32](dy: *const f32, db: *mut f32, n: usize, k: usize, pq: usize);
         }
     }
-    module nn("nn", portable) {
-        nn::activation {
-            [relu_bwd_f32, sigmoid_bwd_f32, tanh_bwd_f32, gelu_bwd_f32](
-                saved: *const f32, dy: *const f32, dx: *mut f32, n: usize
-            );
-            [
-                relu_bwd_f16, sigmoid_bwd_f16, tanh_bwd_f16, gelu_bwd_f16,
-                relu_bwd_bf16, sigmoid_bwd_bf16, tanh_bwd_bf16, gelu_bwd_bf16
-            ](saved: *const u16, dy: *const u16, dx: *mut u16, n: usize);
-        }
+    module rows("rows", portable) {
         nn::softmax {
             [
                 softmax_f32, log_softmax_f32, softmax_v16_f32, log_softmax_v16_f32, softmax_v8_f32,
@@ -277,50 +261,6 @@ kernel_table! {
             ](
                 y: *const u16, dy: *const u16, dx: *mut u16, partials: *mut f32, rows: usize, cols: usize,
                 team: usize, chunk: usize, mode: u32
-            );
-        }
-        nn::cross_entropy {
-            [cross_entropy_f32](
-                logits: *const f32, labels: *const u32, partials: *mut f32, loss: *mut f32, grad: *mut f32,
-                cols: usize, seg_len: usize, segments: usize, scale: f32, phase: u32, cached: u32
-            );
-            [cross_entropy_f16, cross_entropy_bf16](
-                logits: *const u16, labels: *const u32, partials: *mut f32, loss: *mut f32, grad: *mut u16,
-                cols: usize, seg_len: usize, segments: usize, scale: f32, phase: u32, cached: u32
-            );
-            [cross_entropy_narrow_f32](
-                logits: *const f32, labels: *const u32, loss: *mut f32, grad: *mut f32, rows: usize,
-                cols: usize, lanes: usize, scale: f32
-            );
-            [cross_entropy_narrow_f16, cross_entropy_narrow_bf16](
-                logits: *const u16, labels: *const u32, loss: *mut f32, grad: *mut u16, rows: usize,
-                cols: usize, lanes: usize, scale: f32
-            );
-        }
-        nn::embedding {
-            [embedding_f32](
-                table: *const f32, ids: *const u32, pos: *const f32, out: *mut f32, n: usize, c: usize, t: usize
-            );
-            [embedding_f16, embedding_bf16](
-                table: *const u16, ids: *const u32, pos: *const u16, out: *mut u16, n: usize, c: usize, t: usize
-            );
-            [embedding_sort_tile](ids: *const u32, keys: *mut u64, n: usize, k: usize, tile: usize);
-            [embedding_sort_step](keys: *mut u64, half: usize, k: usize, j: usize);
-            [embedding_bucket_starts](keys: *const u64, starts: *mut u32, n: usize, vocab: usize);
-            [embedding_bwd_tiles_f32](dy: *const f32, keys: *const u64, partials: *mut f32, n: usize, c: usize);
-            [embedding_bwd_tiles_f16, embedding_bwd_tiles_bf16](
-                dy: *const u16, keys: *const u64, partials: *mut f32, n: usize, c: usize
-            );
-            [embedding_bwd_table_f32](partials: *const f32, starts: *const u32, dtable: *mut f32, c: usize);
-            [embedding_bwd_table_f16, embedding_bwd_table_bf16](
-                partials: *const f32, starts: *const u32, dtable: *mut u16, c: usize
-            );
-            [embedding_bwd_pos_f32](dy: *const f32, dpos: *mut f32, n: usize, c: usize, t: usize);
-            [embedding_bwd_pos_f16, embedding_bwd_pos_bf16](dy: *const u16, dpos: *mut u16, n: usize, c: usize, t: usize);
-        }
-        nn::loss {
-            [mse_loss_f32, bce_loss_f32, bce_with_logits_loss_f32](
-                pred: *const f32, target: *const f32, grad: *mut f32, partials: *mut f32, n: usize, scale: f32
             );
         }
         nn::layernorm {
@@ -377,6 +317,79 @@ kernel_table! {
             );
             [layernorm_params_sum_f16, layernorm_params_sum_bf16](
                 partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut u16
+            );
+        }
+        reduce::rows {
+            [
+                sum_rows_f32, max_rows_f32, min_rows_f32, sum_rows_v16_f32, max_rows_v16_f32,
+                min_rows_v16_f32, sum_rows_v8_f32, max_rows_v8_f32, min_rows_v8_f32
+            ](
+                x: *const f32, partials: *mut f32, out: *mut f32, rows: usize, cols: usize, team: usize,
+                chunk: usize, mode: u32, scale: f32
+            );
+            [
+                sum_rows_f16, max_rows_f16, min_rows_f16, sum_rows_bf16, max_rows_bf16, min_rows_bf16,
+                sum_rows_v16_f16, max_rows_v16_f16, min_rows_v16_f16, sum_rows_v16_bf16, max_rows_v16_bf16,
+                min_rows_v16_bf16, sum_rows_v8_f16, max_rows_v8_f16, min_rows_v8_f16, sum_rows_v8_bf16,
+                max_rows_v8_bf16, min_rows_v8_bf16
+            ](
+                x: *const u16, partials: *mut f32, out: *mut u16, rows: usize, cols: usize, team: usize,
+                chunk: usize, mode: u32, scale: f32
+            );
+        }
+    }
+    module nn("nn", portable) {
+        nn::activation {
+            [relu_bwd_f32, sigmoid_bwd_f32, tanh_bwd_f32, gelu_bwd_f32](
+                saved: *const f32, dy: *const f32, dx: *mut f32, n: usize
+            );
+            [
+                relu_bwd_f16, sigmoid_bwd_f16, tanh_bwd_f16, gelu_bwd_f16,
+                relu_bwd_bf16, sigmoid_bwd_bf16, tanh_bwd_bf16, gelu_bwd_bf16
+            ](saved: *const u16, dy: *const u16, dx: *mut u16, n: usize);
+        }
+        nn::cross_entropy {
+            [cross_entropy_f32](
+                logits: *const f32, labels: *const u32, partials: *mut f32, loss: *mut f32, grad: *mut f32,
+                cols: usize, seg_len: usize, segments: usize, scale: f32, phase: u32, cached: u32
+            );
+            [cross_entropy_f16, cross_entropy_bf16](
+                logits: *const u16, labels: *const u32, partials: *mut f32, loss: *mut f32, grad: *mut u16,
+                cols: usize, seg_len: usize, segments: usize, scale: f32, phase: u32, cached: u32
+            );
+            [cross_entropy_narrow_f32](
+                logits: *const f32, labels: *const u32, loss: *mut f32, grad: *mut f32, rows: usize,
+                cols: usize, lanes: usize, scale: f32
+            );
+            [cross_entropy_narrow_f16, cross_entropy_narrow_bf16](
+                logits: *const u16, labels: *const u32, loss: *mut f32, grad: *mut u16, rows: usize,
+                cols: usize, lanes: usize, scale: f32
+            );
+        }
+        nn::embedding {
+            [embedding_f32](
+                table: *const f32, ids: *const u32, pos: *const f32, out: *mut f32, n: usize, c: usize, t: usize
+            );
+            [embedding_f16, embedding_bf16](
+                table: *const u16, ids: *const u32, pos: *const u16, out: *mut u16, n: usize, c: usize, t: usize
+            );
+            [embedding_sort_tile](ids: *const u32, keys: *mut u64, n: usize, k: usize, tile: usize);
+            [embedding_sort_step](keys: *mut u64, half: usize, k: usize, j: usize);
+            [embedding_bucket_starts](keys: *const u64, starts: *mut u32, n: usize, vocab: usize);
+            [embedding_bwd_tiles_f32](dy: *const f32, keys: *const u64, partials: *mut f32, n: usize, c: usize);
+            [embedding_bwd_tiles_f16, embedding_bwd_tiles_bf16](
+                dy: *const u16, keys: *const u64, partials: *mut f32, n: usize, c: usize
+            );
+            [embedding_bwd_table_f32](partials: *const f32, starts: *const u32, dtable: *mut f32, c: usize);
+            [embedding_bwd_table_f16, embedding_bwd_table_bf16](
+                partials: *const f32, starts: *const u32, dtable: *mut u16, c: usize
+            );
+            [embedding_bwd_pos_f32](dy: *const f32, dpos: *mut f32, n: usize, c: usize, t: usize);
+            [embedding_bwd_pos_f16, embedding_bwd_pos_bf16](dy: *const u16, dpos: *mut u16, n: usize, c: usize, t: usize);
+        }
+        nn::loss {
+            [mse_loss_f32, bce_loss_f32, bce_with_logits_loss_f32](
+                pred: *const f32, target: *const f32, grad: *mut f32, partials: *mut f32, n: usize, scale: f32
             );
         }
         nn::batchnorm {
@@ -504,24 +517,6 @@ kernel_table! {
                 x: *const u16, n: usize, partials: *mut f32, counter: *mut u32, out: *mut u16, scale: f32
             );
         }
-        reduce::rows {
-            [
-                sum_rows_f32, max_rows_f32, min_rows_f32, sum_rows_v16_f32, max_rows_v16_f32,
-                min_rows_v16_f32, sum_rows_v8_f32, max_rows_v8_f32, min_rows_v8_f32
-            ](
-                x: *const f32, partials: *mut f32, out: *mut f32, rows: usize, cols: usize, team: usize,
-                chunk: usize, mode: u32, scale: f32
-            );
-            [
-                sum_rows_f16, max_rows_f16, min_rows_f16, sum_rows_bf16, max_rows_bf16, min_rows_bf16,
-                sum_rows_v16_f16, max_rows_v16_f16, min_rows_v16_f16, sum_rows_v16_bf16, max_rows_v16_bf16,
-                min_rows_v16_bf16, sum_rows_v8_f16, max_rows_v8_f16, min_rows_v8_f16, sum_rows_v8_bf16,
-                max_rows_v8_bf16, min_rows_v8_bf16
-            ](
-                x: *const u16, partials: *mut f32, out: *mut u16, rows: usize, cols: usize, team: usize,
-                chunk: usize, mode: u32, scale: f32
-            );
-        }
         reduce::leading {
             [sum_leading_f32](
                 x: *const f32, rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize,
@@ -547,6 +542,15 @@ kernel_table! {
     module random("random", portable) {
         random::generate {
             [rand_f32, randn_f32](out: *mut f32, n: usize, seed: u64);
+        }
+    }
+    module matmul_tiny("matmul_tiny", portable) {
+        matmul::gemm_tiny {
+            [gemm_f32_tiny_nn, gemm_f32_tiny_nt, gemm_f32_tiny_tn, gemm_f32_tiny_tt](
+                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
+                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+                alpha: f32, beta: f32, activation: u32
+            );
         }
     }
 }

@@ -24,9 +24,9 @@ pub mod conv;
 pub mod elementwise;
 #[cfg(feature = "layout")]
 pub mod layout;
-#[cfg(any(feature = "matmul", feature = "conv", feature = "matmul_sm90a"))]
+#[cfg(any(feature = "matmul", feature = "matmul_tiny", feature = "conv", feature = "matmul_sm90a"))]
 pub mod matmul;
-#[cfg(feature = "nn")]
+#[cfg(any(feature = "nn", feature = "rows"))]
 pub mod nn;
 #[cfg(feature = "optim")]
 pub mod optim;
@@ -34,7 +34,7 @@ pub mod optim;
 pub mod pool;
 #[cfg(any(feature = "random", feature = "nn"))]
 pub mod random;
-#[cfg(feature = "reduce")]
+#[cfg(any(feature = "reduce", feature = "rows"))]
 pub mod reduce;
 pub mod shapes;
 

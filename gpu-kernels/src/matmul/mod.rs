@@ -5,7 +5,7 @@ pub mod gemm_half;
 #[cfg(feature = "matmul")]
 pub mod gemm_reduce;
 pub mod gemm_tf32;
-#[cfg(feature = "matmul")]
+#[cfg(feature = "matmul_tiny")]
 pub mod gemm_tiny;
 #[cfg(feature = "matmul_sm90a")]
 pub mod gemm_wgmma;

@@ -1,14 +1,18 @@
 //! Reductions: over the whole tensor (`all`), along the last axis (`rows`), and over every axis
 //! but the last (`leading`), for f32, f16 and bf16 (accumulated in f32, the result rounded once
-//! to the input's format).
+//! to the input's format). `rows` is built into the `rows` module of `kernels.rs` (with softmax
+//! and layer norm), the rest into `reduce`.
 //!
 //! Deterministic: each thread folds a fixed set of elements in a fixed order, warps combine by
 //! butterflies, blocks by a fixed tree, and the grid shape depends only on the size and the device,
 //! so the same input gives the same bits on every run.
 use crate::prelude::*;
 
+#[cfg(feature = "reduce")]
 pub mod all;
+#[cfg(feature = "reduce")]
 pub mod leading;
+#[cfg(feature = "rows")]
 pub mod rows;
 
 /// Fold `x[0..n]`, this thread's strided share of it (`first`, `first + step`, ... in chunks of 8
