@@ -155,17 +155,22 @@ fn main() {
             };
             check_entries(spec, &text);
             refuse_unresolved_externs(&text);
+            let waits = dependent_launch_entries(&text);
             fs::write(&ptx, with_max_threads(&text))
                 .unwrap_or_else(|e| fail(&format!("writing {}: {e}", ptx.display())));
             let module = BuiltModule { spec, arch, ptx };
             let (ptxas, cache, out) = (ptxas.clone(), cache.clone(), out.clone());
-            thread::spawn(move || embed_files(&module, ptxas.as_deref(), &cache, &out))
+            thread::spawn(move || (embed_files(&module, ptxas.as_deref(), &cache, &out), waits))
         })
         .collect();
     let mut embedded = Vec::new();
+    let mut dependent = Vec::new();
     for a in assemblies {
-        embedded.push(a.join().unwrap_or_else(|_| fail("a module's assembly panicked")));
+        let (entry, waits) = a.join().unwrap_or_else(|_| fail("a module's assembly panicked"));
+        embedded.push(entry);
+        dependent.extend(waits);
     }
+    dependent.sort_unstable();
     if ptxas.is_none() {
         println!(
             "cargo:warning=ferrocuda kernels: no ptxas found, so no cubins are embedded: the driver \
@@ -174,8 +179,13 @@ fn main() {
         );
     }
     let table = out.join("modules.rs");
-    let text =
-        format!("pub(crate) static EMBEDDED_MODULES: &[EmbeddedModule] = &[\n{}];\n", embedded.concat());
+    let dependent: String = dependent.iter().map(|k| format!("    {k:?},\n")).collect();
+    let text = format!(
+        "pub(crate) static EMBEDDED_MODULES: &[EmbeddedModule] = &[\n{}];\n\
+         /// The kernels that wait for their stream predecessor before any memory access (sorted).\n\
+         pub(crate) static DEPENDENT_LAUNCH_KERNELS: &[&str] = &[\n{dependent}];\n",
+        embedded.concat()
+    );
     fs::write(&table, text).unwrap_or_else(|e| fail(&format!("writing {}: {e}", table.display())));
 }
 
@@ -257,6 +267,51 @@ fn check_entries(spec: &ModuleSpec, ptx: &str) {
             spec.name
         ));
     }
+}
+
+/// The entries that may be launched as programmatic dependents: those whose straight-line start
+/// holds `griddepcontrol.wait` (the prelude's `grid_dependency_sync`) before any branch or access
+/// to memory other than parameters, registers' stack and shared memory. An entry with a wait
+/// anywhere later fails the build: launched early, it could touch what its predecessor is still
+/// writing.
+fn dependent_launch_entries(ptx: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut entry: Option<(&str, bool)> = None;
+    for line in ptx.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix(".visible .entry ") {
+            let name = rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or("");
+            entry = Some((name, false));
+            continue;
+        }
+        let Some((name, touched)) = entry.as_mut() else { continue };
+        if line == "}" {
+            entry = None;
+            continue;
+        }
+        // A guarded instruction (`@%p1 bra $L`) counts as its instruction.
+        let mut op = line.trim_start();
+        if let Some(guarded) = op.strip_prefix('@') {
+            op = guarded.split_once(char::is_whitespace).map_or("", |(_, rest)| rest.trim_start());
+        }
+        if op.starts_with("griddepcontrol.wait") {
+            if *touched {
+                fail(&format!(
+                    "kernel {name}: griddepcontrol.wait (grid_dependency_sync) after a branch or a \
+                     memory access; call it first"
+                ));
+            }
+            if found.last().map(String::as_str) != Some(*name) {
+                found.push(name.to_string());
+            }
+            continue;
+        }
+        let local = ["ld.param", "ld.shared", "st.shared", "ld.local", "st.local"];
+        let memory = ["ld.", "st.", "atom", "red.", "cp.", "prefetch", "tex.", "bra", "ret", "call"];
+        if memory.iter().any(|m| op.starts_with(m)) && !local.iter().any(|m| op.starts_with(m)) {
+            *touched = true;
+        }
+    }
+    found
 }
 
 /// The first ptxas found: `FERROCUDA_PTXAS`, PATH, the CUDA toolkit, the PyPI package.

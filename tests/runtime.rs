@@ -243,6 +243,21 @@ fn context_new_falls_back_to_cpu() {
     assert!(matches!(cpu.record_event(), Err(Error::NoDevice(_))));
 }
 
+/// A chain of small kernels, each reading its predecessor's output (and the pool handing each
+/// the buffer its predecessor's input just left): with programmatic dependent launches a kernel's
+/// blocks start while its predecessor runs, and must still see all of its writes.
+fn dependent_launches_see_their_predecessors_writes(gpu: &Context) {
+    let n = (1 << 22) + 3;
+    let ones = gpu.full(&[n], 1.0).unwrap();
+    let mut x = gpu.full(&[n], 0.0).unwrap();
+    for _ in 0..150 {
+        x = x.add(&ones).unwrap().relu().unwrap();
+    }
+    let got = x.to_vec().unwrap();
+    let wrong = got.iter().filter(|&&v| v != 150.0).count();
+    assert_eq!(wrong, 0, "{wrong} of {n} values differ from 150 (first {:?})", &got[..4]);
+}
+
 fn main() {
     run(&[
         ("gpu_device_properties", Case::Gpu(device_properties)),
@@ -258,6 +273,10 @@ fn main() {
         ("gpu_streams_events_and_pinned_copies", Case::Gpu(streams_events_and_pinned_copies)),
         ("gpu_pinned_uploads_from_two_threads", Case::Gpu(pinned_uploads_from_two_threads)),
         ("gpu_two_contexts_alternating_on_one_thread", Case::Gpu(two_contexts_alternating_on_one_thread)),
+        (
+            "gpu_dependent_launches_see_their_predecessors_writes",
+            Case::Gpu(dependent_launches_see_their_predecessors_writes),
+        ),
         ("cpu_bad_sizes", Case::Cpu(cpu_bad_sizes)),
         ("cpu_context_new_falls_back_to_cpu", Case::Cpu(context_new_falls_back_to_cpu)),
     ]);

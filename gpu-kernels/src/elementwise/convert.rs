@@ -13,25 +13,31 @@ unsafe fn convert<S: Copy, D>(x: *const S, out: *mut D, n: usize, f: impl Fn(S) 
 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn convert_f32_f16(x: *const f32, out: *mut u16, n: usize) {
+    grid_dependency_sync();
     convert(x, out, n, F16::from_f32)
 }
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn convert_f32_bf16(x: *const f32, out: *mut u16, n: usize) {
+    grid_dependency_sync();
     convert(x, out, n, BF16::from_f32)
 }
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn convert_f16_f32(x: *const u16, out: *mut f32, n: usize) {
+    grid_dependency_sync();
     convert(x, out, n, F16::to_f32)
 }
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn convert_bf16_f32(x: *const u16, out: *mut f32, n: usize) {
+    grid_dependency_sync();
     convert(x, out, n, BF16::to_f32)
 }
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn convert_f16_bf16(x: *const u16, out: *mut u16, n: usize) {
+    grid_dependency_sync();
     convert(x, out, n, |v| BF16::from_f32(F16::to_f32(v)))
 }
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn convert_bf16_f16(x: *const u16, out: *mut u16, n: usize) {
+    grid_dependency_sync();
     convert(x, out, n, |v| F16::from_f32(BF16::to_f32(v)))
 }

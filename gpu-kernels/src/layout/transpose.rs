@@ -16,6 +16,7 @@ const STEPS: usize = TILE * VECS_PER_ROW / BLOCK;
 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn transpose_f32(x: *const f32, rows: usize, cols: usize, out: *mut f32) {
+    grid_dependency_sync();
     let tile = dynamic_shared::<f32>();
     let (col0, row0) = (block_x() * TILE, block_y() * TILE);
     let t = thread_x();

@@ -145,6 +145,7 @@ macro_rules! tiny_kernels {
             m: usize, n: usize, k: usize, _k_chunk: usize, stride_a: usize, stride_b: usize,
             stride_c: usize, alpha: f32, beta: f32, activation: u32,
         ) {
+            grid_dependency_sync();
             gemm_tiny::<$ta, $tb>(
                 a, b, (c, bias, out), (m, n, k), (stride_a, stride_b, stride_c), (alpha, beta, activation),
             )

@@ -2,7 +2,7 @@
 //! and bf16: `relu_bwd` and `gelu_bwd` take the forward input x, `sigmoid_bwd` and `tanh_bwd` the
 //! forward output y. Floor: 8 B read and 4 B written per f32 element.
 use crate::elementwise::{map2, map2_half};
-use crate::prelude::{exp_fast, fma, rcp_approx, BF16, F16};
+use crate::prelude::{exp_fast, fma, grid_dependency_sync, rcp_approx, BF16, F16};
 
 /// d relu / dx · dy.
 #[inline(always)]
@@ -43,16 +43,19 @@ macro_rules! grad_kernels {
         /// f32: `dx[i] = grad(saved[i], dy[i])`.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $f32(saved: *const f32, dy: *const f32, dx: *mut f32, n: usize) {
+            grid_dependency_sync();
             map2(saved, dy, dx, n, $grad)
         }
         /// f16, computed in f32.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $f16(saved: *const u16, dy: *const u16, dx: *mut u16, n: usize) {
+            grid_dependency_sync();
             map2_half::<F16>(saved, dy, dx, n, $grad)
         }
         /// bf16, computed in f32.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $bf16(saved: *const u16, dy: *const u16, dx: *mut u16, n: usize) {
+            grid_dependency_sync();
             map2_half::<BF16>(saved, dy, dx, n, $grad)
         }
     )*};

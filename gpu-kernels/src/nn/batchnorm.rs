@@ -161,6 +161,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_stats_f32(
     channels: usize,
     hw: usize,
 ) {
+    grid_dependency_sync();
     by_plane_width!(hw, stats(x, partials, n, channels, hw))
 }
 
@@ -235,6 +236,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_fwd_f32(
     momentum: f32,
     eps: f32,
 ) {
+    grid_dependency_sync();
     let stats_out = (mean_out, rstd_out, running_mean, running_var);
     by_plane_width!(hw, forward(x, gamma, beta, partials, y, stats_out, n, channels, hw, momentum, eps))
 }
@@ -273,6 +275,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_eval_f32(
     hw: usize,
     eps: f32,
 ) {
+    grid_dependency_sync();
     by_plane_width!(hw, eval(x, gamma, beta, running_mean, running_var, y, n, channels, hw, eps))
 }
 
@@ -323,6 +326,7 @@ pub unsafe extern "ptx-kernel" fn batchnorm_bwd_reduce_f32(
     channels: usize,
     hw: usize,
 ) {
+    grid_dependency_sync();
     by_plane_width!(hw, bwd_reduce(dy, x, mean, rstd, partials, n, channels, hw))
 }
 
@@ -388,5 +392,6 @@ pub unsafe extern "ptx-kernel" fn batchnorm_bwd_dx_f32(
     channels: usize,
     hw: usize,
 ) {
+    grid_dependency_sync();
     by_plane_width!(hw, bwd_dx(dy, x, gamma, mean, rstd, partials, dx, dgamma, dbeta, n, channels, hw))
 }

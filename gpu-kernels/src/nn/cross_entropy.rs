@@ -345,6 +345,7 @@ macro_rules! cross_entropy_kernels {
             phase: u32,
             cached: u32,
         ) {
+            grid_dependency_sync();
             cross_entropy_rows::<$e>(logits, labels, partials, loss, grad, cols, seg_len, segments, scale, phase, cached)
         }
         /// Rows of at most `CE_NARROW_COLS` classes, a team of lanes each.
@@ -359,6 +360,7 @@ macro_rules! cross_entropy_kernels {
             lanes: usize,
             scale: f32,
         ) {
+            grid_dependency_sync();
             cross_entropy_narrow::<$e>(logits, labels, loss, grad, rows, cols, lanes, scale)
         }
     )*};

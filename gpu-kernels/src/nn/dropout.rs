@@ -49,6 +49,7 @@ macro_rules! dropout_kernels {
         pub unsafe extern "ptx-kernel" fn $name(
             x: *const <$f as Float>::Raw, y: *mut <$f as Float>::Raw, n: usize, seed: u64, p: f32, scale: f32,
         ) {
+            grid_dependency_sync();
             dropout::<$f>(x, y, n, seed, p, scale)
         }
 
@@ -58,6 +59,7 @@ macro_rules! dropout_kernels {
             x: *const <$f as Float>::Raw, y: *mut <$f as Float>::Raw, n: usize, seeds: *const u64, p: f32,
             scale: f32,
         ) {
+            grid_dependency_sync();
             dropout::<$f>(x, y, n, *seeds.add(1), p, scale)
         }
     )*};
@@ -73,6 +75,7 @@ dropout_kernels! {
 /// `seeds[0] ← seeds[0] + 1` (the next pass's), as the host-seeded layer counts.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn dropout_advance(seeds: *mut u64) {
+    grid_dependency_sync();
     if global_x() != 0 {
         return;
     }

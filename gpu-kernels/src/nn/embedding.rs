@@ -122,6 +122,7 @@ pub unsafe extern "ptx-kernel" fn embedding_sort_tile(
     k: usize,
     tile: usize,
 ) {
+    grid_dependency_sync();
     let s = dynamic_shared::<u64>();
     let base = block_x() * tile;
     let t = thread_x();
@@ -165,6 +166,7 @@ pub unsafe extern "ptx-kernel" fn embedding_sort_tile(
 /// One compare-exchange step (stride `j` of merge stage `k`) over `2 · half` keys.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn embedding_sort_step(keys: *mut u64, half: usize, k: usize, j: usize) {
+    grid_dependency_sync();
     for p in grid_stride(half) {
         let i = 2 * j * (p / j) + p % j;
         let (a, b) = (*keys.add(i), *keys.add(i + j));
@@ -183,6 +185,7 @@ pub unsafe extern "ptx-kernel" fn embedding_bucket_starts(
     n: usize,
     vocab: usize,
 ) {
+    grid_dependency_sync();
     for p in grid_stride(n + 1) {
         let first = if p == 0 { 0 } else { (*keys.add(p - 1) >> 32) as usize + 1 };
         let last = if p == n { vocab } else { (*keys.add(p) >> 32) as usize };
@@ -291,6 +294,7 @@ macro_rules! embedding_kernels {
             c: usize,
             t: usize,
         ) {
+            grid_dependency_sync();
             embedding_fwd::<$e>(table, ids, pos, out, n, c, t)
         }
         /// Per-tile run sums of the sorted positions; see the module documentation.
@@ -302,6 +306,7 @@ macro_rules! embedding_kernels {
             n: usize,
             c: usize,
         ) {
+            grid_dependency_sync();
             bwd_tiles::<$e>(dy, keys, partials, n, c)
         }
         /// The table gradient from the run sums, one block per id.
@@ -312,11 +317,13 @@ macro_rules! embedding_kernels {
             dtable: *mut $bits,
             c: usize,
         ) {
+            grid_dependency_sync();
             bwd_table::<$e>(partials, starts, dtable, c)
         }
         /// The positional gradient, one block per position.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $pos(dy: *const $bits, dpos: *mut $bits, n: usize, c: usize, t: usize) {
+            grid_dependency_sync();
             bwd_pos::<$e>(dy, dpos, n, c, t)
         }
     )*};

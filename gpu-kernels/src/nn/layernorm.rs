@@ -343,6 +343,7 @@ macro_rules! layernorm_row_kernels {
             y: *mut <$f as Float>::Raw, mean_out: *mut f32, rstd_out: *mut f32, partials: *mut f32,
             rows: usize, cols: usize, team: usize, chunk: usize, mode: u32, eps: f32,
         ) {
+            grid_dependency_sync();
             let shape = (rows, cols, team, chunk, mode);
             layernorm_rows::<$f, $k>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
         }
@@ -353,6 +354,7 @@ macro_rules! layernorm_row_kernels {
             mean: *const f32, rstd: *const f32, dx: *mut <$f as Float>::Raw, partials: *mut f32,
             rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
+            grid_dependency_sync();
             let shape = (rows, cols, team, chunk, mode);
             layernorm_bwd_dx_rows::<$f, $k>(x, gamma, dy, mean, rstd, dx, partials, shape)
         }
@@ -381,6 +383,7 @@ macro_rules! layernorm_kernels {
             counter: *mut u32, dgamma: *mut <$f as Float>::Raw, dbeta: *mut <$f as Float>::Raw,
             rows: usize, cols: usize,
         ) {
+            grid_dependency_sync();
             layernorm_bwd_fused_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }>(
                 (x, gamma, dy), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
             )
@@ -393,6 +396,7 @@ macro_rules! layernorm_kernels {
             dbeta: *mut <$f as Float>::Raw, rows: usize, cols: usize, c_lanes: usize,
             rows_per_group: usize,
         ) {
+            grid_dependency_sync();
             let shape = (rows, cols, c_lanes, rows_per_group);
             layernorm_bwd_params_cols::<$f>(x, dy, mean, rstd, partials, dgamma, dbeta, shape)
         }
@@ -402,6 +406,7 @@ macro_rules! layernorm_kernels {
             partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize,
             out: *mut <$f as Float>::Raw,
         ) {
+            grid_dependency_sync();
             sum_column_partials::<$f>(partials, groups, cols, stride, c_lanes, out)
         }
     )*};

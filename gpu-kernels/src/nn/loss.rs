@@ -95,6 +95,7 @@ macro_rules! point_loss_kernels {
             n: usize,
             scale: f32,
         ) {
+            grid_dependency_sync();
             point_loss::<$loss>(pred, target, grad, partials, n, scale)
         }
     )*};

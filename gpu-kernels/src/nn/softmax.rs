@@ -108,6 +108,7 @@ macro_rules! softmax_kernels {
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
+            grid_dependency_sync();
             softmax_rows::<$f, false, $k>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Log-softmax of each row.
@@ -116,6 +117,7 @@ macro_rules! softmax_kernels {
             x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
+            grid_dependency_sync();
             softmax_rows::<$f, true, $k>(x, out, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
@@ -124,6 +126,7 @@ macro_rules! softmax_kernels {
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
             partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
+            grid_dependency_sync();
             softmax_bwd_rows::<$f, false, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
         /// Backward of log-softmax: `dx = dy - e^y Σ dy` per row.
@@ -132,6 +135,7 @@ macro_rules! softmax_kernels {
             y: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw, dx: *mut <$f as Float>::Raw,
             partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize, mode: u32,
         ) {
+            grid_dependency_sync();
             softmax_bwd_rows::<$f, true, $k>(y, dy, dx, partials, rows, cols, team, chunk, mode)
         }
     )*};

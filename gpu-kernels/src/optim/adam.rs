@@ -19,6 +19,7 @@ pub unsafe extern "ptx-kernel" fn adam_advance(
     lrs: *const f32,
     lr_steps: u32,
 ) {
+    grid_dependency_sync();
     if global_x() != 0 {
         return;
     }
@@ -43,6 +44,7 @@ pub unsafe extern "ptx-kernel" fn adam_step_dev(
     decoupled: u32,
     clip: *const f32,
 ) {
+    grid_dependency_sync();
     let [c1, c2, lr] = [1, 2, 3].map(|i| f32::from_bits(*state.add(i)));
     adam(slots, chunks, [lr, beta1, beta2, eps, weight_decay, c1, c2], decoupled, clip);
 }
@@ -67,6 +69,7 @@ pub unsafe extern "ptx-kernel" fn adam_step(
     decoupled: u32,
     clip: *const f32,
 ) {
+    grid_dependency_sync();
     let (c1, c2) = (bias_correction1, bias_correction2);
     adam(slots, chunks, [lr, beta1, beta2, eps, weight_decay, c1, c2], decoupled, clip);
 }

@@ -22,6 +22,7 @@ pub unsafe extern "ptx-kernel" fn grad_norm(
     max_norm: f32,
     out: *mut f32,
 ) {
+    grid_dependency_sync();
     let chunk = my_chunk(slots, chunks);
     let mut acc = 0.0f32;
     let range = (chunk.start, chunk.end);
@@ -40,6 +41,7 @@ pub unsafe extern "ptx-kernel" fn grad_norm(
 /// type.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grad_scale(slots: *const u64, chunks: *const u32, norm: *const f32) {
+    grid_dependency_sync();
     let chunk = my_chunk(slots, chunks);
     let factor = clip_factor(norm);
     let range = (chunk.start, chunk.end);

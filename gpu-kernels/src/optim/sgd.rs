@@ -17,6 +17,7 @@ pub unsafe extern "ptx-kernel" fn sgd_step(
     first_step: u32,
     clip: *const f32,
 ) {
+    grid_dependency_sync();
     let chunk = my_chunk(slots, chunks);
     let factor = clip_factor(clip);
     let range = (chunk.start, chunk.end);

@@ -41,6 +41,21 @@ pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
     v
 }
 
+/// Programmatic dependent launch, at a kernel's start: lets the grid launched after this one on
+/// the stream start its blocks now (they wait in their own call until this grid has finished),
+/// then waits until the grid before this one has finished and its writes are visible. Without
+/// the launch attribute that allows it, both are no-ops. Called before the kernel touches global
+/// memory, so that a grid started early reads nothing its predecessor writes, and writes
+/// nothing its predecessor reads.
+#[inline(always)]
+pub fn grid_dependency_sync() {
+    #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+    // SAFETY: scheduling controls with no operands.
+    unsafe {
+        asm!("griddepcontrol.launch_dependents;", "griddepcontrol.wait;", options(nostack))
+    }
+}
+
 /// This block's rank in its cluster.
 #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
 #[inline(always)]

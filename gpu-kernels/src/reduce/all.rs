@@ -34,6 +34,7 @@ macro_rules! reduce_all_kernels {
             x: *const <$f as Float>::Raw, n: usize, partials: *mut f32, counter: *mut u32,
             out: *mut <$f as Float>::Raw, scale: f32,
         ) {
+            grid_dependency_sync();
             reduce_all::<$f, $op>(x, n, partials, counter, out, scale)
         }
     )*};

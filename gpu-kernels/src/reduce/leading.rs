@@ -16,6 +16,7 @@ macro_rules! sum_leading_kernels {
             x: *const <$f as Float>::Raw, rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize,
             partials: *mut f32, out: *mut <$f as Float>::Raw,
         ) {
+            grid_dependency_sync();
             let t = ColumnTeam::new::<$f>(rows, cols, c_lanes, rows_per_group);
             let one_group = grid_dim_y() == 1;
             t.sum(|r| [t.load::<$f>(x.add(r * cols))], |c, [s]| {
@@ -32,6 +33,7 @@ macro_rules! sum_leading_kernels {
             partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize,
             out: *mut <$f as Float>::Raw,
         ) {
+            grid_dependency_sync();
             sum_column_partials::<$f>(partials, groups, cols, stride, c_lanes, out)
         }
     )*};

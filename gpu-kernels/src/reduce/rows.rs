@@ -63,6 +63,7 @@ macro_rules! reduce_rows_kernels {
             x: *const <$f as Float>::Raw, partials: *mut f32, out: *mut <$f as Float>::Raw, rows: usize,
             cols: usize, team: usize, chunk: usize, mode: u32, scale: f32,
         ) {
+            grid_dependency_sync();
             reduce_rows::<$f, $op, $k>(x, partials, out, (rows, cols, team, chunk, mode), scale)
         }
     )*};

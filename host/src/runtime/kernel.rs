@@ -6,6 +6,7 @@
 //! wrong count, or a pointer of the wrong element type does not compile.
 use super::error::{DriverResultExt, Error, Result};
 use super::launch::LaunchConfig;
+use super::module::Function;
 use super::profiler::ProfiledKind;
 use super::stream::Stream;
 use cudarc::driver::{result, sys};
@@ -212,12 +213,12 @@ impl<A: KernelArgs> Kernel<A> {
     /// free set of SMs.
     pub fn max_active_clusters(&self, stream: &Stream, cfg: LaunchConfig, cluster: u32) -> Result<usize> {
         let f = opt_in(stream, self.info, cfg)?;
-        let mut attribute = cluster_attribute(cluster);
+        let mut attribute = [cluster_attribute(cluster)];
         let config = driver_config(stream, cfg, &mut attribute);
         let mut clusters = 0;
         // SAFETY: `f` is a live kernel handle; `config` and the attribute it points to live
         // across the call, which only writes `clusters`.
-        unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f, &config) }
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f.raw.0, &config) }
             .result()
             .call("cuOccupancyMaxActiveClusters")?;
         Ok(clusters.max(0) as usize)
@@ -233,11 +234,21 @@ fn cluster_attribute(cluster: u32) -> sys::CUlaunchAttribute {
     attribute
 }
 
-/// `cuLaunchKernelEx`'s description of the launch `cfg` on `stream` with one attribute.
+/// The launch attribute letting a kernel start while its stream predecessor's last blocks run
+/// (programmatic dependent launch; the kernel waits for it with `griddepcontrol.wait`).
+fn dependent_attribute() -> sys::CUlaunchAttribute {
+    // SAFETY: plain data; all zeros is a valid value of every field.
+    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    attribute
+}
+
+/// `cuLaunchKernelEx`'s description of the launch `cfg` on `stream` with `attributes`.
 fn driver_config(
     stream: &Stream,
     cfg: LaunchConfig,
-    attribute: &mut sys::CUlaunchAttribute,
+    attributes: &mut [sys::CUlaunchAttribute],
 ) -> sys::CUlaunchConfig {
     sys::CUlaunchConfig {
         gridDimX: cfg.grid.0,
@@ -248,13 +259,13 @@ fn driver_config(
         blockDimZ: cfg.block.2,
         sharedMemBytes: cfg.shared_bytes,
         hStream: stream.raw(),
-        attrs: attribute,
-        numAttrs: 1,
+        attrs: attributes.as_mut_ptr(),
+        numAttrs: attributes.len() as u32,
     }
 }
 
 /// The kernel's handle in the stream's context, opted in to `cfg`'s shared memory.
-fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig) -> Result<sys::CUfunction> {
+fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig) -> Result<&Function> {
     let device = &stream.device;
     device.bind()?;
     let f = device.modules.function(kernel)?;
@@ -262,7 +273,7 @@ fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig) -> Result<sys:
     if cfg.shared_bytes > 0 && cfg.shared_bytes as usize + f.static_shared > DEFAULT_SHARED_LIMIT {
         f.allow_dynamic_shared(cfg.shared_bytes)?;
     }
-    Ok(f.raw.0)
+    Ok(f)
 }
 
 /// # Safety
@@ -282,16 +293,33 @@ unsafe fn launch_raw(
         shared_bytes: cfg.shared_bytes,
     };
     stream.profiled(kind, || {
-        let launched = if cluster > 1 {
-            let mut attribute = cluster_attribute(cluster);
-            let config = driver_config(stream, cfg, &mut attribute);
-            // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle
-            // in the stream's context; `config` and its attribute live across the call.
-            unsafe { sys::cuLaunchKernelEx(&config, f, args.as_mut_ptr(), std::ptr::null_mut()) }.result()
-        } else {
+        // Early starts pay where a kernel is mostly its launch gap: grids of at most a block an SM.
+        // A larger grid's early blocks wait on whichever SMs its predecessor frees first, and ran
+        // slower there (sum_rows (4096, 4096) 0.030 -> 0.038 ms, softmax (1024, 768) 0.008 ->
+        // 0.011 ms back to back; docs/perf-notes.md).
+        let blocks = cfg.grid.0 as u64 * cfg.grid.1 as u64 * cfg.grid.2 as u64;
+        let dependent = f.dependent && blocks <= stream.device.info.sm_count as u64;
+        let mut attributes = [cluster_attribute(cluster), dependent_attribute()];
+        let wanted = match (cluster > 1, dependent) {
+            (false, false) => &mut attributes[..0],
+            (true, false) => &mut attributes[..1],
+            (false, true) => &mut attributes[1..],
+            (true, true) => &mut attributes[..],
+        };
+        let launched = if wanted.is_empty() {
             // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle
             // in the stream's context.
-            unsafe { result::launch_kernel(f, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args) }
+            unsafe {
+                result::launch_kernel(f.raw.0, cfg.grid, cfg.block, cfg.shared_bytes, stream.raw(), args)
+            }
+        } else {
+            let config = driver_config(stream, cfg, wanted);
+            // SAFETY: forwarded from this function's contract; `f` is the kernel's live handle
+            // in the stream's context; `config` and its attributes live across the call; a
+            // dependent kernel waits for its predecessor before touching memory (the build
+            // checked it for every kernel it marks).
+            unsafe { sys::cuLaunchKernelEx(&config, f.raw.0, args.as_mut_ptr(), std::ptr::null_mut()) }
+                .result()
         };
         launched.map_err(|source| Error::Launch {
             kernel: kernel.name,
@@ -334,6 +362,10 @@ macro_rules! kernel_table {
         enum KernelIndex { $($($($($name,)+)*)*)* Count }
         /// Kernels in the table.
         pub(crate) const KERNEL_COUNT: usize = KernelIndex::Count as usize;
+        /// Each kernel's module index and name, in table order.
+        #[cfg(test)]
+        pub(crate) const KERNEL_NAMES: &[(usize, &str)] =
+            &[$($($($((ModuleIndex::$module as usize, stringify!($name)),)+)*)*)*];
 
         $($($(
             kernel_constants!($module; ($(<$ty as crate::runtime::kernel::KernelParam>::Arg,)*); $($name)+);

@@ -11,6 +11,10 @@
 //! Opening a device loads nothing (a cubin takes ~0.5 ms to load, all of them ~10 ms on an H100),
 //! and neither does a stream capture: a launch recorded into a graph loads its module like any
 //! other (relaxed capture mode allows it; `tests/graphs.rs` captures a module's first use).
+//! Kernels that begin with `grid_dependency_sync` (listed by the build, which checks that nothing
+//! precedes it) launch as programmatic dependents on compute capability 9.0 and later: the
+//! driver starts their blocks as their predecessor's last ones run, which hides most of the gap
+//! between two small kernels in a row.
 use super::error::{DriverResultExt, Error, Result};
 use super::kernel::KernelInfo;
 use crate::kernels::{KERNEL_COUNT, MODULES};
@@ -22,6 +26,10 @@ use std::time::{Duration, Instant};
 
 /// Set to `1` to keep H100s on the portable modules (and so the mma.sync GEMMs).
 pub const DISABLE_SM90A_VAR: &str = "FERROCUDA_DISABLE_SM90A";
+
+/// Set to `1` to launch every kernel after its stream predecessor has finished (no programmatic
+/// dependent launches; for comparisons).
+pub const DISABLE_DEPENDENT_LAUNCH_VAR: &str = "FERROCUDA_DISABLE_PDL";
 
 /// One module as `build.rs` embedded it.
 pub(crate) struct EmbeddedModule {
@@ -65,6 +73,10 @@ pub(crate) struct Function {
     pub(crate) raw: RawFunction,
     /// Its static shared memory (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
     pub(crate) static_shared: usize,
+    /// Launched as a programmatic dependent of its stream predecessor: its blocks may start while
+    /// that kernel's last ones run, and wait (`griddepcontrol.wait`, which the build found before
+    /// any memory access) until it has finished. Compute capability 9.0 and later.
+    pub(crate) dependent: bool,
     /// The dynamic shared memory it may use, as last raised by [`Function::allow_dynamic_shared`]
     /// (0: the driver's default, which needs no opt-in below the 48 KiB total).
     opted_in: AtomicU32,
@@ -112,6 +124,8 @@ pub(crate) struct KernelModules {
     pub(crate) source: ModuleSource,
     /// Whether the sm_90a modules (the `wgmma` kernels) are used.
     pub(crate) sm90a: bool,
+    /// Whether kernels that wait for their predecessor launch as programmatic dependents.
+    dependent_launch: bool,
     compute_capability: (u32, u32),
 }
 
@@ -159,6 +173,8 @@ impl KernelModules {
             false => ModuleSource::Cubin,
         };
         let sm90a = MODULES.iter().zip(&plans).any(|(&(_, arch), p)| arch == "sm_90a" && p.is_some());
+        let dependent_launch = compute_capability.0 >= 9
+            && std::env::var(DISABLE_DEPENDENT_LAUNCH_VAR).map_or(true, |v| v != "1");
         Self {
             modules: (0..plans.len()).map(|_| OnceLock::new()).collect(),
             plans,
@@ -167,6 +183,7 @@ impl KernelModules {
             load_ns: AtomicU64::new(0),
             source,
             sm90a,
+            dependent_launch,
             compute_capability,
         }
     }
@@ -219,7 +236,9 @@ impl KernelModules {
             )
         }
         .call("cuFuncGetAttribute")? as usize;
-        let f = Function { raw, static_shared, opted_in: AtomicU32::new(0), raising: Mutex::new(()) };
+        let dependent = self.dependent_launch && DEPENDENT_LAUNCH_KERNELS.binary_search(&kernel.name).is_ok();
+        let f =
+            Function { raw, static_shared, dependent, opted_in: AtomicU32::new(0), raising: Mutex::new(()) };
         Ok(self.functions[kernel.index].get_or_init(|| f))
     }
 }
@@ -261,6 +280,21 @@ mod tests {
         assert!(cubin_runs_on("sm_90a", (9, 0)));
         assert!(!cubin_runs_on("sm_90a", (10, 0)) && !cubin_runs_on("sm_100a", (10, 3)));
         assert!(!cubin_runs_on("compute_90", (9, 0)));
+    }
+
+    #[test]
+    fn dependent_launch_kernels_are_sorted_portable_kernels_of_the_table() {
+        assert!(DEPENDENT_LAUNCH_KERNELS.windows(2).all(|w| w[0] < w[1]));
+        for &k in DEPENDENT_LAUNCH_KERNELS {
+            let &(module, _) = crate::kernels::KERNEL_NAMES.iter().find(|(_, n)| *n == k).expect(k);
+            assert_eq!(MODULES[module].1, "portable", "{k}");
+        }
+        // The step kernels of small models, and the row kernels.
+        for k in
+            ["add_f32", "relu_f32", "adam_step_dev", "gemm_f32_tiny_nt", "softmax_f32", "layernorm_fwd_bf16"]
+        {
+            assert!(DEPENDENT_LAUNCH_KERNELS.contains(&k), "{k}");
+        }
     }
 
     #[test]
