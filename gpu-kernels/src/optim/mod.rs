@@ -131,11 +131,10 @@ const _: () = assert!(VECTORS == 4, "update_chunk unrolls four vectors per threa
 /// `grad[i]` (of type `G`) and `[streams[0][i], ..]` (f32) and changes them in place. Every f32
 /// stream is stored back; the gradient when `grad_written`; and, when `mirror` is not 0,
 /// `streams[0][i]` rounded to `G` into `mirror[i]` (a 16-bit parameter beside its f32 master).
-/// An aligned chunk moves as four 4-element vectors per stream per thread (the vectors past a
-/// partial chunk's end as their elements in it), every load issued before any store (the streams
-/// may alias as far as the compiler knows, so without that it would serialise each load behind
-/// the previous store, and a small tensor's chunk would wait for memory once per element); an
-/// unaligned one goes element by element.
+/// A full, aligned chunk moves as four 4-element vectors per stream per thread, every load issued
+/// before any store (the streams may alias as far as the compiler knows, so without that it would
+/// serialise each load behind the previous store); a partial or unaligned one goes element by
+/// element.
 #[inline(always)]
 pub(crate) unsafe fn update_chunk<G: Element, const N: usize>(
     grad: u64,
@@ -149,29 +148,14 @@ pub(crate) unsafe fn update_chunk<G: Element, const N: usize>(
     let aligned = grad as usize % G::VECTOR_BYTES == 0
         && mirror as usize % G::VECTOR_BYTES == 0
         && streams.iter().all(|&p| p as usize % 16 == 0);
-    if aligned {
+    if aligned && end - start == CHUNK {
         let mut g = [[0.0f32; 4]; VECTORS];
         let mut v = [[F32x4([0.0; 4]); VECTORS]; N];
         let at = |u: usize| start + (u * BLOCK + t) * 4;
-        // A chunk's last vectors may lie partly or wholly past its end: those move element by
-        // element (at most one vector a thread is partial).
-        let whole = |u: usize| at(u) + 4 <= end;
-        let held = |u: usize, e: usize| at(u) + e < end;
         unroll!(u in [0, 1, 2, 3] => {
-            if whole(u) {
-                g[u] = G::load4(grad, at(u));
-                for s in 0..N {
-                    v[s][u] = load_f32x4(streams[s].add(at(u)));
-                }
-            } else {
-                unroll!(e in [0, 1, 2, 3] => {
-                    if held(u, e) {
-                        g[u][e] = G::load(grad, at(u) + e);
-                        for s in 0..N {
-                            v[s][u].0[e] = *streams[s].add(at(u) + e);
-                        }
-                    }
-                });
+            g[u] = G::load4(grad, at(u));
+            for s in 0..N {
+                v[s][u] = load_f32x4(streams[s].add(at(u)));
             }
         });
         unroll!(u in [0, 1, 2, 3] => {
@@ -185,31 +169,14 @@ pub(crate) unsafe fn update_chunk<G: Element, const N: usize>(
                     v[s][u].0[e] = x[s];
                 }
             });
-            if whole(u) {
-                for s in 0..N {
-                    store_f32x4(streams[s].add(at(u)), v[s][u]);
-                }
-                if grad_written {
-                    G::store4(grad, at(u), g[u]);
-                }
-                if N > 0 && mirror != 0 {
-                    G::store4(mirror, at(u), v[0][u].0);
-                }
-            } else {
-                unroll!(e in [0, 1, 2, 3] => {
-                    if held(u, e) {
-                        let i = at(u) + e;
-                        for s in 0..N {
-                            *streams[s].add(i) = v[s][u].0[e];
-                        }
-                        if grad_written {
-                            G::store(grad, i, g[u][e]);
-                        }
-                        if N > 0 && mirror != 0 {
-                            G::store(mirror, i, v[0][u].0[e]);
-                        }
-                    }
-                });
+            for s in 0..N {
+                store_f32x4(streams[s].add(at(u)), v[s][u]);
+            }
+            if grad_written {
+                G::store4(grad, at(u), g[u]);
+            }
+            if N > 0 && mirror != 0 {
+                G::store4(mirror, at(u), v[0][u].0);
             }
         });
     } else {
