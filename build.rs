@@ -271,9 +271,9 @@ fn check_entries(spec: &ModuleSpec, ptx: &str) {
 
 /// The entries that may be launched as programmatic dependents: those whose straight-line start
 /// holds `griddepcontrol.wait` (the prelude's `grid_dependency_sync`) before any branch or access
-/// to memory other than parameters, registers' stack and shared memory. An entry with a wait
-/// anywhere later fails the build: launched early, it could touch what its predecessor is still
-/// writing.
+/// to memory other than its parameters, its local (stack) memory and shared memory. An entry with
+/// a wait anywhere later fails the build: launched early, it could touch what its predecessor is
+/// still writing.
 fn dependent_launch_entries(ptx: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut entry: Option<(&str, bool)> = None;
