@@ -248,13 +248,15 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
+/// The kernel a PTX line opens, if it is an `.entry` declaration.
+fn entry_name(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix(".visible .entry ")?;
+    rest.split(|c: char| c == '(' || c.is_whitespace()).next()
+}
+
 /// The module's `.entry` list must be exactly its kernels in `kernels.rs`.
 fn check_entries(spec: &ModuleSpec, ptx: &str) {
-    let mut entries: Vec<&str> = ptx
-        .lines()
-        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
-        .map(|l| l.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or(""))
-        .collect();
+    let mut entries: Vec<&str> = ptx.lines().filter_map(entry_name).collect();
     let mut declared = spec.kernels.to_vec();
     entries.sort_unstable();
     declared.sort_unstable();
@@ -278,8 +280,7 @@ fn dependent_launch_entries(ptx: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut entry: Option<(&str, bool)> = None;
     for line in ptx.lines() {
-        if let Some(rest) = line.trim_start().strip_prefix(".visible .entry ") {
-            let name = rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or("");
+        if let Some(name) = entry_name(line) {
             entry = Some((name, false));
             continue;
         }
@@ -355,7 +356,7 @@ fn with_max_threads(ptx: &str) -> String {
     let mut out = String::with_capacity(ptx.len() + 1024);
     let mut pending = None;
     for line in ptx.lines() {
-        if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
+        if let Some(name) = entry_name(line) {
             pending = MAX_THREADS
                 .iter()
                 .find(|(prefix, _)| name.starts_with(prefix))

@@ -12,9 +12,9 @@
 //! and neither does a stream capture: a launch recorded into a graph loads its module like any
 //! other (relaxed capture mode allows it; `tests/graphs.rs` captures a module's first use).
 //! Kernels that begin with `grid_dependency_sync` (listed by the build, which checks that nothing
-//! precedes it) launch as programmatic dependents on compute capability 9.0 and later: the
-//! driver starts their blocks as their predecessor's last ones run, which hides most of the gap
-//! between two small kernels in a row.
+//! precedes it) launch as programmatic dependents on compute capability 9.0 and later when their
+//! grid has at most a block an SM: the driver starts their blocks as their predecessor's last
+//! ones run, which hides most of the gap between two small kernels in a row.
 use super::error::{DriverResultExt, Error, Result};
 use super::kernel::KernelInfo;
 use crate::kernels::{KERNEL_COUNT, MODULES};
@@ -73,9 +73,10 @@ pub(crate) struct Function {
     pub(crate) raw: RawFunction,
     /// Its static shared memory (`CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
     pub(crate) static_shared: usize,
-    /// Launched as a programmatic dependent of its stream predecessor: its blocks may start while
-    /// that kernel's last ones run, and wait (`griddepcontrol.wait`, which the build found before
-    /// any memory access) until it has finished. Compute capability 9.0 and later.
+    /// May be launched as a programmatic dependent of its stream predecessor (compute capability
+    /// 9.0 and later; the launch does so for grids of at most a block an SM): its blocks may start
+    /// while that kernel's last ones run, and wait (`griddepcontrol.wait`, which the build found
+    /// before any memory access) until it has finished.
     pub(crate) dependent: bool,
     /// The dynamic shared memory it may use, as last raised by [`Function::allow_dynamic_shared`]
     /// (0: the driver's default, which needs no opt-in below the 48 KiB total).
