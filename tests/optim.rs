@@ -6,25 +6,28 @@ mod common;
 use common::*;
 use ferrocuda::{clip_grad_norm, Adam, Context, DType, Error, LrSchedule, Optimizer, Sgd, Tensor};
 
+/// One launch over these is large enough for whole chunks (and partial ones) ...
 const SIZES: [usize; 4] = [1, 31, 4097, (1 << 20) + 3];
+/// ... and one over these small enough (≤ 2^16 elements in all) for one-element-a-thread pieces.
+const SMALL_SIZES: [usize; 6] = [1, 31, 257, 1280, 4097, 9610];
 
 /// One optimizer step over (parameters, gradients).
 type Step = Box<dyn FnMut(&mut [Tensor], &[Tensor]) -> ferrocuda::Result<()>>;
 /// Makes a fresh optimizer (so the GPU and CPU runs start from the same state).
 type MakeStep = Box<dyn Fn() -> Step>;
 
-fn tensors(ctx: &Context, seed: u64) -> Vec<Tensor> {
-    SIZES
+fn tensors(ctx: &Context, sizes: &[usize], seed: u64) -> Vec<Tensor> {
+    sizes
         .iter()
         .enumerate()
         .map(|(i, &n)| ctx.from_slice(&randn_host(n, seed + i as u64), &[n]).unwrap())
         .collect()
 }
 
-fn run_steps(ctx: &Context, opt: &mut Step) -> Vec<Vec<f32>> {
-    let mut params = tensors(ctx, 3000);
+fn run_steps(ctx: &Context, sizes: &[usize], opt: &mut Step) -> Vec<Vec<f32>> {
+    let mut params = tensors(ctx, sizes, 3000);
     for step in 0..3 {
-        let grads = tensors(ctx, 3100 + 10 * step);
+        let grads = tensors(ctx, sizes, 3100 + 10 * step);
         opt(&mut params, &grads).unwrap();
     }
     params.iter().map(|p| p.to_vec().unwrap()).collect()
@@ -68,11 +71,13 @@ fn optimizers_match_cpu(gpu: &Context) {
             }),
         ),
     ];
-    for (name, make) in &configs {
-        let got = run_steps(gpu, &mut make());
-        let want = run_steps(&Context::cpu(), &mut make());
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_close(&format!("{name} tensor {i} (n={})", SIZES[i]), g, w, 1e-6);
+    for sizes in [&SIZES[..], &SMALL_SIZES[..]] {
+        for (name, make) in &configs {
+            let got = run_steps(gpu, sizes, &mut make());
+            let want = run_steps(&Context::cpu(), sizes, &mut make());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_close(&format!("{name} tensor {i} (n={})", sizes[i]), g, w, 1e-6);
+            }
         }
     }
 }

@@ -176,6 +176,31 @@ pub const fn optimizer_slot_parts(meta: u64) -> (usize, bool, u64) {
     )
 }
 
+/// Set in a chunk-list unit ([`optimizer_chunk_range`]) whose block updates a piece of at most
+/// `OPTIMIZER_BLOCK` elements, one a thread, instead of a chunk.
+pub const OPTIMIZER_PIECE_FLAG: usize = 1 << 31;
+/// Launches over at most this many elements in all update every tensor in pieces: a small model's
+/// step is latency-bound, and a whole chunk (16 elements a thread, each with a square root and a
+/// division) keeps its one SM busy longer than pieces spread over many SMs take.
+pub const OPTIMIZER_PIECES_MAX_TOTAL: usize = 1 << 16;
+
+/// The elements `start .. end` of its tensor (of `len`) that the optimizer block whose chunk-list
+/// entry holds `unit` updates: `start = (unit without OPTIMIZER_PIECE_FLAG) · OPTIMIZER_BLOCK`,
+/// then up to `OPTIMIZER_BLOCK` elements with the flag (a piece), else up to `OPTIMIZER_CHUNK`.
+pub const fn optimizer_chunk_range(unit: usize, len: usize) -> (usize, usize) {
+    let start = (unit & !OPTIMIZER_PIECE_FLAG) * OPTIMIZER_BLOCK;
+    let size = if unit & OPTIMIZER_PIECE_FLAG != 0 { OPTIMIZER_BLOCK } else { OPTIMIZER_CHUNK };
+    let end = if start + size < len { start + size } else { len };
+    (start, end)
+}
+
+/// The chunk-list units ([`optimizer_chunk_range`]) that cover a tensor of `len` once: chunks, or
+/// pieces when `pieces`; one (empty) unit for an empty tensor.
+pub fn optimizer_chunk_units(len: usize, pieces: bool) -> impl Iterator<Item = usize> {
+    let (size, flag) = if pieces { (OPTIMIZER_BLOCK, OPTIMIZER_PIECE_FLAG) } else { (OPTIMIZER_CHUNK, 0) };
+    (0..len.div_ceil(size).max(1)).map(move |i| (i * (size / OPTIMIZER_BLOCK)) | flag)
+}
+
 /// Added to the norm before dividing (PyTorch's `clip_grad_norm_`): the factor is
 /// `min(1, max_norm / (norm + GRAD_NORM_EPS))`.
 pub const GRAD_NORM_EPS: f32 = 1e-6;

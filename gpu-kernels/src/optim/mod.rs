@@ -8,11 +8,13 @@
 //! master and writes m, v, master and the 16-bit parameter: 28 B too). 16M parameters: ~0.11 ms
 //! and ~0.15 ms at 3 TB/s.
 //! The host passes a slot table (`OPTIMIZER_SLOT_WORDS` u64 per tensor: parameter, gradient,
-//! state buffers, master, meta word) and a chunk list (tensor index, chunk index) of
-//! `OPTIMIZER_CHUNK` elements; block b updates chunk b in place.
+//! state buffers, master, meta word) and a chunk list (tensor index, unit): block b updates the
+//! elements `optimizer_chunk_range(unit, len)` of its tensor in place (a chunk of
+//! `OPTIMIZER_CHUNK`, or for a small model a piece of `OPTIMIZER_BLOCK`).
 use crate::prelude::*;
 use crate::shapes::{
-    optimizer_slot_parts, OPTIMIZER_BLOCK as BLOCK, OPTIMIZER_CHUNK as CHUNK, OPTIMIZER_SLOT_WORDS as WORDS,
+    optimizer_chunk_range, optimizer_slot_parts, OPTIMIZER_BLOCK as BLOCK, OPTIMIZER_CHUNK as CHUNK,
+    OPTIMIZER_SLOT_WORDS as WORDS,
 };
 
 pub mod adam;
@@ -31,14 +33,14 @@ pub(crate) struct Chunk {
 /// This block's chunk.
 #[inline(always)]
 pub(crate) unsafe fn my_chunk(slots: *const u64, chunks: *const u32) -> Chunk {
-    let (slot, index) = (*chunks.add(2 * block_x()) as usize, *chunks.add(2 * block_x() + 1) as usize);
+    let (slot, unit) = (*chunks.add(2 * block_x()) as usize, *chunks.add(2 * block_x() + 1) as usize);
     let mut words = [0u64; WORDS];
     for (w, word) in words.iter_mut().enumerate() {
         *word = *slots.add(slot * WORDS + w);
     }
     let (len, decay, dtype) = optimizer_slot_parts(words[WORDS - 1]);
-    let start = index * CHUNK;
-    Chunk { words, start, end: (start + CHUNK).min(len), decay, dtype }
+    let (start, end) = optimizer_chunk_range(unit, len);
+    Chunk { words, start, end, decay, dtype }
 }
 
 /// `1` when `clip` is null, else the clip factor `clip[1]` written by `grad_norm`.

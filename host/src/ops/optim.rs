@@ -38,8 +38,9 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    adam_bias_correction, optimizer_slot_meta, optimizer_slot_parts, GRAD_NORM_EPS, OPTIMIZER_BF16,
-    OPTIMIZER_BLOCK, OPTIMIZER_CHUNK, OPTIMIZER_F16, OPTIMIZER_F32, OPTIMIZER_MAX_LEN, OPTIMIZER_SLOT_WORDS,
+    adam_bias_correction, optimizer_chunk_units, optimizer_slot_meta, optimizer_slot_parts, GRAD_NORM_EPS,
+    OPTIMIZER_BF16, OPTIMIZER_BLOCK, OPTIMIZER_F16, OPTIMIZER_F32, OPTIMIZER_MAX_LEN,
+    OPTIMIZER_PIECES_MAX_TOTAL, OPTIMIZER_PIECE_FLAG, OPTIMIZER_SLOT_WORDS,
 };
 use crate::tensor::{DType, Tensor};
 use std::collections::HashMap;
@@ -179,8 +180,8 @@ fn slot(op: &'static str, words: [u64; 5], g: &Tensor, decay: bool) -> Result<[u
 /// changes.
 struct DeviceTables {
     slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]>,
-    /// The slot words, then one u64 per chunk: its tensor's index in the low half, the chunk's
-    /// index in that tensor in the high half (the kernels read it as two u32, little-endian).
+    /// The slot words, then one u64 per block: its tensor's index in the low half, its unit
+    /// (`optimizer_chunk_units`) in the high half (the kernels read it as two u32, little-endian).
     buffer: DeviceBuffer,
     blocks: usize,
 }
@@ -213,14 +214,19 @@ fn launch_multi_tensor(
     let stream = ctx.stream(op)?;
     let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.buffer.stream(), stream));
     if !fresh {
+        let lens: Vec<usize> =
+            slots.iter().map(|s| optimizer_slot_parts(s[OPTIMIZER_SLOT_WORDS - 1]).0).collect();
+        let pieces = lens.iter().sum::<usize>() <= OPTIMIZER_PIECES_MAX_TOTAL;
         let mut words: Vec<u64> = slots.iter().flatten().copied().collect();
-        for (i, s) in slots.iter().enumerate() {
-            let (len, ..) = optimizer_slot_parts(s[OPTIMIZER_SLOT_WORDS - 1]);
+        for (i, &len) in lens.iter().enumerate() {
             // An empty tensor still gets a (no-op) block, so every list of tensors has one.
-            words.extend((0..len.div_ceil(OPTIMIZER_CHUNK).max(1) as u64).map(|c| i as u64 | c << 32));
+            words.extend(optimizer_chunk_units(len, pieces).map(|u| i as u64 | (u as u64) << 32));
         }
         let blocks = words.len() - slots.len() * OPTIMIZER_SLOT_WORDS;
-        if blocks > i32::MAX as usize || slots.len() > u32::MAX as usize {
+        if blocks > i32::MAX as usize
+            || slots.len() > u32::MAX as usize
+            || lens.iter().any(|&len| len / OPTIMIZER_BLOCK >= OPTIMIZER_PIECE_FLAG)
+        {
             return Err(Error::InvalidArgument {
                 op,
                 shape: vec![blocks],
@@ -976,5 +982,33 @@ impl Optimizer for Adam {
             }
         }
         stepped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::shapes::{optimizer_chunk_range, optimizer_chunk_units, OPTIMIZER_BLOCK, OPTIMIZER_CHUNK};
+
+    #[test]
+    fn chunk_units_cover_each_tensor_once() {
+        for pieces in [false, true] {
+            for len in [0, 1, 10, 255, 256, 257, 1280, 4095, 4096, 4097, 9610, 3 * 4096 + 4000, (1 << 20) + 3]
+            {
+                let ranges: Vec<_> =
+                    optimizer_chunk_units(len, pieces).map(|u| optimizer_chunk_range(u, len)).collect();
+                let mut next = 0;
+                for &(start, end) in &ranges {
+                    assert_eq!(start, next, "len {len}: {ranges:?}");
+                    assert!(
+                        end - start <= if pieces { OPTIMIZER_BLOCK } else { OPTIMIZER_CHUNK },
+                        "len {len}"
+                    );
+                    next = end;
+                }
+                assert_eq!(next, len, "len {len}");
+                let size = if pieces { OPTIMIZER_BLOCK } else { OPTIMIZER_CHUNK };
+                assert_eq!(ranges.len(), len.div_ceil(size).max(1), "len {len}");
+            }
+        }
     }
 }
