@@ -275,7 +275,10 @@ fn check_entries(spec: &ModuleSpec, ptx: &str) {
 /// holds `griddepcontrol.wait` (the prelude's `grid_dependency_sync`) before any branch or access
 /// to memory other than its parameters, its local (stack) memory and shared memory. An entry with
 /// a wait anywhere later fails the build: launched early, it could touch what its predecessor is
-/// still writing.
+/// still writing. So does a non-coherent load (`ld.global.nc`) in an entry with a wait: `.nc`
+/// promises ptxas that the data stays unchanged while the kernel runs, which lets it move such a
+/// load above the wait (it did, for a tiny GEMM with 16 loads a thread: wrong products, call K7),
+/// and a dependent grid runs while its predecessor still writes.
 fn dependent_launch_entries(ptx: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut entry: Option<(&str, bool)> = None;
@@ -293,6 +296,12 @@ fn dependent_launch_entries(ptx: &str) -> Vec<String> {
         let mut op = line.trim_start();
         if let Some(guarded) = op.strip_prefix('@') {
             op = guarded.split_once(char::is_whitespace).map_or("", |(_, rest)| rest.trim_start());
+        }
+        if op.starts_with("ld.global.nc") && found.last().map(String::as_str) == Some(*name) {
+            fail(&format!(
+                "kernel {name}: a non-coherent load (ld.global.nc, the prelude's load_nc_*) after \
+                 griddepcontrol.wait; ptxas may move it above the wait: use the coherent loads"
+            ));
         }
         if op.starts_with("griddepcontrol.wait") {
             if *touched {

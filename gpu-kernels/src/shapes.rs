@@ -31,9 +31,9 @@ pub const GEMM_TILE_LARGE: (usize, usize) = (128, 128);
 pub const GEMM_TILE_MEDIUM: (usize, usize) = (128, 64);
 pub const GEMM_TILE_SMALL: (usize, usize) = (64, 64);
 /// The tiny SIMT GEMM (`gemm_f32_tiny_*`): its tile, k-chunk and threads (2×2 outputs each).
-pub const GEMM_TILE_TINY: (usize, usize) = (32, 32);
+pub const GEMM_TILE_TINY: (usize, usize) = (16, 16);
 pub const GEMM_TINY_KC: usize = 32;
-pub const GEMM_TINY_THREADS: usize = 256;
+pub const GEMM_TINY_THREADS: usize = 64;
 /// The longest K the tiny GEMM is dispatched for (up to eight chunks of `GEMM_TINY_KC`).
 pub const GEMM_TINY_MAX_K: usize = 256;
 

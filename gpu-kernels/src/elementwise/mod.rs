@@ -49,7 +49,7 @@ pub(crate) unsafe fn map1(x: *const f32, out: *mut f32, n: usize, f: impl Fn(f32
         let mut v = [F32x4([0.0; 4]); UNROLL];
         unroll!(u in [0, 1, 2, 3] => {
             if idx[u] < n4 {
-                v[u] = load_nc_f32x4(x.add(4 * idx[u]));
+                v[u] = load_f32x4(x.add(4 * idx[u]));
             }
         });
         unroll!(u in [0, 1, 2, 3] => {
@@ -60,7 +60,7 @@ pub(crate) unsafe fn map1(x: *const f32, out: *mut f32, n: usize, f: impl Fn(f32
     });
     let t = 4 * n4 + global_x();
     if t < n {
-        store_f32(out.add(t), f(load_nc_f32(x.add(t))));
+        store_f32(out.add(t), f(load_f32(x.add(t))));
     }
 }
 
@@ -82,8 +82,8 @@ pub(crate) unsafe fn map2(
         let mut vb = [F32x4([0.0; 4]); UNROLL];
         unroll!(u in [0, 1, 2, 3] => {
             if idx[u] < n4 {
-                va[u] = load_nc_f32x4(a.add(4 * idx[u]));
-                vb[u] = load_nc_f32x4(b.add(4 * idx[u]));
+                va[u] = load_f32x4(a.add(4 * idx[u]));
+                vb[u] = load_f32x4(b.add(4 * idx[u]));
             }
         });
         unroll!(u in [0, 1, 2, 3] => {
@@ -94,7 +94,7 @@ pub(crate) unsafe fn map2(
     });
     let t = 4 * n4 + global_x();
     if t < n {
-        store_f32(out.add(t), f(load_nc_f32(a.add(t)), load_nc_f32(b.add(t))));
+        store_f32(out.add(t), f(load_f32(a.add(t)), load_f32(b.add(t))));
     }
 }
 
@@ -110,7 +110,7 @@ pub(crate) unsafe fn map1_half<H: HalfFloat>(x: *const u16, out: *mut u16, n: us
         let mut v = [U16x8([0; 8]); UNROLL];
         unroll!(u in [0, 1, 2, 3] => {
             if idx[u] < n8 {
-                v[u] = load_nc_u16x8(x.add(8 * idx[u]));
+                v[u] = load_u16x8(x.add(8 * idx[u]));
             }
         });
         unroll!(u in [0, 1, 2, 3] => {
@@ -121,7 +121,7 @@ pub(crate) unsafe fn map1_half<H: HalfFloat>(x: *const u16, out: *mut u16, n: us
     });
     let t = 8 * n8 + global_x();
     if t < n {
-        store_u16(out.add(t), g(load_nc_u16(x.add(t))));
+        store_u16(out.add(t), g(load_u16(x.add(t))));
     }
 }
 
@@ -144,8 +144,8 @@ pub(crate) unsafe fn map2_half<H: HalfFloat>(
         let mut vb = [U16x8([0; 8]); UNROLL];
         unroll!(u in [0, 1, 2, 3] => {
             if idx[u] < n8 {
-                va[u] = load_nc_u16x8(a.add(8 * idx[u]));
-                vb[u] = load_nc_u16x8(b.add(8 * idx[u]));
+                va[u] = load_u16x8(a.add(8 * idx[u]));
+                vb[u] = load_u16x8(b.add(8 * idx[u]));
             }
         });
         unroll!(u in [0, 1, 2, 3] => {
@@ -158,6 +158,6 @@ pub(crate) unsafe fn map2_half<H: HalfFloat>(
     });
     let t = 8 * n8 + global_x();
     if t < n {
-        store_u16(out.add(t), g(load_nc_u16(a.add(t)), load_nc_u16(b.add(t))));
+        store_u16(out.add(t), g(load_u16(a.add(t)), load_u16(b.add(t))));
     }
 }

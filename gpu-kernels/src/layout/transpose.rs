@@ -28,14 +28,14 @@ pub unsafe extern "ptx-kernel" fn transpose_f32(x: *const f32, rows: usize, cols
         let src = x.add((row0 + r) * cols + col0 + 4 * v);
         let dst = tile.add(r * STRIDE + 4 * v);
         if vector_path {
-            let F32x4(e) = load_nc_f32x4(src);
+            let F32x4(e) = load_f32x4(src);
             for (j, &val) in e.iter().enumerate() {
                 *dst.add(j) = val;
             }
         } else {
             for j in 0..4 {
                 if row0 + r < rows && col0 + 4 * v + j < cols {
-                    *dst.add(j) = load_nc_f32(src.add(j));
+                    *dst.add(j) = load_f32(src.add(j));
                 }
             }
         }

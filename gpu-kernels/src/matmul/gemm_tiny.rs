@@ -5,14 +5,17 @@
 //! Floor: latency, not flops or bytes. (64, 128, 64) is 1 MFLOP and 80 KB: a few µs is one
 //! global-memory round trip per K-chunk plus the launch. The tiled SIMT kernels run such a product
 //! as two 64×64 blocks walking K in steps of 16 behind a barrier each (10–15 µs measured); here
-//! 32×32 tiles give more blocks, a whole chunk of 32 k loads at once, and the next chunk's loads
+//! small tiles give many blocks, a whole chunk of 32 k loads at once, and the next chunk's loads
 //! are issued before this chunk's FMAs. (Loading every chunk of K before the first FMA, eight
 //! unrolled chunk bodies, measured slower: 2.9 → 4.2 µs at K = 64, the cold kernel's larger code.)
+//! Tiles are 16×16 rather than 32×32: a thread's 2×2 outputs cost four shared loads a k, and the
+//! eight warps of a 32×32 block on one SM queued ~1,000 cycles of shared-load issue a chunk
+//! (~0.5 µs); four times the blocks of two warps each spread that over four times the SMs.
 //!
-//! Each of the 256 threads owns a 2×2 block of outputs (rows `2·(t / 16) + {0, 1}`, columns
-//! `t % 16 + {0, 16}`): a warp reads two A words (broadcasts) and 32 consecutive B words per k.
-//! Operands are staged k-major; loads map consecutive threads to A's and B's contiguous axis.
-//! Launch: block `GEMM_TINY_THREADS`, grid `(⌈N/32⌉, ⌈M/32⌉, batch)`, no dynamic shared memory;
+//! Each of the 64 threads owns a 2×2 block of outputs (rows `2·(t / 8) + {0, 1}`, columns
+//! `t % 8 + {0, 8}`). Operands are staged k-major; loads map consecutive threads to A's and B's
+//! contiguous axis.
+//! Launch: block `GEMM_TINY_THREADS`, grid `(⌈N/16⌉, ⌈M/16⌉, batch)`, no dynamic shared memory;
 //! `k_chunk` must equal `k` (no split).
 use super::epilogue;
 use crate::prelude::*;
@@ -22,17 +25,21 @@ const BM: usize = GEMM_TILE_TINY.0;
 const BN: usize = GEMM_TILE_TINY.1;
 /// Elements of each operand's chunk a thread loads.
 const PER_THREAD: usize = BM * KC / THREADS;
+const _: () = assert!(PER_THREAD == 8, "load_chunk unrolls eight values a thread");
 
-/// A staged tile's row (one k) of 32 values, padded by one word: a k-contiguous operand is
-/// stored with consecutive lanes on consecutive k, which unpadded rows put in one bank (a
-/// 32-way conflict on every store: ~1 µs a chunk).
+/// A staged tile's row (one k) of `BM` values, padded by one word: a k-contiguous operand is
+/// stored with consecutive lanes on consecutive k, which rows of an even length put in a few banks
+/// (with 32 values, one bank: a 32-way conflict on every store, ~1 µs a chunk).
 const ROW: usize = BM + 1;
 const _: () = assert!(
-    BM == BN && 2 * KC * ROW == 2 * 32 * 33,
+    BM == BN && 2 * KC * ROW == 2 * 32 * 17 && THREADS == BM * BN / 4,
     "one padded row length for both tiles, as the shared array is sized"
 );
 
-shared_array!(static GEMM_TINY_TILES: [f32; 2 * 32 * 33]);
+shared_array!(static GEMM_TINY_TILES: [f32; 2 * 32 * 17]);
+
+/// Columns apart of a thread's two output columns (and threads along a tile row).
+const HALF: usize = BN / 2;
 
 /// One chunk of A (`[KC][BM]`) or B (`[KC][BN]`) held in registers between load and store.
 type Chunk = [f32; PER_THREAD];
@@ -60,11 +67,11 @@ unsafe fn load_chunk(
     x0: usize,
 ) -> Chunk {
     let mut v = [0.0f32; PER_THREAD];
-    unroll!(i in [0, 1, 2, 3] => {
+    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
         let (kk, xx) = chunk_coords(i, k_stride == 1);
         let (k, x) = (k0 + kk, x0 + xx);
         if k < k_len && x < x_len {
-            v[i] = load_nc_f32(src.add(k * k_stride + x * x_stride));
+            v[i] = load_f32(src.add(k * k_stride + x * x_stride));
         }
     });
     v
@@ -73,7 +80,7 @@ unsafe fn load_chunk(
 /// Store a chunk into its k-major tile `[KC][ROW]`.
 #[inline(always)]
 unsafe fn store_chunk(tile: *mut f32, v: &Chunk, k_contiguous: bool) {
-    unroll!(i in [0, 1, 2, 3] => {
+    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
         let (kk, xx) = chunk_coords(i, k_contiguous);
         *tile.add(kk * ROW + xx) = v[i];
     });
@@ -95,7 +102,7 @@ unsafe fn gemm_tiny<const TA: bool, const TB: bool>(
     let b_strides = if TB { (1, k) } else { (n, 1) };
     let tiles = shared_ptr(&raw mut GEMM_TINY_TILES);
     let (tile_a, tile_b) = (tiles, tiles.add(KC * ROW));
-    let (tr, tc) = (thread_x() / 16, thread_x() % 16);
+    let (tr, tc) = (thread_x() / HALF, thread_x() % HALF);
     let mut acc = [[0.0f32; 2]; 2];
     let mut next = (load_chunk(a, a_strides, 0, (k, m), m0), load_chunk(b, b_strides, 0, (k, n), n0));
     let mut k0 = 0;
@@ -111,7 +118,7 @@ unsafe fn gemm_tiny<const TA: bool, const TB: bool>(
         }
         for kk in 0..KC {
             let (a0, a1) = (*tile_a.add(kk * ROW + 2 * tr), *tile_a.add(kk * ROW + 2 * tr + 1));
-            let (b0, b1) = (*tile_b.add(kk * ROW + tc), *tile_b.add(kk * ROW + tc + 16));
+            let (b0, b1) = (*tile_b.add(kk * ROW + tc), *tile_b.add(kk * ROW + tc + HALF));
             acc[0][0] = fma(a0, b0, acc[0][0]);
             acc[0][1] = fma(a0, b1, acc[0][1]);
             acc[1][0] = fma(a1, b0, acc[1][0]);
@@ -125,10 +132,10 @@ unsafe fn gemm_tiny<const TA: bool, const TB: bool>(
     unroll!(i in [0, 1] => {
         let row = m0 + 2 * tr + i;
         unroll!(j in [0, 1] => {
-            let col = n0 + tc + 16 * j;
+            let col = n0 + tc + HALF * j;
             if row < m && col < n {
-                let beta_c = if has_c { beta * load_nc_f32(c.add(row * n + col)) } else { 0.0 };
-                let bias = if bias.is_null() { 0.0 } else { load_nc_f32(bias.add(col)) };
+                let beta_c = if has_c { beta * load_f32(c.add(row * n + col)) } else { 0.0 };
+                let bias = if bias.is_null() { 0.0 } else { load_f32(bias.add(col)) };
                 store_f32(out.add(row * n + col), epilogue(acc[i][j], alpha, beta_c, bias, activation));
             }
         });

@@ -78,9 +78,9 @@ impl Slice {
 #[inline(always)]
 unsafe fn load_unit<const VEC: bool>(p: *const f32, fill: f32) -> F32x4 {
     if VEC {
-        load_nc_f32x4(p)
+        load_f32x4(p)
     } else {
-        F32x4([load_nc_f32(p), fill, fill, fill])
+        F32x4([load_f32(p), fill, fill, fill])
     }
 }
 
@@ -98,8 +98,8 @@ unsafe fn store_unit<const VEC: bool>(p: *mut f32, v: F32x4) {
 unsafe fn channel_totals(partials: *const f32, c: usize, slices: usize) -> (f32, f32) {
     let (mut a, mut b) = (0.0f32, 0.0f32);
     for s in 0..slices {
-        a += load_nc_f32(partials.add(2 * (c * slices + s)));
-        b += load_nc_f32(partials.add(2 * (c * slices + s) + 1));
+        a += load_f32(partials.add(2 * (c * slices + s)));
+        b += load_f32(partials.add(2 * (c * slices + s) + 1));
     }
     (a, b)
 }
@@ -132,7 +132,7 @@ macro_rules! by_plane_width {
 #[inline(always)]
 unsafe fn stats<const VEC: bool>(x: *const f32, partials: *mut f32, n: usize, channels: usize, hw: usize) {
     let slice = Slice::of_block::<VEC>(n, channels, hw);
-    let shift = load_nc_f32(x.add(slice.channel * hw));
+    let shift = load_f32(x.add(slice.channel * hw));
     let (mut sum, mut sum_sq) = (0.0f32, 0.0f32);
     slice.for_each_step::<VEC>(|offsets, valid| {
         let mut v = [F32x4([shift; 4]); UNROLL];
@@ -204,10 +204,10 @@ unsafe fn forward<const VEC: bool>(
     let count = (n * hw) as f32;
     let mean_d = sum / count;
     let var = (sum_sq / count - mean_d * mean_d).max(0.0);
-    let mean = load_nc_f32(x.add(c * hw)) + mean_d;
+    let mean = load_f32(x.add(c * hw)) + mean_d;
     let rstd = 1.0 / sqrt_rn(var + eps);
-    let scale = load_nc_f32(gamma.add(c)) * rstd;
-    apply::<VEC>(x, y, &slice, scale, load_nc_f32(beta.add(c)) - mean * scale);
+    let scale = load_f32(gamma.add(c)) * rstd;
+    apply::<VEC>(x, y, &slice, scale, load_f32(beta.add(c)) - mean * scale);
     if block_y() == 0 && thread_x() == 0 {
         *mean_out.add(c) = mean;
         *rstd_out.add(c) = rstd;
@@ -257,8 +257,8 @@ unsafe fn eval<const VEC: bool>(
 ) {
     let slice = Slice::of_block::<VEC>(n, channels, hw);
     let c = slice.channel;
-    let scale = load_nc_f32(gamma.add(c)) / sqrt_rn(load_nc_f32(running_var.add(c)) + eps);
-    apply::<VEC>(x, y, &slice, scale, load_nc_f32(beta.add(c)) - load_nc_f32(running_mean.add(c)) * scale);
+    let scale = load_f32(gamma.add(c)) / sqrt_rn(load_f32(running_var.add(c)) + eps);
+    apply::<VEC>(x, y, &slice, scale, load_f32(beta.add(c)) - load_f32(running_mean.add(c)) * scale);
 }
 
 /// Normalize with the running statistics; grid (channels, slices).
@@ -293,7 +293,7 @@ unsafe fn bwd_reduce<const VEC: bool>(
 ) {
     let slice = Slice::of_block::<VEC>(n, channels, hw);
     let c = slice.channel;
-    let (mu, r) = (load_nc_f32(mean.add(c)), load_nc_f32(rstd.add(c)));
+    let (mu, r) = (load_f32(mean.add(c)), load_f32(rstd.add(c)));
     let (mut sum_dy, mut sum_dy_xhat) = (0.0f32, 0.0f32);
     slice.for_each_step::<VEC>(|offsets, valid| {
         let mut g = [F32x4([0.0; 4]); UNROLL];
@@ -350,9 +350,9 @@ unsafe fn bwd_dx<const VEC: bool>(
     let c = slice.channel;
     let (sum_dy, sum_dy_xhat) = channel_totals(partials, c, grid_dim_y());
     let count = (n * hw) as f32;
-    let (mu, r) = (load_nc_f32(mean.add(c)), load_nc_f32(rstd.add(c)));
+    let (mu, r) = (load_f32(mean.add(c)), load_f32(rstd.add(c)));
     let (mean_dy, mean_dy_xhat) = (sum_dy / count, sum_dy_xhat / count);
-    let gr = load_nc_f32(gamma.add(c)) * r;
+    let gr = load_f32(gamma.add(c)) * r;
     slice.for_each_step::<VEC>(|offsets, valid| {
         let mut g = [F32x4([0.0; 4]); UNROLL];
         let mut v = [F32x4([0.0; 4]); UNROLL];

@@ -166,11 +166,8 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
         |t, mode| {
             let offset = t.row * cols;
             let active = t.begin < t.end;
-            let stat = if active {
-                (load_nc_f32(mean.add(t.row)), load_nc_f32(rstd.add(t.row)))
-            } else {
-                (0.0, 0.0)
-            };
+            let stat =
+                if active { (load_f32(mean.add(t.row)), load_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
             let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
             let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
             let w = gamma_slots::<F, K>(&t, gamma);
@@ -220,7 +217,7 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
     while row < rows {
         let t = team.at_row(row, cols);
         let offset = row * cols;
-        let stat = (load_nc_f32(mean.add(row)), load_nc_f32(rstd.add(row)));
+        let stat = (load_f32(mean.add(row)), load_f32(rstd.add(row)));
         let [v, d] = t.load_rows_first::<F, K, 2>([x.add(offset), dy.add(offset)], 0.0);
         let sums = t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat));
         store_dx::<F, K>(&t, dx.add(offset), (&v, &d), &w, stat, sums, cols);
@@ -315,7 +312,7 @@ unsafe fn layernorm_bwd_params_cols<F: Float>(
     let groups = grid_dim_y();
     t.sum(
         |r| {
-            let (mu, rs) = (load_nc_f32(mean.add(r)), load_nc_f32(rstd.add(r)));
+            let (mu, rs) = (load_f32(mean.add(r)), load_f32(rstd.add(r)));
             let (xv, g) = (t.load::<F>(x.add(r * cols)), t.load::<F>(dy.add(r * cols)));
             let mut dg = g;
             unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { dg[e] = g[e] * (xv[e] - mu) * rs; });

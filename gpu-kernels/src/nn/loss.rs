@@ -59,7 +59,7 @@ unsafe fn point_loss<L: PointLoss>(
     let mut acc = 0.0f32;
     for g in grid_stride(n.div_ceil(4)) {
         if g < full {
-            let (p, t) = (load_nc_f32x4(pred.add(4 * g)), load_nc_f32x4(target.add(4 * g)));
+            let (p, t) = (load_f32x4(pred.add(4 * g)), load_f32x4(target.add(4 * g)));
             let mut d = F32x4([0.0; 4]);
             for k in 0..4 {
                 let (l, dl) = L::eval(p.0[k], t.0[k]);
@@ -69,7 +69,7 @@ unsafe fn point_loss<L: PointLoss>(
             store_f32x4(grad.add(4 * g), d);
         } else {
             for i in 4 * g..n {
-                let (l, dl) = L::eval(load_nc_f32(pred.add(i)), load_nc_f32(target.add(i)));
+                let (l, dl) = L::eval(load_f32(pred.add(i)), load_f32(target.add(i)));
                 acc += l;
                 store_f32(grad.add(i), scale * dl);
             }

@@ -1,4 +1,9 @@
 //! Global-memory access: 16-byte vectors, the read-only (`.nc`) path, and L2-only loads.
+//!
+//! The `.nc` loads are for kernels that are never launched as programmatic dependents (those that
+//! do not call `grid_dependency_sync`): `.nc` tells ptxas the data is constant while the kernel
+//! runs, so it may schedule such a load above `griddepcontrol.wait`, before the predecessor has
+//! finished writing it. `build.rs` fails the build for a `.nc` load in a dependent kernel.
 use core::arch::asm;
 
 /// Four `f32` moved as one 16-byte access.

@@ -89,11 +89,11 @@ impl Float for f32 {
     const PER_16B: usize = 4;
     #[inline(always)]
     unsafe fn load(p: *const f32) -> f32 {
-        load_nc_f32(p)
+        load_f32(p)
     }
     #[inline(always)]
     unsafe fn load_vec(p: *const f32) -> [f32; 8] {
-        let a = load_nc_f32x4(p).0;
+        let a = load_f32x4(p).0;
         [a[0], a[1], a[2], a[3], 0.0, 0.0, 0.0, 0.0]
     }
     #[inline(always)]
@@ -106,7 +106,7 @@ impl Float for f32 {
     }
     #[inline(always)]
     unsafe fn load8_raw(p: *const f32, second: usize) -> [u32; 8] {
-        let (a, b) = (load_nc_f32x4(p).0, load_nc_f32x4(p.add(second)).0);
+        let (a, b) = (load_f32x4(p).0, load_f32x4(p.add(second)).0);
         [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]].map(f32::to_bits)
     }
     #[inline(always)]
@@ -122,11 +122,11 @@ macro_rules! half_float {
             const PER_16B: usize = 8;
             #[inline(always)]
             unsafe fn load(p: *const u16) -> f32 {
-                <$h as HalfFloat>::to_f32(load_nc_u16(p))
+                <$h as HalfFloat>::to_f32(load_u16(p))
             }
             #[inline(always)]
             unsafe fn load_vec(p: *const u16) -> [f32; 8] {
-                load_nc_u16x8(p).0.map(<$h as HalfFloat>::to_f32)
+                load_u16x8(p).0.map(<$h as HalfFloat>::to_f32)
             }
             #[inline(always)]
             unsafe fn store(p: *mut u16, v: f32) {
@@ -138,7 +138,7 @@ macro_rules! half_float {
             }
             #[inline(always)]
             unsafe fn load8_raw(p: *const u16, _second: usize) -> [u32; 8] {
-                let [a, b, c, d] = load_nc_u32x4(p as *const u32);
+                let [a, b, c, d] = load_u32x4(p as *const u32);
                 [a, b, c, d, 0, 0, 0, 0]
             }
             #[inline(always)]

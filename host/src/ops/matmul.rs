@@ -14,7 +14,7 @@
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
-//! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 32×32 tiles, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
+//! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
 //! | 6 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
 //! | 7 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
 //! | 8 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
@@ -740,7 +740,7 @@ enum GemmPath {
     GemvMma,
     /// SIMT f32 with this tile.
     Simt { tile: (usize, usize) },
-    /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 32×32 tiles, whole chunks of K per load).
+    /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 16×16 tiles, whole chunks of K per load).
     Tiny,
     /// TF32 `mma.sync`.
     Tf32Mma,
@@ -763,8 +763,8 @@ struct GemmPlan {
 }
 
 /// f32 products up to this many outputs (per batch) and K up to `GEMM_TINY_MAX_K` take the tiny
-/// SIMT GEMM: at most 64 of its 32×32 tiles, each one round trip for all of K (an MLP layer on a
-/// mini-batch). Larger
+/// SIMT GEMM: at most 256 of its 16×16 tiles, each one round trip per chunk of 32 k (an MLP layer
+/// on a mini-batch). Larger
 /// ones fill the SMs with the tiled kernels, and a longer K is better split. Exact f32 there also
 /// when TF32 is allowed: TF32 gains nothing at a latency-bound size.
 const TINY_MAX_OUTPUTS: usize = 1 << 16;
