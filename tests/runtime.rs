@@ -258,6 +258,27 @@ fn dependent_launches_see_their_predecessors_writes(gpu: &Context) {
     assert_eq!(wrong, 0, "{wrong} of {n} values differ from 150 (first {:?})", &got[..4]);
 }
 
+/// The same through the tiny GEMM, the kernel shape whose non-coherent loads ptxas once scheduled
+/// above the dependency wait (a wrong MLP with dependent launches, a right one without):
+/// `x ← tanh(x·W + b)` 60 times, alternating `x·W` and `x·Wᵀ` over K = 96 (three chunks), against
+/// the CPU backend. The map contracts (‖W‖ ≈ 0.78 an application), so each step's rounding (within
+/// the f32 tolerance of 1e-5) adds up to at most ~4.5 steps' worth: 5e-5.
+fn dependent_tiny_products_match_cpu(gpu: &Context) {
+    let (m, k) = (64, 96);
+    let chain = |ctx: &Context| {
+        let w: Vec<f32> = randn_host(k * k, 41).iter().map(|v| v * 0.08).collect();
+        let w = ctx.from_slice(&w, &[k, k]).unwrap();
+        let b = ctx.from_slice(&randn_host(m * k, 43), &[m, k]).unwrap();
+        let mut x = ctx.from_slice(&randn_host(m * k, 42), &[m, k]).unwrap();
+        for i in 0..60 {
+            let y = if i % 2 == 0 { x.matmul(&w) } else { x.matmul_t(&w) }.unwrap();
+            x = y.add(&b).unwrap().tanh().unwrap();
+        }
+        x.to_vec().unwrap()
+    };
+    assert_close("x ← tanh(x·W + b), 60 times", &chain(gpu), &chain(&Context::cpu()), 5e-5);
+}
+
 fn main() {
     run(&[
         ("gpu_device_properties", Case::Gpu(device_properties)),
@@ -277,6 +298,7 @@ fn main() {
             "gpu_dependent_launches_see_their_predecessors_writes",
             Case::Gpu(dependent_launches_see_their_predecessors_writes),
         ),
+        ("gpu_dependent_tiny_products_match_cpu", Case::Gpu(dependent_tiny_products_match_cpu)),
         ("cpu_bad_sizes", Case::Cpu(cpu_bad_sizes)),
         ("cpu_context_new_falls_back_to_cpu", Case::Cpu(context_new_falls_back_to_cpu)),
     ]);
