@@ -281,13 +281,14 @@ fn check_entries(spec: &ModuleSpec, ptx: &str) {
 /// and a dependent grid runs while its predecessor still writes.
 fn dependent_launch_entries(ptx: &str) -> Vec<String> {
     let mut found = Vec::new();
-    let mut entry: Option<(&str, bool)> = None;
+    // The open entry: its name, whether a branch or memory access came first, whether it waited.
+    let mut entry: Option<(&str, bool, bool)> = None;
     for line in ptx.lines() {
         if let Some(name) = entry_name(line) {
-            entry = Some((name, false));
+            entry = Some((name, false, false));
             continue;
         }
-        let Some((name, touched)) = entry.as_mut() else { continue };
+        let Some((name, touched, waited)) = entry.as_mut() else { continue };
         if line == "}" {
             entry = None;
             continue;
@@ -297,7 +298,7 @@ fn dependent_launch_entries(ptx: &str) -> Vec<String> {
         if let Some(guarded) = op.strip_prefix('@') {
             op = guarded.split_once(char::is_whitespace).map_or("", |(_, rest)| rest.trim_start());
         }
-        if op.starts_with("ld.global.nc") && found.last().map(String::as_str) == Some(*name) {
+        if op.starts_with("ld.global.nc") && *waited {
             fail(&format!(
                 "kernel {name}: a non-coherent load (ld.global.nc, the prelude's load_nc_*) after \
                  griddepcontrol.wait; ptxas may move it above the wait: use the coherent loads"
@@ -310,8 +311,9 @@ fn dependent_launch_entries(ptx: &str) -> Vec<String> {
                      memory access; call it first"
                 ));
             }
-            if found.last().map(String::as_str) != Some(*name) {
+            if !*waited {
                 found.push(name.to_string());
+                *waited = true;
             }
             continue;
         }

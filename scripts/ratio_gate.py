@@ -42,9 +42,7 @@ def main():
         return 0
     if len(a.files) != 2:
         ap.error("the gate takes a report and a baseline")
-    new = ratios(a.files[0])
-    a.baseline = a.files[1]
-    old = ratios(a.baseline)
+    new, old = ratios(a.files[0]), ratios(a.files[1])
     failed = 0
     print(f"{'op':<16} {'shape':>16} {'baseline':>9} {'now':>7} {'change':>8}")
     for key in sorted(old):

@@ -996,17 +996,14 @@ mod tests {
             {
                 let ranges: Vec<_> =
                     optimizer_chunk_units(len, pieces).map(|u| optimizer_chunk_range(u, len)).collect();
+                let size = if pieces { OPTIMIZER_BLOCK } else { OPTIMIZER_CHUNK };
                 let mut next = 0;
                 for &(start, end) in &ranges {
                     assert_eq!(start, next, "len {len}: {ranges:?}");
-                    assert!(
-                        end - start <= if pieces { OPTIMIZER_BLOCK } else { OPTIMIZER_CHUNK },
-                        "len {len}"
-                    );
+                    assert!(end - start <= size, "len {len}");
                     next = end;
                 }
                 assert_eq!(next, len, "len {len}");
-                let size = if pieces { OPTIMIZER_BLOCK } else { OPTIMIZER_CHUNK };
                 assert_eq!(ranges.len(), len.div_ceil(size).max(1), "len {len}");
             }
         }
