@@ -1,7 +1,7 @@
 //! What the training examples share: the digits data (80/20 split with a fixed seed), the
 //! training loop with a progress bar per epoch, and the loss/accuracy curves (plotters, SVG).
 use ferrocuda::{
-    cross_entropy, cross_entropy_labels, Adam, Context, Graph, Labels, Layer, Optimizer, Result, Sequential,
+    cross_entropy_labels, Adam, Context, DeviceDataset, Graph, Labels, Layer, Optimizer, Result, Sequential,
     Sgd, Tensor,
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -44,6 +44,16 @@ impl Digits {
         let order = permutation(labels.len(), 2026);
         let (train, test) = order.split_at(labels.len() * 4 / 5);
         Digits { pixels, labels, train: train.to_vec(), test: test.to_vec() }
+    }
+
+    /// The training images and labels on `ctx` (one copy), images shaped `sample_shape`, to
+    /// serve the training steps' mini-batches from without a copy per step; row `i` is
+    /// `train[i]`.
+    pub fn train_on_device(&self, ctx: &Context, sample_shape: &[usize]) -> Result<DeviceDataset> {
+        let (pixels, labels) = self.batch_host(&self.train);
+        let mut shape = vec![labels.len()];
+        shape.extend_from_slice(sample_shape);
+        DeviceDataset::new(ctx.from_slice(&pixels, &shape)?, ctx.labels(&labels, CLASSES)?)
     }
 
     /// The images and labels at `idx`, as a tensor of `[idx.len()] + sample_shape`.
@@ -164,17 +174,19 @@ pub fn train(
     progress: bool,
 ) -> Result<History> {
     let mut history = History::default();
+    let mut dataset = data.train_on_device(ctx, shape)?;
     model.train();
     for epoch in 1..=epochs {
         let order = epoch_order(data, epoch);
-        let batches: Vec<&[usize]> = order.chunks(batch).collect();
+        let batches: Vec<usize> = order.chunks(batch).map(<[usize]>::len).collect();
         let bar = epoch_bar(epoch, batches.len(), progress, ", loss {msg}");
         let started = Instant::now();
+        dataset.set_order(&order)?;
         let mut total = 0.0f64;
-        for idx in &batches {
-            let (x, labels) = data.batch(ctx, idx, shape)?;
+        for &size in &batches {
+            let (x, labels) = dataset.next_batch(size)?;
             let logits = model.forward(&x)?;
-            let (loss, dlogits) = cross_entropy(&logits, &labels)?;
+            let (loss, dlogits) = cross_entropy_labels(&logits, &labels)?;
             model.backward_params(&dlogits)?;
             model.step(optimizer)?;
             let loss = loss.to_scalar()? as f64;
@@ -190,9 +202,10 @@ pub fn train(
     Ok(history)
 }
 
-/// The training images of `epoch`, shuffled (the same order for every run).
+/// The training images of `epoch` (rows of [`Digits::train_on_device`]), shuffled (the same
+/// order for every run).
 fn epoch_order(data: &Digits, epoch: usize) -> Vec<usize> {
-    permutation(data.train.len(), epoch as u64).iter().map(|&i| data.train[i]).collect()
+    permutation(data.train.len(), epoch as u64)
 }
 
 /// The epoch's progress bar over `batches` (hidden without `progress`); `tail` ends its template.
@@ -226,16 +239,9 @@ fn end_epoch(
     Ok(())
 }
 
-/// A batch size's static inputs and its captured step.
-struct Captured {
-    x: Tensor,
-    labels: Labels,
-    graph: Option<Graph>,
-}
-
-/// One training step on the static inputs; the batch's mean loss is added to `loss_sum` on the
-/// device (SGD with learning rate −1 on `loss_sum` is an in-place `+=`), so the host reads the
-/// loss once per epoch.
+/// One training step on a batch; the batch's mean loss is added to `loss_sum` on the device
+/// (SGD with learning rate −1 on `loss_sum` is an in-place `+=`), so the host reads the loss once
+/// per epoch.
 fn graph_step(
     model: &mut Sequential,
     adam: &mut Adam,
@@ -249,10 +255,10 @@ fn graph_step(
     sum.step(&mut [loss_sum], &[&loss])
 }
 
-/// [`train`] with CUDA graphs: the whole step (forward, loss, backward, Adam) is captured once per
-/// batch size, after one eager step has made the optimizer's state, and replayed for every later
-/// batch, whose images and labels are first copied into the graph's static inputs. `adam` must be
-/// [`Adam::capturable`].
+/// [`train`] with CUDA graphs: the whole step (the batch gathered on the device, forward,
+/// backward, Adam) is captured once per batch size, after one eager step has made the optimizer's
+/// state, and replayed for every later batch; each replay serves the next batch of the epoch's
+/// order. `adam` must be [`Adam::capturable`].
 pub fn train_graph(
     ctx: &Context,
     model: &mut Sequential,
@@ -262,47 +268,36 @@ pub fn train_graph(
     progress: bool,
 ) -> Result<History> {
     let mut history = History::default();
-    let mut steps: HashMap<usize, Captured> = HashMap::new();
+    let mut dataset = data.train_on_device(ctx, shape)?;
+    let mut graphs: HashMap<usize, Graph> = HashMap::new();
     let (mut sum, mut loss_sum, mut warmed) = (Sgd::new(-1.0), ctx.zeros(&[])?, false);
     model.train();
     for epoch in 1..=epochs {
         let order = epoch_order(data, epoch);
-        let batches: Vec<&[usize]> = order.chunks(batch).collect();
+        let batches: Vec<usize> = order.chunks(batch).map(<[usize]>::len).collect();
         let bar = epoch_bar(epoch, batches.len(), progress, " (CUDA graph)");
         let started = Instant::now();
+        dataset.set_order(&order)?;
         loss_sum.copy_from_slice(&[0.0f32])?;
-        for idx in &batches {
-            let (pixels, labels) = data.batch_host(idx);
-            let step = match steps.entry(idx.len()) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    let mut x_shape = vec![idx.len()];
-                    x_shape.extend_from_slice(shape);
-                    e.insert(Captured {
-                        x: ctx.zeros(&x_shape)?,
-                        labels: ctx.labels(&labels, CLASSES)?,
-                        graph: None,
-                    })
-                }
+        for &size in &batches {
+            let mut step = |dataset: &mut DeviceDataset| {
+                let (x, labels) = dataset.next_batch(size)?;
+                graph_step(model, adam, (&x, &labels), (&mut sum, &mut loss_sum))
             };
-            step.x.copy_from_slice(&pixels)?;
-            step.labels.copy_from_slice(&labels)?;
-            let statics = (&step.x, &step.labels);
-            match &step.graph {
+            match graphs.get(&size) {
                 Some(graph) => graph.launch()?,
                 None if warmed => {
                     let captured = Instant::now();
-                    let graph =
-                        ctx.capture(|| graph_step(model, adam, statics, (&mut sum, &mut loss_sum)))?;
+                    let graph = ctx.capture(|| step(&mut dataset))?;
                     let launched = Instant::now();
                     graph.launch()?;
                     let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
-                    history.captures.push((idx.len(), ms(captured, launched), ms(launched, Instant::now())));
-                    step.graph = Some(graph);
+                    history.captures.push((size, ms(captured, launched), ms(launched, Instant::now())));
+                    graphs.insert(size, graph);
                 }
                 None => {
                     let started = Instant::now();
-                    graph_step(model, adam, statics, (&mut sum, &mut loss_sum))?;
+                    step(&mut dataset)?;
                     history.warm_up_ms = Some(started.elapsed().as_secs_f64() * 1e3);
                     warmed = true;
                 }

@@ -535,6 +535,16 @@ kernel_table! {
         }
     }
     module layout("layout", portable) {
+        layout::gather {
+            [gather_batch_b32](
+                samples: *const u32, labels: *const u32, order: *const u32, state: *mut u32, out: *mut u32,
+                out_labels: *mut u32, m: usize, row: usize, size: usize
+            );
+            [gather_batch_b16](
+                samples: *const u16, labels: *const u32, order: *const u32, state: *mut u32, out: *mut u16,
+                out_labels: *mut u32, m: usize, row: usize, size: usize
+            );
+        }
         layout::transpose {
             [transpose_f32](x: *const f32, rows: usize, cols: usize, out: *mut f32);
         }

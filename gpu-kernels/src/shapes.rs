@@ -17,6 +17,8 @@ pub const REDUCE_ROWS_BLOCK: usize = 256;
 pub const TRANSPOSE_TILE: usize = 64;
 /// Threads per transpose block; each moves `TILE² / 4 / BLOCK` 16-byte vectors in and out.
 pub const TRANSPOSE_BLOCK: usize = 256;
+/// Threads per block of the mini-batch gather (`layout::gather`).
+pub const GATHER_BLOCK: usize = 256;
 /// Shared-memory words a transpose tile takes: one padding column, so that the column-wise
 /// reads stay within 2-way bank conflicts.
 pub const TRANSPOSE_TILE_WORDS: usize = TRANSPOSE_TILE * (TRANSPOSE_TILE + 1);

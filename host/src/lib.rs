@@ -91,6 +91,7 @@ pub use ops::conv::{
     conv2d, conv2d_backward_bias, conv2d_backward_data, conv2d_backward_weight, Conv2dParams,
 };
 pub use ops::embedding::{embedding, embedding_backward};
+pub use ops::layout::DeviceDataset;
 pub use ops::matmul::{linear, Activation, Gemm};
 pub use ops::nn::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,

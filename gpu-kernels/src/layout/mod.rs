@@ -1,2 +1,3 @@
 //! Layout kernels: data moved, not computed.
+pub mod gather;
 pub mod transpose;

@@ -1,9 +1,13 @@
-//! Layout ops: copy and transpose. Kernel: `gpu-kernels/src/layout/transpose.rs`.
+//! Layout ops: copy, transpose and the mini-batches of a device-resident dataset. Kernels:
+//! `gpu-kernels/src/layout/{transpose,gather}.rs`.
+use super::nn::{LabelStorage, Labels};
 use super::CPU_CHUNK;
 use crate::kernels;
+use crate::runtime::context::Backend;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::LaunchConfig;
-use crate::shapes::{TRANSPOSE_BLOCK, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
+use crate::runtime::pool::DeviceBuffer;
+use crate::shapes::{GATHER_BLOCK, TRANSPOSE_BLOCK, TRANSPOSE_TILE, TRANSPOSE_TILE_WORDS};
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
 
@@ -159,6 +163,160 @@ impl Tensor {
                 };
                 Ok(out)
             }
+        }
+    }
+}
+
+/// A labelled dataset kept where its context computes (device memory on CUDA), served as
+/// mini-batches in an order set once per epoch: [`DeviceDataset::next_batch`] gathers the next
+/// rows of the order on the device, at a cursor kept on the device too, so a training step needs
+/// no copy from the host, and a [`Graph`](crate::Graph) that captured it serves the next batch
+/// at each replay. The order always holds as many indices as there are samples (a permutation
+/// per epoch, or any indices with repeats), refreshed in place, so a graph keeps reading it.
+pub struct DeviceDataset {
+    samples: Tensor,
+    labels: Labels,
+    /// The samples to serve, in order: `len()` indices, each below `len()`.
+    order: Labels,
+    cursor: Cursor,
+}
+
+/// Where the next batch starts in the order.
+enum Cursor {
+    /// `[position, a zero counter for the gather's last block]`, two u32 on the device.
+    Cuda(DeviceBuffer),
+    Cpu(usize),
+}
+
+impl std::fmt::Debug for DeviceDataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceDataset({:?})", self.samples.shape())
+    }
+}
+
+impl DeviceDataset {
+    /// `samples` `[n, ..]` (any dtype, at least one element a sample) with one label each, on the
+    /// same context; served in their stored order until [`DeviceDataset::set_order`].
+    pub fn new(samples: Tensor, labels: Labels) -> Result<Self> {
+        const OP: &str = "DeviceDataset::new";
+        let (n, row) = samples.row_layout(OP)?;
+        if n == 0 || row == 0 || n > u32::MAX as usize {
+            let reason = "needs 1 to 2^32-1 samples of at least one element each".into();
+            return Err(Error::InvalidArgument { op: OP, shape: samples.shape().to_vec(), reason });
+        }
+        if labels.len() != n {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: samples.shape().to_vec(),
+                rhs: vec![labels.len()],
+            });
+        }
+        let ctx = samples.context().clone();
+        if !ctx.same_queue(labels.context()) {
+            return Err(ctx.mismatch(OP, labels.context()));
+        }
+        let cursor = match &ctx.backend {
+            Backend::Cpu => Cursor::Cpu(0),
+            Backend::Cuda(stream) => {
+                let state = stream.device.pool.alloc(stream, 8, OP)?;
+                // SAFETY: the fresh buffer of this stream holds two u32.
+                unsafe { stream.copy_htod(OP, state.ptr(), &[0u32, 0]) }?;
+                Cursor::Cuda(state)
+            }
+        };
+        let order = ctx.labels(&(0..n as u32).collect::<Vec<_>>(), n)?;
+        Ok(DeviceDataset { samples, labels, order, cursor })
+    }
+
+    /// Samples in the dataset.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Serve the samples at `order` (`len()` indices, each below `len()`) from its start: one
+    /// copy from the host, typically once per epoch, into the buffer a captured graph reads.
+    /// Refused during a capture (`NotCapturable`): set it before the replays.
+    pub fn set_order(&mut self, order: &[usize]) -> Result<()> {
+        const OP: &str = "DeviceDataset::set_order";
+        let n = self.len();
+        if order.len() != n {
+            return Err(Error::ShapeMismatch { op: OP, lhs: vec![n], rhs: vec![order.len()] });
+        }
+        if let Some(bad) = order.iter().find(|&&i| i >= n) {
+            let reason = format!("index {bad} out of range for {n} samples");
+            return Err(Error::InvalidArgument { op: OP, shape: vec![n], reason });
+        }
+        if let Backend::Cuda(stream) = &self.samples.context().backend {
+            stream.refuse_in_capture(OP)?;
+        }
+        self.order.copy_from_slice(&order.iter().map(|&i| i as u32).collect::<Vec<_>>())?;
+        match &mut self.cursor {
+            Cursor::Cpu(c) => *c = 0,
+            // SAFETY: the cursor's two u32 live on this stream, whose earlier gathers are ordered
+            // before the copy.
+            Cursor::Cuda(buf) => unsafe { buf.stream().copy_htod(OP, buf.ptr(), &[0u32, 0]) }?,
+        }
+        Ok(())
+    }
+
+    /// The next `size` samples of the order (`[size, ..]`, the samples' dtype) and their labels,
+    /// wrapping around at its end; moves the cursor on by `size`. Capturable: a replay serves the
+    /// batch after the previous one (keep the dataset alive while the graph may be launched, as
+    /// any tensor a graph reads).
+    pub fn next_batch(&mut self, size: usize) -> Result<(Tensor, Labels)> {
+        const OP: &str = "DeviceDataset::next_batch";
+        let m = self.order.len();
+        if size == 0 || size > m {
+            let reason = format!("batch of {size} from an order of {m}");
+            return Err(Error::InvalidArgument { op: OP, shape: self.samples.shape().to_vec(), reason });
+        }
+        let ctx = self.samples.context().clone();
+        let (_, row) = self.samples.row_layout(OP)?;
+        let mut shape = self.samples.shape().to_vec();
+        shape[0] = size;
+        let classes = self.labels.classes();
+        match (self.samples.storage(), self.labels.storage(), self.order.storage(), &mut self.cursor) {
+            (Storage::Cpu(x), LabelStorage::Cpu(labels), LabelStorage::Cpu(order), Cursor::Cpu(c)) => {
+                let picks: Vec<usize> = (0..size).map(|r| order[(*c + r) % m] as usize).collect();
+                *c = (*c + size) % m;
+                let data = picks.iter().flat_map(|&p| x[p * row..(p + 1) * row].iter().copied()).collect();
+                let batch = Tensor::from_cpu_as(&ctx, &shape, self.samples.dtype(), data);
+                let picked = LabelStorage::Cpu(picks.iter().map(|&p| labels[p]).collect());
+                Ok((batch, Labels::from_storage(&ctx, classes, size, picked)))
+            }
+            (
+                Storage::Cuda(_),
+                LabelStorage::Cuda(labels),
+                LabelStorage::Cuda(order),
+                Cursor::Cuda(state),
+            ) => {
+                let stream = ctx.stream(OP)?;
+                let out = Tensor::uninit_as(&ctx, &shape, self.samples.dtype(), OP)?;
+                let picked = stream.device.pool.alloc(stream, size * 4, OP)?;
+                let cfg = LaunchConfig::covering(size * row, GATHER_BLOCK);
+                let (l, o, st, ol) =
+                    (labels.dev_ptr(), order.dev_ptr(), state.dev_ptr_mut(), picked.dev_ptr_mut());
+                // SAFETY: `gather_batch_<bits>`: samples hold n·row elements of the kernel's width
+                // and labels n u32 (n = their rows, checked in `new`); the order holds m indices
+                // below n (checked on upload); the state is this dataset's cursor (below m: set
+                // to 0 and moved on mod m only by these launches, in stream order) and a zero
+                // counter that its last block resets; `out` and `picked` are fresh buffers of
+                // size·row elements and size u32; size ≤ m; a 1-D grid.
+                unsafe {
+                    if self.samples.dtype().size_bytes() == 4 {
+                        let args = (self.samples.ptr(), l, o, st, out.ptr_mut(), ol, m, row, size);
+                        kernels::gather_batch_b32.launch(stream, cfg, args)
+                    } else {
+                        let args = (self.samples.ptr(), l, o, st, out.ptr_mut(), ol, m, row, size);
+                        kernels::gather_batch_b16.launch(stream, cfg, args)
+                    }
+                }?;
+                Ok((out, Labels::from_storage(&ctx, classes, size, LabelStorage::Cuda(picked))))
+            }
+            _ => unreachable!("a dataset's tensors share its context's backend"),
         }
     }
 }

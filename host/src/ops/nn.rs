@@ -332,6 +332,10 @@ fn upload_labels(ctx: &Context, labels: &[u32], classes: usize, op: &'static str
 }
 
 impl Labels {
+    /// Labels made by an op (each below `classes`, as the op guarantees) from their storage.
+    pub(crate) fn from_storage(ctx: &Context, classes: usize, len: usize, storage: LabelStorage) -> Labels {
+        Labels { ctx: ctx.clone(), classes, len, storage }
+    }
     pub fn len(&self) -> usize {
         self.len
     }
@@ -341,6 +345,20 @@ impl Labels {
     /// The number of classes every label is below.
     pub fn classes(&self) -> usize {
         self.classes
+    }
+    /// The labels, copied to the host (waits for the work that writes them).
+    pub fn to_vec(&self) -> Result<Vec<u32>> {
+        match &self.storage {
+            LabelStorage::Cpu(v) => Ok(v.clone()),
+            LabelStorage::Cuda(buf) => {
+                let mut out = vec![0u32; self.len];
+                if self.len > 0 {
+                    // SAFETY: the buffer holds `len` u32 on its own stream.
+                    unsafe { buf.stream().copy_dtoh_sync("Labels::to_vec", &mut out, buf.ptr()) }?;
+                }
+                Ok(out)
+            }
+        }
     }
     pub(crate) fn context(&self) -> &Context {
         &self.ctx
