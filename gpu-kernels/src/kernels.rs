@@ -27,7 +27,10 @@ kernel_table! {
                 gemm_wgmma_bf16_tn_256x128, gemm_wgmma_bf16_tt_256x128,
                 gemm_wgmma_f16_nn_128x192, gemm_wgmma_f16_nt_128x192, gemm_wgmma_f16_tn_128x192,
                 gemm_wgmma_f16_tt_128x192, gemm_wgmma_bf16_nn_128x192, gemm_wgmma_bf16_nt_128x192,
-                gemm_wgmma_bf16_tn_128x192, gemm_wgmma_bf16_tt_128x192
+                gemm_wgmma_bf16_tn_128x192, gemm_wgmma_bf16_tt_128x192,
+                gemm_wgmma_f16_nn_128x64, gemm_wgmma_f16_nt_128x64, gemm_wgmma_f16_tn_128x64,
+                gemm_wgmma_f16_tt_128x64, gemm_wgmma_bf16_nn_128x64, gemm_wgmma_bf16_nt_128x64,
+                gemm_wgmma_bf16_tn_128x64, gemm_wgmma_bf16_tt_128x64
             ](
                 maps: *const u8, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,

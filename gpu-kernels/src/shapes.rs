@@ -250,10 +250,12 @@ pub const CONV_SPLIT_ALIGN: usize = 32;
 /// (this one) or as in `WGMMA_TILES`, k-steps of one 128-byte swizzle row (64 16-bit or 32 f32
 /// elements), `WGMMA_STAGES` shared-memory stages.
 pub const WGMMA_TILE: (usize, usize) = (128, 256);
-/// Every tile of the Hopper GEMM (kernel suffixes none, `_256x128`, `_128x192`): the 128×256
-/// above; 256×128 (each consumer warpgroup computes 128×128 as two `m64n128` products); 128×192
-/// (one `m64n192` each), for widths that 128 and 256 pad or that leave the last wave short.
-pub const WGMMA_TILES: [(usize, usize); 3] = [WGMMA_TILE, (256, 128), (128, 192)];
+/// Every tile of the Hopper GEMM (kernel suffixes none, `_256x128`, `_128x192`, `_128x64`): the
+/// 128×256 above; 256×128 (each consumer warpgroup computes 128×128 as two `m64n128` products);
+/// 128×192 (one `m64n192` each), for widths that 128 and 256 pad or that leave the last wave
+/// short; 128×64 (one `m64n64` each), for products whose large tiles would leave most SMs idle
+/// (a few rows, a thin output, small squares): four times the tiles, instead of split K.
+pub const WGMMA_TILES: [(usize, usize); 4] = [WGMMA_TILE, (256, 128), (128, 192), (128, 64)];
 pub const WGMMA_ROW_BYTES: usize = 128;
 pub const WGMMA_STAGES: usize = 4;
 pub const WGMMA_THREADS: usize = 384;
@@ -261,7 +263,7 @@ pub const WGMMA_THREADS: usize = 384;
 /// elements, one 128-byte swizzle row.
 pub const WGMMA_MN_BOX: usize = 64;
 /// Bytes of one pipeline stage: A's and B's pieces of one k-step, 384 rows for 128×256 and
-/// 256×128 (the 128×192 tile uses 320 of them).
+/// 256×128 (the 128×192 tile uses 320 of them, the 128×64 one 192).
 pub const WGMMA_STAGE_BYTES: usize = (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_BYTES;
 /// The output staging buffers of a `wgmma` GEMM block: two of 64 rows × 128 bytes (one TMA
 /// store box) per consumer warpgroup.

@@ -10,7 +10,9 @@
 //! numbered layer by layer, each down groups of `WGMMA_GROUP_M` rows of tiles, then across, so
 //! that the blocks working at once share A and B panels in L2). A tile is 128×256, 256×128
 //! (`_256x128`) or 128×192 (`_128x192`): the host takes the one that leaves the busiest SM the
-//! least work (N = 384 and 1152 fill whole 192-wide tiles in full waves). With clusters of two
+//! least work (N = 384 and 1152 fill whole 192-wide tiles in full waves), or 128×64 (`_128x64`)
+//! where the large tiles would leave most SMs idle (four times the tiles instead of split K:
+//! no f32 slices through memory and no second kernel). With clusters of two
 //! (`cluster` = 2), the blocks of a cluster walk pairs of vertically adjacent tiles of the same
 //! columns and each loads half of B's piece of every k-step for both (TMA multicast), so that B
 //! crosses L2 once per pair; a stage is then free once the consumers of both blocks have released
@@ -22,7 +24,7 @@
 //! K works), completion counted on the stage's `full` mbarrier. It runs ahead into the next tile
 //! while the consumers finish the last one. Warpgroups 1 and 2 each own half the tile's rows
 //! (64 × 256: one `m64n256` per 32 bytes of k; 128 × 128: two `m64n128`; 64 × 192: one
-//! `m64n192`), wait on `full`, keep
+//! `m64n192`; 64 × 64: one `m64n64`), wait on `full`, keep
 //! one k-step of `wgmma` in flight and release the stage before it on its `empty` mbarrier.
 //! K-major operands arrive as one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes
 //! apart); M/N-major ones (16-bit only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes
@@ -82,12 +84,14 @@ const _: () =
     assert!(ROW_BYTES == 128 && WGMMA_TILES[0].0 == 2 * 64 && WGMMA_TILES[0].1 == 256 && CONSUMERS == 2);
 const _: () = assert!(WGMMA_TILES[1].0 == WGMMA_TILES[0].1 && WGMMA_TILES[1].1 == WGMMA_TILES[0].0);
 const _: () = assert!(WGMMA_TILES[2].0 == 128 && WGMMA_TILES[2].1 == 192);
+// One M/N-major box of B per 128×64 tile: never split between the blocks of a cluster.
+const _: () = assert!(WGMMA_TILES[3].0 == 128 && WGMMA_TILES[3].1 == MN_BOX);
 const _: () = assert!(STAGE_BYTES == (WGMMA_TILES[0].0 + WGMMA_TILES[0].1) * WGMMA_ROW_BYTES);
 const _: () = assert!(OUT_BYTES == 2 * CONSUMERS * CHUNK_BYTES as usize);
 const _: () = assert!(CHUNK_BYTES as usize == WGMMA_STORE_ROWS * WGMMA_ROW_BYTES);
 
 /// Tile `TILE` of `WGMMA_TILES`: 0 is 128×256 (each consumer one `m64n256` per 32 bytes of k),
-/// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`).
+/// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`), 3 is 128×64 (one `m64n64`).
 const fn tile(kind: usize) -> (usize, usize) {
     WGMMA_TILES[kind]
 }
@@ -300,7 +304,8 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
                             E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
                             E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
                         }
-                        _ => E::wgmma_n192_k32_bytes(&mut acc, a(row), b, TA, !TB),
+                        2 => E::wgmma_n192_k32_bytes(&mut acc, a(row), b, TA, !TB),
+                        _ => E::wgmma_n64_k32_bytes(&mut acc, a(row), b, TA, !TB),
                     }
                 });
                 wgmma_commit();
@@ -372,7 +377,7 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
 }
 
 /// 8-column blocks of a consumer's accumulators per `m64` product, and in all (32 but for the
-/// 128×192 tile's 24: the rest of [`WgmmaAcc`] stays unused).
+/// 128×192 tile's 24 and the 128×64 tile's 8: the rest of [`WgmmaAcc`] stays unused).
 const fn column_blocks(kind: usize) -> (usize, usize) {
     let blocks = tile(kind).1 / 8;
     (blocks, blocks * tile(kind).0 / CONSUMERS / 64)
@@ -594,5 +599,13 @@ wgmma_kernels! {
     gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2;
     gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2;
     gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2;
+    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3;
+    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3;
+    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3;
+    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3;
+    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3;
+    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3;
+    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3;
+    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3;
     gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0;
 }

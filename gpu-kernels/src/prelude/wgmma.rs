@@ -213,9 +213,14 @@ pub fn setmaxnreg_inc<const REGS: u32>() {
     unsafe { asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const REGS, options(nostack)) }
 }
 
-/// `$callback!($($args)* [i0 i1 …; last])` with the indices 0 to `$count` − 1 (64, 96 or 128
+/// `$callback!($($args)* [i0 i1 …; last])` with the indices 0 to `$count` − 1 (32, 64, 96 or 128
 /// accumulators): the lists [`asm_on_accumulators!`] takes.
 macro_rules! with_accumulator_indices {
+    (32, $callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30; 31
+        ])
+    };
     (64, $callback:ident!($($args:tt)*)) => {
         $callback!($($args)* [
             0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
@@ -340,6 +345,16 @@ wgmma_product!(wgmma_n192_bf16_mk, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 0")
 wgmma_product!(wgmma_n192_bf16_mm, 96, "m64n192k16.f32.bf16.bf16", "1, 1, 1, 1");
 wgmma_product!(wgmma_n192_tf32_kk, 96, "m64n192k8.f32.tf32.tf32", "1, 1");
 
+wgmma_product!(wgmma_n64_f16_kk, 32, "m64n64k16.f32.f16.f16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n64_f16_km, 32, "m64n64k16.f32.f16.f16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n64_f16_mk, 32, "m64n64k16.f32.f16.f16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n64_f16_mm, 32, "m64n64k16.f32.f16.f16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n64_bf16_kk, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0");
+wgmma_product!(wgmma_n64_bf16_km, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 1");
+wgmma_product!(wgmma_n64_bf16_mk, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 0");
+wgmma_product!(wgmma_n64_bf16_mm, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 1");
+wgmma_product!(wgmma_n64_tf32_kk, 32, "m64n64k8.f32.tf32.tf32", "1, 1");
+
 /// TF32 inputs: f32 in memory, read by `wgmma` with their low 13 mantissa bits ignored.
 pub struct Tf32;
 
@@ -401,6 +416,12 @@ pub trait WgmmaInput {
     /// # Safety
     /// As [`WgmmaInput::wgmma_k32_bytes`].
     unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
+    /// As [`WgmmaInput::wgmma_k32_bytes`] with B k×64 (`m64n64`), on the first 32 floats of
+    /// `acc` (laid out as [`WgmmaAcc`]'s first 8 column blocks).
+    ///
+    /// # Safety
+    /// As [`WgmmaInput::wgmma_k32_bytes`].
+    unsafe fn wgmma_n64_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
 }
 
 /// The product among `[kk, km, mk, mm]` (A K- or M-major, then B K- or N-major) for the
@@ -419,7 +440,7 @@ macro_rules! by_major {
 
 macro_rules! wgmma_16bit {
     ($ty:ty, [$kk:ident, $km:ident, $mk:ident, $mm:ident], [$kk2:ident, $km2:ident, $mk2:ident, $mm2:ident],
-     [$kk3:ident, $km3:ident, $mk3:ident, $mm3:ident]) => {
+     [$kk3:ident, $km3:ident, $mk3:ident, $mm3:ident], [$kk4:ident, $km4:ident, $mk4:ident, $mm4:ident]) => {
         impl WgmmaInput for $ty {
             type Elem = u16;
             #[inline(always)]
@@ -481,6 +502,16 @@ macro_rules! wgmma_16bit {
             ) {
                 by_major!((a_mn_major, b_mn_major), [$kk3, $km3, $mk3, $mm3]::<0>(acc, a, b))
             }
+            #[inline(always)]
+            unsafe fn wgmma_n64_k32_bytes(
+                acc: &mut WgmmaAcc,
+                a: u64,
+                b: u64,
+                a_mn_major: bool,
+                b_mn_major: bool,
+            ) {
+                by_major!((a_mn_major, b_mn_major), [$kk4, $km4, $mk4, $mm4]::<0>(acc, a, b))
+            }
         }
     };
 }
@@ -489,13 +520,15 @@ wgmma_16bit!(
     super::F16,
     [wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm],
     [wgmma_n128_f16_kk, wgmma_n128_f16_km, wgmma_n128_f16_mk, wgmma_n128_f16_mm],
-    [wgmma_n192_f16_kk, wgmma_n192_f16_km, wgmma_n192_f16_mk, wgmma_n192_f16_mm]
+    [wgmma_n192_f16_kk, wgmma_n192_f16_km, wgmma_n192_f16_mk, wgmma_n192_f16_mm],
+    [wgmma_n64_f16_kk, wgmma_n64_f16_km, wgmma_n64_f16_mk, wgmma_n64_f16_mm]
 );
 wgmma_16bit!(
     super::BF16,
     [wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm],
     [wgmma_n128_bf16_kk, wgmma_n128_bf16_km, wgmma_n128_bf16_mk, wgmma_n128_bf16_mm],
-    [wgmma_n192_bf16_kk, wgmma_n192_bf16_km, wgmma_n192_bf16_mk, wgmma_n192_bf16_mm]
+    [wgmma_n192_bf16_kk, wgmma_n192_bf16_km, wgmma_n192_bf16_mk, wgmma_n192_bf16_mm],
+    [wgmma_n64_bf16_kk, wgmma_n64_bf16_km, wgmma_n64_bf16_mk, wgmma_n64_bf16_mm]
 );
 
 impl WgmmaInput for Tf32 {
@@ -539,6 +572,10 @@ impl WgmmaInput for Tf32 {
     #[inline(always)]
     unsafe fn wgmma_n192_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
         wgmma_n192_tf32_kk::<0>(acc, a, b)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_n64_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
+        wgmma_n64_tf32_kk::<0>(acc, a, b)
     }
 }
 

@@ -11,7 +11,7 @@
 //! |---|------|--------|---------|
 //! | 1 | M ≤ 16, A not transposed: f16/bf16 with K (and N unless B is transposed) a multiple of 8 and 16-byte aligned operands, K > 0 | `gemv_mma_{f16,bf16}_{nn,nt}`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp | slices until the grid holds 2 blocks per SM, each ≥ 512 of k, multiples of 32 |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
@@ -575,10 +575,11 @@ impl<'a> Gemm<'a> {
             shared_bytes: WGMMA_SHARED_BYTES as u32,
         };
         // Clusters of two blocks on vertically adjacent tiles, each loading half of B's piece
-        // for both (TMA multicast), when there are two rows of tiles to pair, no split of K
+        // for both (TMA multicast), when there are two rows of tiles to pair, B's piece is more
+        // than one box (not the 128×64 tile), no split of K
         // (split-K sizes its slices to the SMs, and fewer blocks run in clusters) and the device
         // runs such clusters.
-        let pair = wgmma_cluster() && d.m > tile.0 && plan.slices == 1;
+        let pair = wgmma_cluster() && d.m > tile.0 && plan.slices == 1 && tile.1 > WGMMA_MN_BOX;
         let clusters = if pair { resident_clusters(stream, kernel, cfg) } else { 0 };
         let cluster = if clusters > 0 { 2 } else { 1 };
         let map_b =
@@ -825,13 +826,26 @@ fn split_k(k: usize, blocks: usize, target: usize, (align, min_chunk): (usize, u
     (k.div_ceil(k_chunk), k_chunk)
 }
 
-/// The `wgmma` tile (index into `WGMMA_TILES`) that gives the SMs the least work: with at least a
-/// wave of tiles (or K too short to split), the most any SM computes, ⌈tiles / SMs⌉ tiles; with
-/// fewer (split-K spreads them), the padded output's area per SM. The 128×192 tile counts 8%
-/// more per element (it reads more operand bytes per flop); ties go to the smaller padded output,
-/// then to the earlier tile. N = 384 fills two 192-wide tiles, where 256-wide ones pad a third and
-/// 128-wide ones leave the second wave half empty.
+/// The small `wgmma` tile, 128×64 (index into `WGMMA_TILES`).
+const WGMMA_SMALL_TILE: usize = 3;
+
+/// The `wgmma` tile (index into `WGMMA_TILES`). Among the large ones, the one that gives the SMs
+/// the least work: with at least a wave of tiles (or K too short to split), the most any SM
+/// computes, ⌈tiles / SMs⌉ tiles; with fewer (split-K spreads them), the padded output's area per
+/// SM. The 128×192 tile counts 8% more per element (it reads more operand bytes per flop); ties go
+/// to the smaller padded output, then to the earlier tile. N = 384 fills two 192-wide tiles, where
+/// 256-wide ones pad a third and 128-wide ones leave the second wave half empty. Where even that
+/// one has tiles for at most a quarter of the SMs, the 128×64 tile: four times the blocks without
+/// splitting K (or with fewer slices), so no f32 slices go through memory and no second kernel
+/// adds them (H100, bf16 (128, 8192, 8192): 0.084 ms in 4 slices of 32 128×256 tiles, 0.068 ms in
+/// 128×64 tiles). Not above a quarter: each block reads (128 + 64) rows of operands for 128×64
+/// outputs, twice the bytes per flop of the large tiles, and at (256, 8192, 8192) the 256 small
+/// tiles' L2 traffic cost more than the 2 slices saved (0.090 → 0.123 ms; perf-notes).
 fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
+    let tiles = |kind: usize| {
+        let (bm, bn) = WGMMA_TILES[kind];
+        d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch
+    };
     let cost = |kind: usize| {
         let (bm, bn) = WGMMA_TILES[kind];
         let tiles = d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
@@ -844,7 +858,12 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         let weight = if bn == 192 { 108 } else { 100 };
         (work as u128 * weight, padded)
     };
-    (0..WGMMA_TILES.len()).min_by_key(|&kind| cost(kind)).unwrap_or(0)
+    let large = (0..WGMMA_SMALL_TILE).min_by_key(|&kind| cost(kind)).unwrap_or(0);
+    if 4 * tiles(large) <= dev.sms {
+        WGMMA_SMALL_TILE
+    } else {
+        large
+    }
 }
 
 /// A `wgmma` plan: split K when the tiles leave SMs idle (one block per SM fits).
@@ -1186,7 +1205,7 @@ fn wgmma_cluster() -> bool {
 }
 
 /// `[tile of WGMMA_TILES][f16, bf16][A transposed][B transposed]`.
-const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 3] = [
+const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 4] = [
     [
         [
             [kernels::gemm_wgmma_f16_nn, kernels::gemm_wgmma_f16_nt],
@@ -1215,6 +1234,16 @@ const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 3] = [
         [
             [kernels::gemm_wgmma_bf16_nn_128x192, kernels::gemm_wgmma_bf16_nt_128x192],
             [kernels::gemm_wgmma_bf16_tn_128x192, kernels::gemm_wgmma_bf16_tt_128x192],
+        ],
+    ],
+    [
+        [
+            [kernels::gemm_wgmma_f16_nn_128x64, kernels::gemm_wgmma_f16_nt_128x64],
+            [kernels::gemm_wgmma_f16_tn_128x64, kernels::gemm_wgmma_f16_tt_128x64],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn_128x64, kernels::gemm_wgmma_bf16_nt_128x64],
+            [kernels::gemm_wgmma_bf16_tn_128x64, kernels::gemm_wgmma_bf16_tt_128x64],
         ],
     ],
 ];
@@ -1461,6 +1490,7 @@ mod tests {
         const TALL: GemmPath = GemmPath::Wgmma { tile: 1, staged: false };
         const N192: GemmPath = GemmPath::Wgmma { tile: 2, staged: false };
         const N192_STAGED: GemmPath = GemmPath::Wgmma { tile: 2, staged: true };
+        const SMALL: GemmPath = GemmPath::Wgmma { tile: 3, staged: false };
         assert_eq!(path(dims(6144, 6144, 6144), o, H100), WIDE);
         assert_eq!(path(dims(6144, 6144, 6144), o, OLDER), GemmPath::HalfMma);
         // Rows not 16-byte multiples (K = 2999, N = 3003) or an unaligned start: large enough
@@ -1483,14 +1513,21 @@ mod tests {
         assert_eq!(path(dims(16384, 384, 1152), o, H100), N192);
         assert_eq!(path(dims(16384, 1152, 384), o, H100), N192);
         assert_eq!(path(dims(16384, 1536, 384), o, H100), WIDE);
-        assert_eq!(path(dims(100, 384, 384), o, H100), N192);
-        assert_eq!(path(dims(8192, 128, 8192), o, H100), TALL);
+        // The large tiles filling at most a quarter of the SMs: 128×64 (a few rows, a thin
+        // output, small squares); not above (M = 256: 64 tiles of 128×256, split in two).
+        assert_eq!(path(dims(100, 384, 384), o, H100), SMALL);
+        assert_eq!(path(dims(8192, 128, 8192), o, H100), SMALL);
+        assert_eq!(path(dims(128, 8192, 8192), o, H100), SMALL);
+        assert_eq!(path(dims(1024, 1024, 1024), o, H100), SMALL);
+        assert_eq!(path(dims(2048, 2048, 2048), o, H100), WIDE);
+        assert_eq!(path(dims(256, 8192, 8192), o, H100), WIDE);
         assert_eq!(path(dims(4096, 8192, 128), o, H100), WIDE);
         // The shapes of tests/matmul.rs's `half_precision_tma_shapes`, one per tile.
         assert_eq!(path(dims(12000, 376, 40), o, H100), N192);
         assert_eq!(path(dims(11200, 760, 40), o, H100), WIDE);
         assert_eq!(path(dims(8600, 640, 40), o, H100), TALL);
-        assert_eq!(path(dims(136, 264, 200), o, H100), N192);
+        assert_eq!(path(dims(136, 264, 200), o, H100), SMALL);
+        assert_eq!(path(dims(1000, 376, 328), o, H100), SMALL);
         // Few tiles: split K (one block per SM fits), in whole k-steps of 64.
         let split = |m, n, k| {
             let p = plan(&dims(m, n, k), &o, &H100);
@@ -1498,11 +1535,13 @@ mod tests {
             assert!(p.slices == 1 || p.k_chunk % 64 == 0);
             (p.slices, p.k_chunk)
         };
-        assert_eq!(split(128, 8192, 8192), (4, 2048));
-        // 32 tall tiles of 256×128.
-        assert_eq!(split(8192, 128, 8192), (4, 2048));
+        // 128 tiles of 128×64: no split; 16 of them (1024 × 128) still split.
+        assert_eq!(split(128, 8192, 8192), (1, 8192));
+        assert_eq!(split(8192, 128, 8192), (1, 8192));
+        assert_eq!(split(1024, 128, 8192), (8, 1024));
         assert_eq!(split(16384, 16384, 256), (1, 256));
         assert_eq!(split(128, 8192, 1000), (1, 1000));
+        assert_eq!(split(520, 776, 1096), (2, 576));
         // mma.sync splits K as well when its 128×128 tiles are few: a 73-row weight gradient.
         let p = plan(&dims(73, 384, 16384), &operands(DType::BF16, true, false), &H100);
         assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::HalfMma, 32, 512));
