@@ -835,16 +835,30 @@ const WGMMA_SMALL_TILE: usize = 3;
 /// SM. The 128×192 tile counts 8% more per element (it reads more operand bytes per flop); ties go
 /// to the smaller padded output, then to the earlier tile. N = 384 fills two 192-wide tiles, where
 /// 256-wide ones pad a third and 128-wide ones leave the second wave half empty. Where even that
-/// one has tiles for at most a quarter of the SMs, the 128×64 tile: four times the blocks without
-/// splitting K (or with fewer slices), so no f32 slices go through memory and no second kernel
-/// adds them (H100, bf16 (128, 8192, 8192): 0.084 ms in 4 slices of 32 128×256 tiles, 0.068 ms in
-/// 128×64 tiles). Not above a quarter: each block reads (128 + 64) rows of operands for 128×64
-/// outputs, twice the bytes per flop of the large tiles, and at (256, 8192, 8192) the 256 small
-/// tiles' L2 traffic cost more than the 2 slices saved (0.090 → 0.123 ms; perf-notes).
+/// one has tiles for at most a quarter of the SMs, the 128×64 tile if its blocks (slices
+/// included) fill the SMs' waves at least as well: four times the tiles without splitting K (or
+/// with fewer slices), so no f32 slices go through memory and no second kernel adds them (H100,
+/// bf16 (128, 8192, 8192): 0.084 ms in 4 slices of 32 128×256 tiles, 0.068 ms in 128×64 tiles).
+/// Not above a quarter: each block reads (128 + 64) rows of operands for 128×64 outputs, twice the
+/// bytes per flop of the large tiles, and at (256, 8192, 8192) the 256 small tiles' L2 traffic
+/// cost more than the 2 slices saved (0.090 → 0.123 ms). Not where the small tiles would fill
+/// fewer SMs: the GPT's weight gradients, (384, 1536, 16384), are 72 small tiles (one block each)
+/// against 18 large ones in 7 slices (126 blocks), and the GPT step took 8.94 ms against 8.1
+/// (perf-notes).
 fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
     let tiles = |kind: usize| {
         let (bm, bn) = WGMMA_TILES[kind];
         d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch
+    };
+    // Blocks of the plan `wgmma_plan` makes with tile `kind` (16-bit k-steps of 64).
+    let blocks = |kind: usize| {
+        let t = tiles(kind);
+        let split = t < dev.sms && d.k >= 2 * SPLIT_MIN_K;
+        if split {
+            t * split_k(d.k, t, dev.sms, (64, SPLIT_MIN_K)).0
+        } else {
+            t
+        }
     };
     let cost = |kind: usize| {
         let (bm, bn) = WGMMA_TILES[kind];
@@ -859,7 +873,11 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         (work as u128 * weight, padded)
     };
     let large = (0..WGMMA_SMALL_TILE).min_by_key(|&kind| cost(kind)).unwrap_or(0);
-    if 4 * tiles(large) <= dev.sms {
+    let (small_blocks, large_blocks) = (blocks(WGMMA_SMALL_TILE), blocks(large));
+    // Busy fractions of the waves: blocks / (waves · SMs), compared without dividing.
+    let fills_as_well =
+        small_blocks * large_blocks.div_ceil(dev.sms) >= large_blocks * small_blocks.div_ceil(dev.sms);
+    if 4 * tiles(large) <= dev.sms && fills_as_well {
         WGMMA_SMALL_TILE
     } else {
         large
@@ -1521,6 +1539,11 @@ mod tests {
         assert_eq!(path(dims(1024, 1024, 1024), o, H100), SMALL);
         assert_eq!(path(dims(2048, 2048, 2048), o, H100), WIDE);
         assert_eq!(path(dims(256, 8192, 8192), o, H100), WIDE);
+        // Nor where the small tiles fill fewer SMs than the large ones in slices: the GPT's
+        // weight gradients (K = 16384 tokens).
+        assert_eq!(path(dims(384, 1536, 16384), o, H100), WIDE);
+        assert_eq!(path(dims(1536, 384, 16384), o, H100), TALL);
+        assert_eq!(path(dims(384, 1152, 16384), o, H100), N192);
         assert_eq!(path(dims(4096, 8192, 128), o, H100), WIDE);
         // The shapes of tests/matmul.rs's `half_precision_tma_shapes`, one per tile.
         assert_eq!(path(dims(12000, 376, 40), o, H100), N192);
