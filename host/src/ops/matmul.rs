@@ -850,19 +850,11 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         let (bm, bn) = WGMMA_TILES[kind];
         d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch
     };
-    // Blocks of the plan `wgmma_plan` makes with tile `kind` (16-bit k-steps of 64).
-    let blocks = |kind: usize| {
-        let t = tiles(kind);
-        let split = t < dev.sms && d.k >= 2 * SPLIT_MIN_K;
-        if split {
-            t * split_k(d.k, t, dev.sms, (64, SPLIT_MIN_K)).0
-        } else {
-            t
-        }
-    };
+    // Blocks of the plan `wgmma_plan` makes with tile `kind` (16-bit k-steps).
+    let blocks = |kind: usize| tiles(kind) * wgmma_split(d, tiles(kind), WGMMA_ROW_BYTES / 2, dev).0;
     let cost = |kind: usize| {
         let (bm, bn) = WGMMA_TILES[kind];
-        let tiles = d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+        let tiles = tiles(kind);
         let padded = tiles * bm * bn;
         let work = if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
             tiles.div_ceil(dev.sms) * bm * bn * dev.sms
@@ -891,13 +883,17 @@ fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> Gemm
         _ => WGMMA_TILE,
     };
     let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
-    let bk = WGMMA_ROW_BYTES / dtype.size_bytes();
-    let (slices, k_chunk) = if tiles < dev.sms && d.k >= 2 * SPLIT_MIN_K {
+    let (slices, k_chunk) = wgmma_split(d, tiles, WGMMA_ROW_BYTES / dtype.size_bytes(), dev);
+    GemmPlan { path, slices, k_chunk }
+}
+
+/// A `wgmma` plan's split of K over `tiles` output tiles in k-steps of `bk`: `(slices, k_chunk)`.
+fn wgmma_split(d: &Dims, tiles: usize, bk: usize, dev: &DeviceFacts) -> (usize, usize) {
+    if tiles < dev.sms && d.k >= 2 * SPLIT_MIN_K {
         split_k(d.k, tiles, dev.sms, (bk, SPLIT_MIN_K))
     } else {
         (1, d.k.max(1))
-    };
-    GemmPlan { path, slices, k_chunk }
+    }
 }
 
 /// Pick the kernel, tile and split-K factor of a GEMM; the rules are the module documentation's
