@@ -816,8 +816,8 @@ pub fn layer_norm_backward(
                     // SAFETY: `layernorm_bwd_<dtype>`: x, dy, dx hold rows·cols values of the
                     // kernel's type, gamma cols or null, mean/rstd rows floats, dgamma/dbeta
                     // cols values, partials 2·cols floats per block of this 1-D grid of
-                    // whole-warp blocks; `counter` is this stream's zeroed counter (launches on a
-                    // stream do not overlap, and the kernel leaves it zero); cols ≤
+                    // whole-warp blocks; `counter` is this stream's zeroed counter (launches writing
+                    // it never overlap, and the kernel leaves it zero); cols ≤
                     // LAYERNORM_FUSED_COLS, what a warp holds.
                     unsafe { k.launch(stream, cfg, args) }
                 })?;

@@ -30,6 +30,7 @@
 //! [`Adam::capturable`], since its step count (and the scheduled learning rate) is otherwise a
 //! kernel argument a replay repeats; so is SGD with a schedule, for the same reason.
 use crate::kernels;
+use crate::runtime::capture::Access;
 use crate::runtime::context::{Backend, Context};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::DevPtr;
@@ -209,7 +210,7 @@ fn launch_multi_tensor(
     ctx: &Context,
     cached: &mut Option<DeviceTables>,
     slots: Vec<[u64; OPTIMIZER_SLOT_WORDS]>,
-    run: impl FnOnce(LaunchConfig, DevPtr<u64>, DevPtr<u32>) -> Result<()>,
+    run: impl FnOnce(LaunchConfig, DevPtr<u64>, DevPtr<u32>, &[Access]) -> Result<()>,
 ) -> Result<()> {
     let stream = ctx.stream(op)?;
     let fresh = cached.as_ref().is_some_and(|t| t.slots == slots && Arc::ptr_eq(t.buffer.stream(), stream));
@@ -247,6 +248,15 @@ fn launch_multi_tensor(
         return Ok(());
     }
     let table = tables.buffer.ptr();
+    // Every address of the table, as written (the kernels write some of them): what a capture
+    // orders the launch by.
+    let reached: Vec<Access> = tables
+        .slots
+        .iter()
+        .flat_map(|s| s[..OPTIMIZER_SLOT_WORDS - 1].iter())
+        .filter(|&&addr| addr != 0)
+        .map(|&addr| Access { addr, write: true })
+        .collect();
     run(
         LaunchConfig {
             grid: (tables.blocks as u32, 1, 1),
@@ -255,6 +265,7 @@ fn launch_multi_tensor(
         },
         DevPtr::new(table),
         DevPtr::new(table + (tables.slots.len() * OPTIMIZER_SLOT_WORDS * 8) as u64),
+        &reached,
     )
 }
 
@@ -310,11 +321,14 @@ impl GradNorm {
                     .map(|g| slot(OP, [0, g.device_ptr(), 0, 0, 0], g, false))
                     .collect::<Result<_>>()?;
                 let norm = self.values.ptr::<f32>();
-                launch_multi_tensor(OP, ctx, &mut None, slots, |cfg, table, chunks| {
+                launch_multi_tensor(OP, ctx, &mut None, slots, |cfg, table, chunks, reached| {
                     // SAFETY: `grad_scale(slots, chunks, norm)`: the table holds, per tensor, a
                     // uniquely owned gradient of the meta word's length and element type; the
-                    // chunks cover each tensor once; `norm` is this 2-float tensor on this stream.
-                    unsafe { kernels::grad_scale.launch(stream, cfg, (table, chunks, norm)) }
+                    // chunks cover each tensor once; `norm` is this 2-float tensor on this stream;
+                    // `reached` lists the table's addresses.
+                    unsafe {
+                        kernels::grad_scale.launch_reaching(stream, cfg, (table, chunks, norm), reached)
+                    }
                 })
             }
         }
@@ -357,8 +371,8 @@ pub fn clip_grad_norm(grads: &[&Tensor], max_norm: f32) -> Result<GradNorm> {
     let slots =
         grads.iter().map(|g| slot(OP, [0, g.device_ptr(), 0, 0, 0], g, false)).collect::<Result<_>>()?;
     let mut values = None;
-    launch_multi_tensor(OP, ctx, &mut None, slots, |cfg, table, chunks| {
-        values = Some(launch_grad_norm(OP, ctx, stream, cfg, (table, chunks), max_norm)?);
+    launch_multi_tensor(OP, ctx, &mut None, slots, |cfg, table, chunks, reached| {
+        values = Some(launch_grad_norm(OP, ctx, stream, cfg, (table, chunks, reached), max_norm)?);
         Ok(())
     })?;
     Ok(GradNorm { values: values.expect("every gradient list has a chunk") })
@@ -383,7 +397,7 @@ fn launch_grad_norm(
     ctx: &Context,
     stream: &Arc<Stream>,
     cfg: LaunchConfig,
-    (table, chunks): (DevPtr<u64>, DevPtr<u32>),
+    (table, chunks, reached): (DevPtr<u64>, DevPtr<u32>, &[Access]),
     max_norm: f32,
 ) -> Result<Tensor> {
     let partials = stream.device.pool.alloc(stream, cfg.grid.0 as usize * 4, op)?;
@@ -394,9 +408,10 @@ fn launch_grad_norm(
     // SAFETY: `grad_norm(slots, chunks, partials, counter, max_norm, out)`: the table holds, per
     // tensor, a gradient of the meta word's length and element type; the chunks cover each tensor
     // once, one block per chunk (`cfg` is the table's launch shape); `partials` holds a float per
-    // block; `counter` is this stream's zeroed reduction counter (launches on one stream do not
-    // overlap, and every kernel using it leaves it zero); `out` is the fresh 2-float tensor.
-    unsafe { kernels::grad_norm.launch(stream, cfg, args)? };
+    // block; `counter` is this stream's zeroed reduction counter (launches that write it are
+    // ordered: on a stream by its order, in a capture by that write; every kernel using it leaves
+    // it zero); `out` is the fresh 2-float tensor; `reached` lists the table's addresses.
+    unsafe { kernels::grad_norm.launch_reaching(stream, cfg, args, reached)? };
     Ok(values)
 }
 
@@ -564,14 +579,15 @@ impl Optimizer for Sgd {
                     .collect::<Result<_>>()?;
                 let (nesterov, first_step) = (u32::from(self.nesterov), u32::from(first));
                 let clip = Tensor::ptr_or_null::<f32>(clip.as_ref());
-                launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks| {
+                launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks, reached| {
                     // SAFETY: `sgd_step(slots, chunks, lr, momentum, weight_decay, nesterov,
                     // first_step, clip)`: the table holds, per tensor, a uniquely owned f32
                     // parameter, its gradient of the same length, a momentum buffer (or 0 without
                     // momentum) and the meta word; the chunks cover each tensor once; one block
-                    // per chunk; `clip` is null or a 2-float tensor of this stream.
+                    // per chunk; `clip` is null or a 2-float tensor of this stream; `reached` lists
+                    // the table's addresses.
                     let args = (table, chunks, lr, momentum, wd, nesterov, first_step, clip);
-                    unsafe { kernels::sgd_step.launch(stream, cfg, args) }
+                    unsafe { kernels::sgd_step.launch_reaching(stream, cfg, args, reached) }
                 })
             }
         };
@@ -936,10 +952,10 @@ impl Optimizer for Adam {
                     false => None,
                 };
                 let device_step = self.device_step.as_ref();
-                launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks| {
+                launch_multi_tensor(OP, &ctx, &mut self.tables, slots, |cfg, table, chunks, reached| {
                     let clip = match max_grad_norm {
                         Some(m) => own_norm
-                            .insert(launch_grad_norm(OP, &ctx, stream, cfg, (table, chunks), m)?)
+                            .insert(launch_grad_norm(OP, &ctx, stream, cfg, (table, chunks, reached), m)?)
                             .ptr(),
                         None => clip,
                     };
@@ -950,9 +966,9 @@ impl Optimizer for Adam {
                         // and v of that length, an f32 master of that length for a 16-bit
                         // parameter (checked against its dtype above), and the meta word; the
                         // chunks cover each tensor once; one block per chunk; `clip` is null or
-                        // a 2-float tensor of this stream.
+                        // a 2-float tensor of this stream; `reached` lists the table's addresses.
                         let args = (table, chunks, lr, b1, b2, eps, wd, c1, c2, decoupled, clip);
-                        return unsafe { kernels::adam_step.launch(stream, cfg, args) };
+                        return unsafe { kernels::adam_step.launch_reaching(stream, cfg, args, reached) };
                     };
                     let state = DevPtrMut::<u32>::new(step.device_ptr());
                     let lr_steps = lrs.len() as u32;
@@ -971,7 +987,7 @@ impl Optimizer for Adam {
                     // corrections and the rate read from `state`, written by `adam_advance`
                     // queued before on this stream.
                     let args = (table, chunks, b1, b2, eps, wd, DevPtr::from(state), decoupled, clip);
-                    unsafe { kernels::adam_step_dev.launch(stream, cfg, args) }
+                    unsafe { kernels::adam_step_dev.launch_reaching(stream, cfg, args, reached) }
                 })
             }
         };

@@ -141,7 +141,7 @@ fn reduce_all(x: &Tensor, op: Reduce) -> Result<Tensor> {
                     (x.ptr(), n, partials.dev_ptr_mut(), DevPtrMut::new(counter), out.ptr_mut(), op.scale(n));
                 // SAFETY: `<op>_all_<dtype>(x, n, partials, counter, out, scale)`: `x` holds `n`
                 // values of the kernel's type, `partials` one float per block of this grid,
-                // `counter` is this stream's zeroed counter (launches on a stream do not overlap,
+                // `counter` is this stream's zeroed counter (launches writing it never overlap,
                 // and the kernel leaves it zero), `out` one value; blocks of REDUCE_ALL_BLOCK
                 // threads (≤ 1024, a multiple of 32).
                 unsafe { k.launch(stream, cfg, args) }

@@ -140,3 +140,131 @@ impl Context {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    fn gpu() -> Option<Context> {
+        match Context::cuda(0) {
+            Ok(ctx) => Some(ctx),
+            Err(e) if std::env::var("FERROCUDA_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+                panic!("FERROCUDA_REQUIRE_GPU=1 but no CUDA device: {e}")
+            }
+            Err(_) => {
+                println!("skipped (no CUDA device)");
+                None
+            }
+        }
+    }
+
+    /// The graph's nodes without a predecessor, its edges, and how many of those are
+    /// programmatic.
+    fn shape_of(graph: &Graph) -> (usize, usize, usize) {
+        let g = graph.parts.as_ref().unwrap().graph;
+        let (mut roots, mut count) = (0usize, 0usize);
+        // SAFETY: `g` is a live graph; with null arrays the calls only write the counts, then
+        // fill arrays of `count` entries.
+        unsafe {
+            sys::cuGraphGetRootNodes(g, std::ptr::null_mut(), &mut roots).result().unwrap();
+            sys::cuGraphGetEdges_v2(
+                g,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut count,
+            )
+            .result()
+            .unwrap();
+            let mut from = vec![std::ptr::null_mut(); count];
+            let mut to = vec![std::ptr::null_mut(); count];
+            let mut data = vec![std::mem::zeroed::<sys::CUgraphEdgeData>(); count];
+            sys::cuGraphGetEdges_v2(g, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut count)
+                .result()
+                .unwrap();
+            let programmatic = data
+                .iter()
+                .filter(|e| {
+                    e.type_ == sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8
+                })
+                .count();
+            (roots, count, programmatic)
+        }
+    }
+
+    /// Whether kernels of a few blocks launch as programmatic dependents here.
+    fn early_starts(ctx: &Context) -> bool {
+        let stream = ctx.stream("test").unwrap();
+        let f = stream.device.modules.function(crate::kernels::relu_f32.info).unwrap();
+        f.dependent
+    }
+
+    fn input(ctx: &Context) -> Tensor {
+        let data: Vec<f32> = (0..1000).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+        ctx.from_slice(&data, &[1000]).unwrap()
+    }
+
+    #[test]
+    fn independent_ops_start_side_by_side_and_a_join_follows_both() {
+        let Some(ctx) = gpu() else { return };
+        if crate::runtime::capture::stream_order_forced() {
+            println!("skipped (FERROCUDA_GRAPH_STREAM_ORDER=1)");
+            return;
+        }
+        let x = input(&ctx);
+        let mut out = None;
+        let graph = ctx
+            .capture(|| {
+                let (a, b) = (x.relu()?, x.add_scalar(1.0)?);
+                out = Some(a.mul(&b)?);
+                Ok(())
+            })
+            .unwrap();
+        // relu and add_scalar only read x (made before the capture): two roots; mul follows each,
+        // through programmatic edges where kernels start early.
+        let programmatic = if early_starts(&ctx) { 2 } else { 0 };
+        assert_eq!(shape_of(&graph), (2, 2, programmatic));
+        graph.launch().unwrap();
+        let want = x.relu().unwrap().mul(&x.add_scalar(1.0).unwrap()).unwrap();
+        assert_eq!(out.unwrap().to_vec().unwrap(), want.to_vec().unwrap());
+    }
+
+    #[test]
+    fn a_block_reused_in_the_capture_is_written_after_its_last_read() {
+        let Some(ctx) = gpu() else { return };
+        if crate::runtime::capture::stream_order_forced() {
+            println!("skipped (FERROCUDA_GRAPH_STREAM_ORDER=1)");
+            return;
+        }
+        let x = input(&ctx);
+        for reuse in [false, true] {
+            let (mut out, mut blocks) = (None, (0, 0));
+            let graph = ctx
+                .capture(|| {
+                    let t = x.relu()?;
+                    let doubled = t.add(&t)?;
+                    blocks.0 = t.device_ptr();
+                    // Dropped, t's block is parked for this capture and handed to the next
+                    // tensor of its size: add_scalar's output must wait for `add` to read t.
+                    let kept = (!reuse).then_some(t);
+                    let u = x.add_scalar(2.0)?;
+                    blocks.1 = u.device_ptr();
+                    drop(kept);
+                    out = Some((doubled, u));
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(blocks.0 == blocks.1, reuse, "the capture reused the block: {reuse}");
+            // relu → add (→ add_scalar where it reuses the block); add_scalar alone is a root
+            // otherwise.
+            let (roots, edges, _) = shape_of(&graph);
+            assert_eq!((roots, edges), if reuse { (1, 2) } else { (2, 1) });
+            graph.launch().unwrap();
+            let (doubled, u) = out.unwrap();
+            let r = x.relu().unwrap();
+            assert_eq!(doubled.to_vec().unwrap(), r.add(&r).unwrap().to_vec().unwrap());
+            assert_eq!(u.to_vec().unwrap(), x.add_scalar(2.0).unwrap().to_vec().unwrap());
+        }
+    }
+}

@@ -4,6 +4,7 @@
 //! `kernels::add_f32` is a [`Kernel`] whose argument tuple is
 //! `(DevPtr<f32>, DevPtr<f32>, DevPtrMut<f32>, usize)`: a call site that passes a wrong type, a
 //! wrong count, or a pointer of the wrong element type does not compile.
+use super::capture::{Access, Footprint, NodeKind};
 use super::error::{DriverResultExt, Error, Result};
 use super::launch::LaunchConfig;
 use super::module::Function;
@@ -89,7 +90,12 @@ impl<T: DeviceElement> From<DevPtrMut<T>> for DevPtr<T> {
 ///
 /// # Safety
 /// Implementors are plain data with exactly the layout of a PTX kernel parameter of their type.
-pub unsafe trait DeviceArg: Copy {}
+pub unsafe trait DeviceArg: Copy {
+    /// The memory the kernel reaches through this argument (pointers only).
+    fn access(&self) -> Option<Access> {
+        None
+    }
+}
 // SAFETY: scalars are passed by value with their own layout; the pointers are `repr(transparent)`
 // over a u64, the layout of a 64-bit PTX address.
 unsafe impl DeviceArg for f32 {}
@@ -100,9 +106,17 @@ unsafe impl DeviceArg for u64 {}
 // SAFETY: as above (usize is 64-bit on the host and on nvptx64).
 unsafe impl DeviceArg for usize {}
 // SAFETY: as above.
-unsafe impl<T: DeviceElement> DeviceArg for DevPtr<T> {}
+unsafe impl<T: DeviceElement> DeviceArg for DevPtr<T> {
+    fn access(&self) -> Option<Access> {
+        (self.addr != 0).then_some(Access { addr: self.addr, write: false })
+    }
+}
 // SAFETY: as above.
-unsafe impl<T: DeviceElement> DeviceArg for DevPtrMut<T> {}
+unsafe impl<T: DeviceElement> DeviceArg for DevPtrMut<T> {
+    fn access(&self) -> Option<Access> {
+        (self.addr != 0).then_some(Access { addr: self.addr, write: true })
+    }
+}
 
 /// The host type of a kernel parameter type of `kernels.rs`.
 pub trait KernelParam {
@@ -127,6 +141,8 @@ scalar_params!(f32, u32, u64, usize);
 pub trait KernelArgs {
     /// Call `f` with the address of each argument, as the driver takes them.
     fn with_addresses<Out>(&self, f: impl FnOnce(&mut [*mut c_void]) -> Out) -> Out;
+    /// The non-null pointers among the arguments, reads and writes.
+    fn accesses(&self) -> Vec<Access>;
 }
 
 macro_rules! kernel_args_for_tuples {
@@ -142,6 +158,11 @@ macro_rules! kernel_args_for_tuples {
                 let ($($t,)+) = self;
                 f(&mut [$($t as *const $t as *mut c_void),+])
             }
+            #[allow(non_snake_case)]
+            fn accesses(&self) -> Vec<Access> {
+                let ($($t,)+) = self;
+                [$($t.access()),+].into_iter().flatten().collect()
+            }
         }
     };
 }
@@ -155,6 +176,9 @@ pub struct KernelInfo {
     pub(crate) module: usize,
     /// Index among all kernels of the table (the per-device function cache's slot).
     pub(crate) index: usize,
+    /// Whether the kernel reaches memory through addresses it reads from device memory (a
+    /// parameter named `slots` or `maps`), not only through its pointer arguments.
+    pub(crate) indirect: bool,
 }
 
 /// A kernel of the embedded modules, launched with arguments of type `A`.
@@ -171,8 +195,8 @@ impl<A> Clone for Kernel<A> {
 impl<A> Copy for Kernel<A> {}
 
 impl<A: KernelArgs> Kernel<A> {
-    pub(crate) const fn new(name: &'static str, module: usize, index: usize) -> Self {
-        Self { info: KernelInfo { name, module, index }, args: PhantomData }
+    pub(crate) const fn new(name: &'static str, module: usize, index: usize, indirect: bool) -> Self {
+        Self { info: KernelInfo { name, module, index, indirect }, args: PhantomData }
     }
 
     /// Launch on `stream`.
@@ -200,11 +224,53 @@ impl<A: KernelArgs> Kernel<A> {
         cluster: u32,
         args: A,
     ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.launch_with(stream, (cfg, cluster), args, None) }
+    }
+
+    /// Launch a kernel that reaches memory through addresses in device tables (`slots`), naming
+    /// every address it reaches that way in `reached`: a capture orders it by those and its
+    /// pointer arguments, instead of after everything before it.
+    ///
+    /// # Safety
+    /// As [`Kernel::launch`]; `reached` holds every device address the kernel reads or writes
+    /// through its tables (an allocation's any address stands for the whole allocation), the
+    /// written ones marked.
+    pub unsafe fn launch_reaching(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        args: A,
+        reached: &[Access],
+    ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.launch_with(stream, (cfg, 1), args, Some(reached)) }
+    }
+
+    /// # Safety
+    /// As [`Kernel::launch_clustered`] and, with `reached`, [`Kernel::launch_reaching`].
+    unsafe fn launch_with(
+        &self,
+        stream: &Stream,
+        (cfg, cluster): (LaunchConfig, u32),
+        args: A,
+        reached: Option<&[Access]>,
+    ) -> Result<()> {
+        // What the capture orders by; outside one nothing reads it.
+        let accesses = match (stream.capturing(), self.info.indirect, reached) {
+            (false, ..) | (true, true, None) => Vec::new(),
+            (true, _, reached) => [args.accesses().as_slice(), reached.unwrap_or(&[])].concat(),
+        };
+        let footprint = if self.info.indirect && reached.is_none() {
+            Footprint::Opaque
+        } else {
+            Footprint::Direct(&accesses)
+        };
         args.with_addresses(|addresses| {
             // SAFETY: forwarded from this function's contract; the addresses point into `args`,
             // which outlives the call, and their types are the table's, which the kernel build
             // checked against the kernel.
-            unsafe { launch_raw(stream, self.info, cfg, cluster, addresses) }
+            unsafe { launch_raw(stream, self.info, cfg, cluster, footprint, addresses) }
         })
     }
 
@@ -283,6 +349,7 @@ unsafe fn launch_raw(
     kernel: KernelInfo,
     cfg: LaunchConfig,
     cluster: u32,
+    footprint: Footprint<'_>,
     args: &mut [*mut c_void],
 ) -> Result<()> {
     let f = opt_in(stream, kernel, cfg)?;
@@ -292,13 +359,13 @@ unsafe fn launch_raw(
         block: cfg.block,
         shared_bytes: cfg.shared_bytes,
     };
-    stream.profiled(kind, || {
-        // Early starts pay where a kernel is mostly its launch gap: grids of at most a block an SM.
-        // A larger grid's early blocks wait on whichever SMs its predecessor frees first, and ran
-        // slower there (sum_rows (4096, 4096) 0.030 -> 0.038 ms, softmax (1024, 768) 0.008 ->
-        // 0.011 ms back to back; docs/perf-notes.md).
-        let blocks = cfg.grid.0 as u64 * cfg.grid.1 as u64 * cfg.grid.2 as u64;
-        let dependent = f.dependent && blocks <= stream.device.info.sm_count as u64;
+    // Early starts pay where a kernel is mostly its launch gap: grids of at most a block an SM.
+    // A larger grid's early blocks wait on whichever SMs its predecessor frees first, and ran
+    // slower there (sum_rows (4096, 4096) 0.030 -> 0.038 ms, softmax (1024, 768) 0.008 ->
+    // 0.011 ms back to back; docs/perf-notes.md).
+    let blocks = cfg.grid.0 as u64 * cfg.grid.1 as u64 * cfg.grid.2 as u64;
+    let dependent = f.dependent && blocks <= stream.device.info.sm_count as u64;
+    stream.profiled(kind, (footprint, NodeKind::Kernel { programmatic: dependent }), || {
         let mut attributes = [cluster_attribute(cluster), dependent_attribute()];
         let wanted = match (cluster > 1, dependent) {
             (false, false) => &mut attributes[..0],
@@ -334,16 +401,45 @@ unsafe fn launch_raw(
 /// The constants of one signature's kernels, one at a time (the argument type cannot be repeated
 /// inside the repetition of names).
 macro_rules! kernel_constants {
-    ($module:ident; $args:ty; $first:ident $($rest:ident)*) => {
+    ($module:ident; $args:ty; $indirect:expr; $first:ident $($rest:ident)*) => {
         #[allow(non_upper_case_globals, dead_code)]
         pub const $first: crate::runtime::kernel::Kernel<$args> = crate::runtime::kernel::Kernel::new(
             stringify!($first),
             ModuleIndex::$module as usize,
             KernelIndex::$first as usize,
+            $indirect,
         );
-        kernel_constants!($module; $args; $($rest)*);
+        kernel_constants!($module; $args; $indirect; $($rest)*);
     };
-    ($module:ident; $args:ty;) => {};
+    ($module:ident; $args:ty; $indirect:expr;) => {};
+}
+
+/// Whether a kernel with these parameter names reads device addresses from memory: by the
+/// table's convention (`gpu-kernels/src/kernels.rs`), a parameter named `slots` (optimizer
+/// tensor tables) or `maps` (TMA tensor maps).
+pub(crate) const fn reaches_through_tables(params: &[&str]) -> bool {
+    const fn same(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    let mut i = 0;
+    while i < params.len() {
+        if same(params[i], "slots") || same(params[i], "maps") {
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Reads `kernels.rs` into typed [`Kernel`] constants, `MODULES` and `KERNEL_COUNT`.
@@ -368,7 +464,12 @@ macro_rules! kernel_table {
             &[$($($($((ModuleIndex::$module as usize, stringify!($name)),)+)*)*)*];
 
         $($($(
-            kernel_constants!($module; ($(<$ty as crate::runtime::kernel::KernelParam>::Arg,)*); $($name)+);
+            kernel_constants!(
+                $module;
+                ($(<$ty as crate::runtime::kernel::KernelParam>::Arg,)*);
+                crate::runtime::kernel::reaches_through_tables(&[$(stringify!($arg)),*]);
+                $($name)+
+            );
         )*)*)*
     };
 }

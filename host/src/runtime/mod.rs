@@ -1,5 +1,6 @@
 //! The host runtime: devices, streams and events, the memory pool, the kernel module, launches,
 //! the profiler.
+pub(crate) mod capture;
 pub(crate) mod context;
 pub(crate) mod cupti;
 pub(crate) mod device;

@@ -1,4 +1,5 @@
 //! Streams, events and pinned host buffers.
+use super::capture::{stream_order_forced, Access, CaptureOrder, Footprint, NodeKind};
 use super::device::{elapsed_fn, CudaDevice};
 use super::error::{DriverResultExt, Error, Result};
 use super::pool::GraphMemory;
@@ -7,15 +8,26 @@ use cudarc::driver::{result, sys};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// What an op queued in a capture left as the stream's capture dependencies: its own node (the
+/// driver's answer, read back rather than assumed), which later ops that must follow it follow.
+pub(crate) struct CapturedOp {
+    nodes: Vec<sys::CUgraphNode>,
+    kind: NodeKind,
+}
+
 /// A CUDA stream of one device. Work on one stream runs in order; different streams may overlap.
 pub struct Stream {
     raw: sys::CUstream,
     pub(crate) device: Arc<CudaDevice>,
     /// A zeroed `u32` that the whole-tensor reductions use as their block counter (they leave it
-    /// zero); one per stream, since launches on one stream never overlap.
+    /// zero); one per stream: launches that use it never overlap (a stream runs them in order, and
+    /// a captured graph orders them by their write of it).
     reduce_counter: OnceLock<sys::CUdeviceptr>,
     /// The capture in progress on this stream, if any.
     capture: Mutex<Option<Arc<GraphMemory>>>,
+    /// The edges of the capture in progress (the graph nodes of each op queued in it), unless it
+    /// keeps the stream's order. Held while an op is queued in the capture.
+    capture_order: Mutex<Option<CaptureOrder<CapturedOp>>>,
     /// Whether `capture` is set: the one check every host-synchronising op makes.
     capturing: Arc<AtomicBool>,
     /// Held from the profiler's first event to its last around one operation, so that two
@@ -36,6 +48,7 @@ impl Stream {
             device,
             reduce_counter: OnceLock::new(),
             capture: Mutex::new(None),
+            capture_order: Mutex::new(None),
             capturing: Arc::new(AtomicBool::new(false)),
             profiled_order: Mutex::new(()),
         }))
@@ -85,6 +98,8 @@ impl Stream {
         }
         .call("cuStreamBeginCapture")?;
         *slot = Some(Arc::new(GraphMemory::new(self)));
+        *self.capture_order.lock().unwrap_or_else(|p| p.into_inner()) =
+            (!stream_order_forced()).then(CaptureOrder::default);
         self.device.captures.fetch_add(1, Ordering::AcqRel);
         self.capturing.store(true, Ordering::Release);
         Ok(())
@@ -99,7 +114,15 @@ impl Stream {
             slot.take().expect("end_capture follows a successful begin_capture")
         };
         self.device.captures.fetch_sub(1, Ordering::AcqRel);
+        let order = self.capture_order.lock().unwrap_or_else(|p| p.into_inner()).take();
         let graph = self.device.bind().and_then(|()| {
+            // The stream's end joins every op that nothing follows.
+            if let Some(order) = order {
+                let mut leaves: Vec<_> = order.leaves().flat_map(|op| op.nodes.iter().copied()).collect();
+                let edges = vec![default_edge(); leaves.len()];
+                // SAFETY: `raw` is being captured; the nodes are this capture's.
+                unsafe { self.set_capture_dependencies(&mut leaves, &edges) }?;
+            }
             // SAFETY: `raw` is live and being captured (begun by `begin_capture`).
             unsafe { result::stream::end_capture(self.raw) }.call("cuStreamEndCapture")
         });
@@ -167,7 +190,7 @@ impl Stream {
         self.refuse_in_capture(op)?;
         self.device.bind()?;
         let kind = || copy(CopyDirection::HostToDevice, false, std::mem::size_of_val(src));
-        self.profiled(kind, || {
+        self.profiled(kind, (Footprint::Direct(&[written(dst)]), NodeKind::Copy), || {
             // SAFETY: the caller's contract; the stream is live.
             unsafe { result::memcpy_htod_async(dst, src, self.raw) }.call("cuMemcpyHtoDAsync")
         })
@@ -190,11 +213,13 @@ impl Stream {
             unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), std::mem::size_of_val(src)) };
         let staged = memory.stage(bytes)?;
         self.device.bind()?;
-        // SAFETY: `staged` is page-locked memory of `bytes.len()` bytes that the graph keeps until
-        // no replay can run; `dst` as the caller's contract says.
-        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, staged.cast(), bytes.len(), self.raw) }
-            .result()
-            .call("cuMemcpyHtoDAsync")
+        self.queue_captured((Footprint::Direct(&[written(dst)]), NodeKind::Copy), || {
+            // SAFETY: `staged` is page-locked memory of `bytes.len()` bytes that the graph keeps
+            // until no replay can run; `dst` as the caller's contract says.
+            unsafe { sys::cuMemcpyHtoDAsync_v2(dst, staged.cast(), bytes.len(), self.raw) }
+                .result()
+                .call("cuMemcpyHtoDAsync")
+        })
     }
 
     /// Copy device memory at `src` into `dst` and wait for it.
@@ -213,7 +238,7 @@ impl Stream {
         let bytes = std::mem::size_of_val(dst);
         let kind = || copy(CopyDirection::DeviceToHost, false, bytes);
         // Whatever happens to the copy, the synchronisation below runs before `dst`'s borrow ends.
-        let queued = self.profiled(kind, || {
+        let queued = self.profiled(kind, (Footprint::Direct(&[read(src)]), NodeKind::Copy), || {
             // SAFETY: the caller's contract; the synchronisation below ends the copy before
             // `dst`'s borrow does, whatever the driver does with a pageable destination.
             unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }.call("cuMemcpyDtoHAsync")
@@ -236,6 +261,7 @@ impl Stream {
         self.device.bind()?;
         self.profiled(
             || copy(CopyDirection::DeviceToDevice, false, bytes),
+            (Footprint::Direct(&[written(dst), read(src)]), NodeKind::Copy),
             // SAFETY: the caller's contract.
             || unsafe { result::memcpy_dtod_async(dst, src, bytes, self.raw) }.call("cuMemcpyDtoDAsync"),
         )
@@ -273,6 +299,7 @@ impl Stream {
         };
         self.profiled(
             || copy(CopyDirection::DeviceToDevice, false, width * rows),
+            (Footprint::Direct(&[written(dst), read(src)]), NodeKind::Copy),
             // SAFETY: the caller's contract; `copy_2d` describes device memory only and lives
             // through the call, which reads it before returning.
             || unsafe { sys::cuMemcpy2DAsync_v2(&copy_2d, self.raw) }.result().call("cuMemcpy2DAsync"),
@@ -293,6 +320,7 @@ impl Stream {
         self.device.bind()?;
         self.profiled(
             || copy(CopyDirection::HostToDevice, true, bytes),
+            (Footprint::Direct(&[written(dst)]), NodeKind::Copy),
             // SAFETY: the caller's contract; the stream is live.
             || {
                 unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw) }
@@ -317,6 +345,7 @@ impl Stream {
         self.device.bind()?;
         self.profiled(
             || copy(CopyDirection::DeviceToHost, true, bytes),
+            (Footprint::Direct(&[read(src)]), NodeKind::Copy),
             // SAFETY: the caller's contract; the stream is live.
             || {
                 unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.raw) }
@@ -326,22 +355,107 @@ impl Stream {
         )
     }
 
-    /// Queue work on this stream with `queue`; while the device's profiler is on, it is timed and
-    /// recorded as `kind`. The device's context is current.
+    /// Queue work on this stream with `queue`, which touches `footprint`; while the device's
+    /// profiler is on, it is timed and recorded as `kind`. The device's context is current.
     #[inline]
     pub(crate) fn profiled(
         &self,
         kind: impl FnOnce() -> ProfiledKind,
+        (footprint, node): (Footprint<'_>, NodeKind),
         queue: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        let profiler = &self.device.profiler;
         // A capture records launches into a graph instead of running them: nothing to time, and
         // an event recorded inside it would become part of the graph.
-        if profiler.is_on() && !self.capturing() {
+        if self.capturing() {
+            return self.queue_captured((footprint, node), queue);
+        }
+        let profiler = &self.device.profiler;
+        if profiler.is_on() {
             profiler.around(self, kind, queue)
         } else {
             queue()
         }
+    }
+
+    /// Queue `queue` into the capture in progress after only the ops it must follow
+    /// (`capture.rs`): a programmatic dependent kernel through programmatic edges from kernels,
+    /// as a stream-ordered capture would make them.
+    fn queue_captured(
+        &self,
+        (footprint, node): (Footprint<'_>, NodeKind),
+        queue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let mut slot = self.capture_order.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(order) = slot.as_mut() else { return queue() };
+        let blocks = match footprint {
+            Footprint::Direct(accesses) => accesses
+                .iter()
+                .filter(|a| a.addr != 0)
+                .map(|a| allocation_start(a.addr).map(|start| (start, a.write)))
+                .collect::<Option<Vec<_>>>(),
+            Footprint::Opaque => None,
+        };
+        let deps = order.dependencies(blocks.as_deref());
+        let (mut after, mut edges) = (Vec::new(), Vec::new());
+        for &op in &deps {
+            let dep = order.node(op);
+            let programmatic = node == NodeKind::Kernel { programmatic: true }
+                && matches!(dep.kind, NodeKind::Kernel { .. });
+            after.extend_from_slice(&dep.nodes);
+            edges.resize(after.len(), if programmatic { programmatic_edge() } else { default_edge() });
+        }
+        // SAFETY: `raw` is being captured (the order is set only then, under this lock); the
+        // nodes are this capture's.
+        unsafe { self.set_capture_dependencies(&mut after, &edges) }?;
+        queue()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let (mut ends, mut count) = (std::ptr::null(), 0usize);
+        // SAFETY: `raw` is live; the out-pointers are valid; the id, graph and edge data are not
+        // asked for (null).
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                self.raw,
+                &mut status,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut ends,
+                std::ptr::null_mut(),
+                &mut count,
+            )
+        }
+        .result()
+        .call("cuStreamGetCaptureInfo")?;
+        // SAFETY: the driver's array of `count` nodes, valid until the next call on the stream.
+        let queued =
+            if count == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(ends, count) }.to_vec() };
+        order.record(blocks.as_deref(), &deps, CapturedOp { nodes: queued, kind: node });
+        Ok(())
+    }
+
+    /// Make the next op captured on this stream follow exactly `nodes`, through `edges` (one
+    /// each).
+    ///
+    /// # Safety
+    /// `raw` is being captured and `nodes` are nodes of its capture.
+    unsafe fn set_capture_dependencies(
+        &self,
+        nodes: &mut [sys::CUgraphNode],
+        edges: &[sys::CUgraphEdgeData],
+    ) -> Result<()> {
+        assert_eq!(nodes.len(), edges.len(), "an edge per node");
+        let flags = sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
+        // SAFETY: the caller's contract; the driver reads `nodes.len()` nodes and edges.
+        unsafe {
+            sys::cuStreamUpdateCaptureDependencies_v2(
+                self.raw,
+                nodes.as_mut_ptr(),
+                edges.as_ptr(),
+                nodes.len(),
+                flags,
+            )
+        }
+        .result()
+        .call("cuStreamUpdateCaptureDependencies")
     }
 
     /// Make later work on this stream wait for all work submitted to `other` so far. Refused
@@ -380,6 +494,47 @@ impl Drop for Stream {
             }
         }
     }
+}
+
+/// The start of the device allocation holding `addr`, if it is in one.
+fn allocation_start(addr: u64) -> Option<u64> {
+    let mut start: sys::CUdeviceptr = 0;
+    // SAFETY: the attribute is a device pointer, written to `start`; an address outside every
+    // allocation is an error answer, not undefined behaviour.
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&raw mut start).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            addr,
+        )
+    }
+    .result()
+    .ok()
+    .map(|()| start)
+}
+
+/// A full dependency.
+fn default_edge() -> sys::CUgraphEdgeData {
+    sys::CUgraphEdgeData { from_port: 0, to_port: 0, type_: 0, reserved: [0; 5] }
+}
+
+/// A programmatic dependency: the kernel downstream may start once every block upstream has
+/// triggered or exited, and waits for the upstream kernel's memory with `griddepcontrol.wait`.
+fn programmatic_edge() -> sys::CUgraphEdgeData {
+    sys::CUgraphEdgeData {
+        from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+        to_port: 0,
+        type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
+        reserved: [0; 5],
+    }
+}
+
+fn read(addr: sys::CUdeviceptr) -> Access {
+    Access { addr, write: false }
+}
+
+fn written(addr: sys::CUdeviceptr) -> Access {
+    Access { addr, write: true }
 }
 
 fn copy(direction: CopyDirection, pinned: bool, bytes: usize) -> ProfiledKind {
