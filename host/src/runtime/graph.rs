@@ -7,6 +7,10 @@
 //! [`Labels::copy_from_slice`](crate::Labels::copy_from_slice)) and counters the kernels advance
 //! themselves ([`Adam::capturable`](crate::Adam::capturable)).
 //!
+//! Order: a captured op follows only the earlier ops whose memory it touches (`capture.rs`), not
+//! every op queued before it, so a replay runs independent ops side by side; the graph as a whole
+//! still runs in its stream's order, after the work queued before it and before the work after.
+//!
 //! Memory: every pool block handed out during the capture, and every block freed on the stream
 //! during it, belongs to the graph until the graph is dropped (a tensor made in the capture may be
 //! dropped at any time; its block stays reserved for the replays). Buffers made before the capture
