@@ -69,11 +69,9 @@ impl Linear {
                 (Activation::Gelu, Some(pre)) => pre.gelu_backward(dy)?,
                 _ => dy.clone(),
             };
-            // The input's gradient first: the rest of the backward pass waits for it, and a
-            // captured graph keeps the first of a node's successors on the node's own queue.
-            let dx = input_grad.then(|| dpre.matmul(w)).transpose()?;
             let dw = Gemm::new(&dpre, &x).transpose_a(true).run()?;
             let db = self.weights.bias.as_ref().map(|_| bias_grad(&dpre)).transpose()?;
+            let dx = input_grad.then(|| dpre.matmul(w)).transpose()?;
             Ok((dx, dw, db))
         })();
         let (dx, dw, db) = grads.in_layer(self)?;

@@ -64,11 +64,23 @@ pub(crate) struct CaptureOrder<N> {
     /// Ops nothing follows yet.
     leaves: BTreeSet<usize>,
     ops: Vec<N>,
+    /// Per op, the ops it follows through its edges (a bit set by op number), for the first
+    /// `ANCESTRY_OPS` ops.
+    ancestors: Vec<Vec<u64>>,
 }
+
+/// Ops whose ancestry is kept (2 MB of bits at most): a later op keeps edges that others imply.
+const ANCESTRY_OPS: usize = 4096;
 
 impl<N> Default for CaptureOrder<N> {
     fn default() -> Self {
-        Self { blocks: BTreeMap::new(), barrier: None, leaves: BTreeSet::new(), ops: Vec::new() }
+        Self {
+            blocks: BTreeMap::new(),
+            barrier: None,
+            leaves: BTreeSet::new(),
+            ops: Vec::new(),
+            ancestors: Vec::new(),
+        }
     }
 }
 
@@ -93,7 +105,16 @@ impl<N> CaptureOrder<N> {
         if deps.is_empty() {
             deps.extend(self.barrier);
         }
-        deps.into_iter().collect()
+        // An edge that another one implies is left out: fewer edges for the graph to wait on.
+        deps.iter().copied().filter(|&d| !deps.iter().any(|&e| self.follows(e, d))).collect()
+    }
+
+    /// Whether op `later` follows op `earlier` through edges (false where not recorded).
+    fn follows(&self, later: usize, earlier: usize) -> bool {
+        self.ancestors
+            .get(later)
+            .and_then(|bits| bits.get(earlier / 64))
+            .is_some_and(|w| w >> (earlier % 64) & 1 == 1)
     }
 
     /// Record the next op, `node`, which touches `blocks` (`None`: a barrier) and was queued
@@ -101,6 +122,16 @@ impl<N> CaptureOrder<N> {
     pub(crate) fn record(&mut self, blocks: Option<&[(u64, bool)]>, deps: &[usize], node: N) -> usize {
         let op = self.ops.len();
         self.ops.push(node);
+        if op < ANCESTRY_OPS {
+            let mut bits = vec![0u64; op.div_ceil(64)];
+            for &d in deps {
+                bits[d / 64] |= 1 << (d % 64);
+                for (word, inherited) in bits.iter_mut().zip(&self.ancestors[d]) {
+                    *word |= inherited;
+                }
+            }
+            self.ancestors.push(bits);
+        }
         for d in deps {
             self.leaves.remove(d);
         }
@@ -179,6 +210,21 @@ mod tests {
         let (rw, _) = op(&mut o, Some(&[(0x100, false), (0x100, true), (0x100, false)]));
         let (_, d) = op(&mut o, Some(&[(0x100, false)]));
         assert_eq!(d, vec![rw]);
+    }
+
+    #[test]
+    fn edges_that_others_imply_are_left_out() {
+        let mut o = CaptureOrder::default();
+        let (a, _) = op(&mut o, Some(&[(0x100, true)]));
+        let (b, d) = op(&mut o, Some(&[(0x100, false), (0x200, true)]));
+        assert_eq!(d, vec![a]);
+        // Reads what a and b wrote: b follows a, so the edge from a is implied.
+        let (_, d) = op(&mut o, Some(&[(0x100, false), (0x200, false)]));
+        assert_eq!(d, vec![b]);
+        // A barrier after two leaves follows only those.
+        let (c, _) = op(&mut o, Some(&[(0x300, true)]));
+        let (_, d) = op(&mut o, None);
+        assert_eq!(d, vec![2, c]);
     }
 
     #[test]
