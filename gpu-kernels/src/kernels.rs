@@ -430,6 +430,7 @@ kernel_table! {
         elementwise::fill {
             [fill_f32](out: *mut f32, value: f32, n: usize);
             [fill_u16](out: *mut u16, bits: u32, n: usize);
+            [fill_words](out: *mut u64, n: usize, words: crate::shapes::ParamWords);
         }
         elementwise::binary {
             [add_f32, sub_f32, mul_f32, div_f32](a: *const f32, b: *const f32, out: *mut f32, n: usize);

@@ -448,3 +448,13 @@ pub const fn gemv_piece(m: usize, k_chunk: usize, vec: usize) -> (usize, usize) 
     let piece = if k_chunk < cap { k_chunk } else { cap };
     (piece, piece.div_ceil(8) * 8)
 }
+
+/// Words a `fill_words` launch carries in its parameters: 4000 bytes, which with its other two
+/// parameters stays within the 4 KB every CUDA device takes.
+pub const FILL_WORDS_MAX: usize = 500;
+
+/// Up to [`FILL_WORDS_MAX`] words passed by value as one kernel parameter (`fill_words`): a
+/// captured graph keeps them in its kernel node, so a replay needs no host memory.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct ParamWords(pub [u64; FILL_WORDS_MAX]);

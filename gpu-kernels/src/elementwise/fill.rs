@@ -1,6 +1,8 @@
 //! `fill_f32`, `fill_u16`: every element set to one value (`full`; `fill_u16` takes the f16 or
-//! bf16 bits). Floor: the bytes written.
+//! bf16 bits). Floor: the bytes written. `fill_words`: a few words given in the launch's
+//! parameters (small constant uploads inside a graph capture, without a host buffer).
 use crate::prelude::*;
+use crate::shapes::{ParamWords, FILL_WORDS_MAX};
 
 /// `out[i] = value` for `i < n`; `out` 16-byte aligned.
 #[no_mangle]
@@ -28,4 +30,28 @@ pub unsafe extern "ptx-kernel" fn fill_u16(out: *mut u16, bits: u32, n: usize) {
     if t < n {
         store_u16(out.add(t), bits as u16);
     }
+}
+
+const _: () = assert!(FILL_WORDS_MAX == 500, "fill_words unrolls 5 × 10 × 10 words");
+
+/// `out[i] = words[i]` for `i < n ≤ FILL_WORDS_MAX`; `out` 8-byte aligned; any launch shape
+/// (thread 0 writes every word).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn fill_words(out: *mut u64, n: usize, words: ParamWords) {
+    grid_dependency_sync();
+    if global_x() != 0 {
+        return;
+    }
+    // Constant indices only: a parameter read at a computed index would copy the whole array to
+    // local memory first (4000 bytes a thread).
+    unroll!(a in [0, 1, 2, 3, 4] => {
+        unroll!(b in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] => {
+            unroll!(c in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] => {
+                let j = 100 * a + 10 * b + c;
+                if j < n {
+                    store_u64(out.add(j), words.0[j]);
+                }
+            });
+        });
+    });
 }

@@ -153,6 +153,15 @@ pub unsafe fn store_f32(p: *mut f32, v: f32) {
     asm!("st.global.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
 }
 
+/// `st.global.u64`.
+///
+/// # Safety
+/// `p` is 8-byte aligned and points to 8 writable bytes of global memory.
+#[inline(always)]
+pub unsafe fn store_u64(p: *mut u64, v: u64) {
+    asm!("st.global.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack));
+}
+
 /// Eight 16-bit floats (f16 or bf16 bits) moved as one 16-byte access.
 #[derive(Clone, Copy)]
 #[repr(C, align(16))]

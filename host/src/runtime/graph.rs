@@ -234,6 +234,30 @@ mod tests {
         assert_eq!(out.unwrap().to_vec().unwrap(), want.to_vec().unwrap());
     }
 
+    /// Launch metadata uploaded inside a capture, through a kernel's parameters (a few words)
+    /// and through a page-locked copy (more): each replay writes it again.
+    #[test]
+    fn constant_uploads_inside_a_capture_are_replayed() {
+        let Some(ctx) = gpu() else { return };
+        let stream = ctx.stream("test").unwrap().clone();
+        for n in [1, 37, crate::shapes::FILL_WORDS_MAX, crate::shapes::FILL_WORDS_MAX + 1, 2000] {
+            let words: Vec<u64> =
+                (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555).collect();
+            let buffer = stream.device.pool.alloc(&stream, 8 * n, "test").unwrap();
+            // SAFETY: a fresh buffer of 8·n bytes on this stream; u64 has no padding.
+            let graph = ctx.capture(|| unsafe { stream.copy_htod_const(buffer.ptr(), &words) }).unwrap();
+            for _ in 0..2 {
+                // SAFETY: as above; the poison is overwritten by the replay queued after it.
+                unsafe { stream.copy_htod("test", buffer.ptr(), &vec![u64::MAX; n]) }.unwrap();
+                graph.launch().unwrap();
+                let mut back = vec![0u64; n];
+                // SAFETY: the buffer holds n words, written by the replay before this read.
+                unsafe { stream.copy_dtoh_sync("test", &mut back, buffer.ptr()) }.unwrap();
+                assert_eq!(back, words, "{n} words");
+            }
+        }
+    }
+
     #[test]
     fn a_block_reused_in_the_capture_is_written_after_its_last_read() {
         let Some(ctx) = gpu() else { return };

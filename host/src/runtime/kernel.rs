@@ -105,6 +105,8 @@ unsafe impl DeviceArg for u32 {}
 unsafe impl DeviceArg for u64 {}
 // SAFETY: as above (usize is 64-bit on the host and on nvptx64).
 unsafe impl DeviceArg for usize {}
+// SAFETY: `repr(C, align(8))` over u64s, the layout of the kernel's by-value `.param` array.
+unsafe impl DeviceArg for crate::shapes::ParamWords {}
 // SAFETY: as above.
 unsafe impl<T: DeviceElement> DeviceArg for DevPtr<T> {
     fn access(&self) -> Option<Access> {
@@ -135,7 +137,7 @@ macro_rules! scalar_params {
         }
     )*};
 }
-scalar_params!(f32, u32, u64, usize);
+scalar_params!(f32, u32, u64, usize, crate::shapes::ParamWords);
 
 /// A kernel's whole argument list: a tuple of [`DeviceArg`]s.
 pub trait KernelArgs {

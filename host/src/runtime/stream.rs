@@ -198,7 +198,8 @@ impl Stream {
 
     /// [`Stream::copy_htod`] of launch metadata (addresses, tensor maps): values fixed by the
     /// buffers and shapes of the launch they serve, so a replay may copy the same bytes again.
-    /// During a capture `src` is first copied into page-locked memory that the graph owns.
+    /// During a capture up to `FILL_WORDS_MAX` words go into a `fill_words` launch's parameters,
+    /// and anything longer is first copied into page-locked memory that the graph owns.
     ///
     /// # Safety
     /// As [`Stream::copy_htod`], and `T` is plain data without padding.
@@ -211,6 +212,20 @@ impl Stream {
         // initialised.
         let bytes =
             unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), std::mem::size_of_val(src)) };
+        // A few words travel in a kernel's parameters, which the graph keeps: no page-locked
+        // buffer (a process's first one costs ~1 ms) and no copy node.
+        if let Some((words, n)) = param_words(bytes).filter(|_| dst % 8 == 0) {
+            // SAFETY: `fill_words(out, n, words)` writes `n` ≤ FILL_WORDS_MAX words at `dst`, 8-byte
+            // aligned, which holds `bytes.len()` = 8·n bytes by the caller's contract; any launch
+            // shape.
+            return unsafe {
+                crate::kernels::fill_words.launch(
+                    self,
+                    super::launch::LaunchConfig::covering(1, 32),
+                    (super::kernel::DevPtrMut::new(dst), n, words),
+                )
+            };
+        }
         let staged = memory.stage(bytes)?;
         self.device.bind()?;
         self.queue_captured((Footprint::Direct(&[written(dst)]), NodeKind::Copy), || {
@@ -494,6 +509,19 @@ impl Drop for Stream {
             }
         }
     }
+}
+
+/// `bytes` as the words of a `fill_words` launch and their count, where they fit.
+fn param_words(bytes: &[u8]) -> Option<(crate::shapes::ParamWords, usize)> {
+    let n = bytes.len() / 8;
+    if bytes.len() % 8 != 0 || n > crate::shapes::FILL_WORDS_MAX {
+        return None;
+    }
+    let mut words = crate::shapes::ParamWords([0; crate::shapes::FILL_WORDS_MAX]);
+    for (w, b) in words.0.iter_mut().zip(bytes.chunks_exact(8)) {
+        *w = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+    }
+    Some((words, n))
 }
 
 /// The start of the device allocation holding `addr`, if it is in one.
