@@ -163,6 +163,15 @@ mod tests {
         }
     }
 
+    /// The device, where captures take edges from data (not under FERROCUDA_GRAPH_STREAM_ORDER=1).
+    fn gpu_with_data_edges() -> Option<Context> {
+        if crate::runtime::capture::stream_order_forced() {
+            println!("skipped (FERROCUDA_GRAPH_STREAM_ORDER=1)");
+            return None;
+        }
+        gpu()
+    }
+
     /// The graph's nodes without a predecessor, its edges, and how many of those are
     /// programmatic.
     fn shape_of(graph: &Graph) -> (usize, usize, usize) {
@@ -211,11 +220,7 @@ mod tests {
 
     #[test]
     fn independent_ops_start_side_by_side_and_a_join_follows_both() {
-        let Some(ctx) = gpu() else { return };
-        if crate::runtime::capture::stream_order_forced() {
-            println!("skipped (FERROCUDA_GRAPH_STREAM_ORDER=1)");
-            return;
-        }
+        let Some(ctx) = gpu_with_data_edges() else { return };
         let x = input(&ctx);
         let mut out = None;
         let graph = ctx
@@ -260,11 +265,7 @@ mod tests {
 
     #[test]
     fn a_block_reused_in_the_capture_is_written_after_its_last_read() {
-        let Some(ctx) = gpu() else { return };
-        if crate::runtime::capture::stream_order_forced() {
-            println!("skipped (FERROCUDA_GRAPH_STREAM_ORDER=1)");
-            return;
-        }
+        let Some(ctx) = gpu_with_data_edges() else { return };
         let x = input(&ctx);
         for reuse in [false, true] {
             let (mut out, mut blocks) = (None, (0, 0));
