@@ -1,6 +1,6 @@
 //! The profiler: the launches, copies and pool activity of known ops while on, nothing while off,
 //! the guard, reset, four threads on three streams, pinned copies, the JSON and Chrome trace
-//! exports (parsed back), and the CPU backend's empty report.
+//! exports (parsed back), graph replays, and the CPU backend's empty report.
 mod common;
 use common::*;
 use ferrocuda::{Context, CopyDirection, Error, ProfileReport, ProfiledKind};
@@ -254,6 +254,10 @@ fn exports_parse(gpu: &Context) {
                 assert_eq!(e["cat"], "copy", "{e}");
                 assert_eq!(e["args"]["bytes"].as_u64(), Some(*bytes as u64), "{e}");
             }
+            ProfiledKind::GraphReplay { nodes } => {
+                assert_eq!(e["cat"], "graph", "{e}");
+                assert_eq!(e["args"]["nodes"].as_u64(), Some(*nodes as u64), "{e}");
+            }
         }
     }
     assert_eq!(tids.len(), 2, "{tids:?}");
@@ -269,6 +273,42 @@ fn exports_parse(gpu: &Context) {
     let copied: u64 = json["copies"].as_array().unwrap().iter().map(|c| c["bytes"].as_u64().unwrap()).sum();
     assert_eq!(copied, 4096 * 4 * 3, "{}", json["copies"]);
     assert!(json["pool"]["allocations"].as_u64().unwrap() > 0, "{}", json["pool"]);
+    gpu.reset_profile().unwrap();
+}
+
+/// Replays of a captured graph: one record each, spanning its nodes (the capture itself records
+/// nothing), beside the eager launches around them; in the table and in the trace.
+fn graph_replays_are_recorded(gpu: &Context) {
+    let x = gpu.randn(&[1 << 20], 13).unwrap();
+    let mut out = None;
+    let graph = gpu
+        .capture(|| {
+            // Three kernels: two independent, one joining them.
+            out = Some(x.relu()?.add(&x.gelu()?)?);
+            Ok(())
+        })
+        .unwrap();
+    gpu.synchronize().unwrap();
+    gpu.reset_profile().unwrap();
+    let guard = gpu.profiler_guard().unwrap();
+    for _ in 0..5 {
+        graph.launch().unwrap();
+    }
+    let eager = x.relu().unwrap();
+    drop((out.unwrap().to_vec().unwrap(), eager.to_vec().unwrap()));
+    drop(guard);
+    let r = gpu.profile_report().unwrap();
+    println!("{r}");
+    check_times(&r);
+    assert_eq!(kernel_calls(&r), expected(&[("graph replay", 5), ("relu_f32", 1)]), "{r}");
+    let replays: Vec<_> =
+        r.ops().iter().filter(|op| op.kind == ProfiledKind::GraphReplay { nodes: 3 }).collect();
+    assert_eq!(replays.len(), 5, "{r}");
+    // A replay spans its three kernels over 2^20 values: longer than the eager relu alone.
+    let relu = r.ops().iter().find(|op| op.kind.name() == "relu_f32").expect("eager relu");
+    assert!(replays.iter().all(|op| op.dur_us > relu.dur_us), "{r}");
+    let trace = r.to_chrome_trace();
+    assert_eq!(trace.matches("\"cat\":\"graph\"").count(), 5, "{trace}");
     gpu.reset_profile().unwrap();
 }
 
@@ -315,6 +355,7 @@ fn main() {
         ("four_threads_three_streams", Case::Gpu(four_threads_three_streams)),
         ("pinned_copies_are_recorded", Case::Gpu(pinned_copies_are_recorded)),
         ("exports_parse", Case::Gpu(exports_parse)),
+        ("graph_replays_are_recorded", Case::Gpu(graph_replays_are_recorded)),
         ("cpu_backend_report_is_empty", Case::Cpu(cpu_backend_report_is_empty)),
     ]);
 }

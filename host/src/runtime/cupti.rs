@@ -23,11 +23,12 @@ const BUFFER_BYTES: usize = 4 << 20;
 const BUFFER_ALIGN: usize = 8;
 /// The activity kinds the profiler needs: launches and copies.
 const KINDS: [Kind; 2] = [Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, Kind::CUPTI_ACTIVITY_KIND_MEMCPY];
-/// The driver calls the runtime queues profiled work with (`kernel.rs`, `stream.rs`): the callback
-/// fires on these alone.
-const QUEUEING_CALLS: [Call; 6] = [
+/// The driver calls the runtime queues profiled work with (`kernel.rs`, `stream.rs`, `graph.rs`):
+/// the callback fires on these alone.
+const QUEUEING_CALLS: [Call; 7] = [
     Call::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
     Call::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    Call::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
     Call::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
     Call::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
     Call::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,
@@ -111,7 +112,8 @@ unsafe extern "C" fn on_queueing_call(
     }
 }
 
-/// A pageable copy may come in several records of one correlation id: their hull.
+/// A pageable copy may come in several records of one correlation id, and a graph replay in one
+/// record per node: their hull.
 fn merge(a: Span, b: Span) -> Span {
     Span { start: a.start.min(b.start), end: a.end.max(b.end) }
 }
@@ -134,7 +136,8 @@ unsafe fn read_record(record: *const u8, found: &mut Collected) {
                 start: addr_of!((*k).start).read_unaligned(),
                 end: addr_of!((*k).end).read_unaligned(),
             };
-            found.spans.insert(addr_of!((*k).correlationId).read_unaligned(), span);
+            let id = addr_of!((*k).correlationId).read_unaligned();
+            found.spans.entry(id).and_modify(|s| *s = merge(*s, span)).or_insert(span);
         } else if kind == Kind::CUPTI_ACTIVITY_KIND_MEMCPY as u32 {
             let m = record.cast::<sys::CUpti_ActivityMemcpy6>();
             let span = Span {

@@ -16,9 +16,11 @@
 //! dropped at any time; its block stays reserved for the replays). Buffers made before the capture
 //! and read or written by it (parameters, static inputs) stay their tensors' own: keep those
 //! tensors alive, and unshared where an op updates them in place, while the graph may be launched.
+use super::capture::{Footprint, NodeKind};
 use super::context::Context;
 use super::error::{DriverResultExt, Error, Result};
 use super::pool::GraphMemory;
+use super::profiler::ProfiledKind;
 use super::stream::Stream;
 use cudarc::driver::{result, sys};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -45,6 +47,8 @@ pub(crate) struct GraphParts {
     graph: sys::CUgraph,
     stream: Arc<Stream>,
     memory: Arc<GraphMemory>,
+    /// Its kernels and copies (for the profiler).
+    nodes: usize,
 }
 // SAFETY: the handles are used by one owner at a time (`Graph` is not `Sync`); the driver allows
 // graph handles on any thread.
@@ -76,10 +80,14 @@ impl Graph {
         let parts = self.parts.as_ref().expect("parts live until drop");
         parts.stream.refuse_in_capture("Graph::launch")?;
         parts.stream.device.bind()?;
-        // SAFETY: `exec` is a live instantiated graph of this stream's context; every buffer it
-        // uses is owned by the graph or, by the contract of `Context::capture`, kept alive by the
-        // caller.
-        unsafe { result::graph::launch(parts.exec, parts.stream.raw()) }.call("cuGraphLaunch")
+        let kind = || ProfiledKind::GraphReplay { nodes: parts.nodes };
+        // Not queued in a capture (refused above): no edges to find.
+        parts.stream.profiled(kind, (Footprint::Opaque, NodeKind::Copy), || {
+            // SAFETY: `exec` is a live instantiated graph of this stream's context; every buffer
+            // it uses is owned by the graph or, by the contract of `Context::capture`, kept alive
+            // by the caller.
+            unsafe { result::graph::launch(parts.exec, parts.stream.raw()) }.call("cuGraphLaunch")
+        })
     }
 }
 
@@ -134,9 +142,18 @@ impl Context {
                 }
             }
         };
+        let mut nodes = 0;
+        // SAFETY: `graph` is live; with a null array the call only writes the count.
+        let counted = unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes) }.result();
+        if let Err(e) = counted {
+            discard(Some(graph));
+            return Err(Error::Driver { call: "cuGraphGetNodes", source: e });
+        }
         // SAFETY: `graph` is a live graph from the capture.
         match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
-            Ok(exec) => Ok(Graph { parts: Some(GraphParts { exec, graph, stream: stream.clone(), memory }) }),
+            Ok(exec) => {
+                Ok(Graph { parts: Some(GraphParts { exec, graph, stream: stream.clone(), memory, nodes }) })
+            }
             Err(e) => {
                 discard(Some(graph));
                 Err(Error::Driver { call: "cuGraphInstantiate", source: e })

@@ -71,6 +71,9 @@ pub enum ProfiledKind {
         pinned: bool,
         bytes: usize,
     },
+    /// A replay of a captured [`crate::Graph`] of `nodes` kernels and copies: from its first
+    /// node's start to its last node's end.
+    GraphReplay { nodes: usize },
 }
 
 impl ProfiledKind {
@@ -79,9 +82,13 @@ impl ProfiledKind {
         match self {
             ProfiledKind::Kernel { name, .. } => (*name).to_string(),
             ProfiledKind::Copy { direction, pinned, .. } => copy_label(*direction, *pinned),
+            ProfiledKind::GraphReplay { .. } => GRAPH_REPLAY.to_string(),
         }
     }
 }
+
+/// The name of graph replays in the report's rows and the trace.
+const GRAPH_REPLAY: &str = "graph replay";
 
 fn copy_label(direction: CopyDirection, pinned: bool) -> String {
     format!("copy {}{}", direction.label(), if pinned { " pinned" } else { "" })
@@ -587,6 +594,9 @@ impl ProfileReport {
         for op in &ops {
             match op.kind {
                 ProfiledKind::Kernel { name, .. } => by_kernel.entry(name).or_default().push(op.dur_us),
+                ProfiledKind::GraphReplay { .. } => {
+                    by_kernel.entry(GRAPH_REPLAY).or_default().push(op.dur_us)
+                }
                 ProfiledKind::Copy { direction, pinned, bytes } => {
                     let row = by_copy.entry((direction, pinned)).or_insert(CopyStats {
                         direction,
@@ -775,6 +785,7 @@ impl ProfileReport {
             let cat = match op.kind {
                 ProfiledKind::Kernel { .. } => "kernel",
                 ProfiledKind::Copy { .. } => "copy",
+                ProfiledKind::GraphReplay { .. } => "graph",
             };
             let _ = write!(
                 s,
@@ -821,6 +832,9 @@ fn op_fields(s: &mut String, op: &ProfiledOp) {
                 "\"kind\":\"copy\",\"direction\":\"{}\",\"pinned\":{pinned},\"bytes\":{bytes}",
                 direction.label()
             );
+        }
+        ProfiledKind::GraphReplay { nodes } => {
+            let _ = write!(s, "\"kind\":\"graph\",\"nodes\":{nodes}");
         }
     }
 }
