@@ -167,8 +167,11 @@ mod tests {
     use super::*;
     use crate::tensor::Tensor;
 
-    fn gpu() -> Option<Context> {
-        match Context::cuda(0) {
+    /// The device (with the lock that keeps the library's GPU tests apart), or `None` without
+    /// one.
+    fn gpu() -> Option<(Context, std::sync::MutexGuard<'static, ()>)> {
+        let serial = crate::runtime::gpu_test_lock();
+        match Context::cuda(0).map(|ctx| (ctx, serial)) {
             Ok(ctx) => Some(ctx),
             Err(e) if std::env::var("FERROCUDA_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
                 panic!("FERROCUDA_REQUIRE_GPU=1 but no CUDA device: {e}")
@@ -181,7 +184,7 @@ mod tests {
     }
 
     /// The device, where captures take edges from data (not under FERROCUDA_GRAPH_STREAM_ORDER=1).
-    fn gpu_with_data_edges() -> Option<Context> {
+    fn gpu_with_data_edges() -> Option<(Context, std::sync::MutexGuard<'static, ()>)> {
         if crate::runtime::capture::stream_order_forced() {
             println!("skipped (FERROCUDA_GRAPH_STREAM_ORDER=1)");
             return None;
@@ -237,7 +240,7 @@ mod tests {
 
     #[test]
     fn independent_ops_start_side_by_side_and_a_join_follows_both() {
-        let Some(ctx) = gpu_with_data_edges() else { return };
+        let Some((ctx, _serial)) = gpu_with_data_edges() else { return };
         let x = input(&ctx);
         let mut out = None;
         let graph = ctx
@@ -260,7 +263,7 @@ mod tests {
     /// and through a page-locked copy (more): each replay writes it again.
     #[test]
     fn constant_uploads_inside_a_capture_are_replayed() {
-        let Some(ctx) = gpu() else { return };
+        let Some((ctx, _serial)) = gpu() else { return };
         let stream = ctx.stream("test").unwrap().clone();
         for n in [1, 37, crate::shapes::FILL_WORDS_MAX, crate::shapes::FILL_WORDS_MAX + 1, 2000] {
             let words: Vec<u64> =
@@ -282,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_block_reused_in_the_capture_is_written_after_its_last_read() {
-        let Some(ctx) = gpu_with_data_edges() else { return };
+        let Some((ctx, _serial)) = gpu_with_data_edges() else { return };
         let x = input(&ctx);
         for reuse in [false, true] {
             let (mut out, mut blocks) = (None, (0, 0));

@@ -36,6 +36,7 @@ mod tests {
 
     #[test]
     fn a_refused_launch_names_the_kernel() {
+        let _serial = crate::runtime::gpu_test_lock();
         let ctx = match Context::cuda(0) {
             Ok(ctx) => ctx,
             Err(e) if std::env::var("FERROCUDA_REQUIRE_GPU").is_ok_and(|v| v == "1") => {

@@ -13,3 +13,12 @@ pub(crate) mod module;
 pub(crate) mod pool;
 pub(crate) mod profiler;
 pub(crate) mod stream;
+
+/// Held by each of the library's own GPU tests, which the test harness runs on parallel threads:
+/// a capture on one thread breaks when another thread's test frees device memory or destroys a
+/// stream meanwhile (implicit device synchronisation).
+#[cfg(test)]
+pub(crate) fn gpu_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
