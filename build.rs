@@ -90,6 +90,9 @@ const ENV_VARS: [&str; 7] = [
     "FERROCUDA_PREBUILT_PTX",
 ];
 
+/// Cubins larger than this many bytes are embedded deflated.
+const CUBIN_DEFLATE_MIN: u64 = 1 << 20;
+
 /// A module as embedded: its PTX file, and the cubin and deflated PTX made from it.
 struct BuiltModule {
     spec: &'static ModuleSpec,
@@ -223,12 +226,25 @@ fn embed_files(module: &BuiltModule, ptxas: Option<&Path>, cache: &Path, out: &P
         fs::write(&deflated, []).unwrap_or_else(|e| fail(&format!("writing {}: {e}", deflated.display())));
         0
     };
+    // Large cubins are embedded deflated (~5× smaller; inflating one takes a few ms at its first
+    // load), small ones as they are (the modules a small model loads stay instant).
+    let (cubin, cubin_len) = match cubin {
+        Some(path) if fs::metadata(&path).map_or(0, |m| m.len()) > CUBIN_DEFLATE_MIN => {
+            let image = fs::read(&path).unwrap_or_else(|e| fail(&format!("reading {}: {e}", path.display())));
+            let packed = out.join(format!("{name}.{}.cubin.deflate", module.arch));
+            fs::write(&packed, miniz_oxide::deflate::compress_to_vec(&image, 6))
+                .unwrap_or_else(|e| fail(&format!("writing {}: {e}", packed.display())));
+            (Some(packed), image.len())
+        }
+        other => (other, 0),
+    };
     let bytes = |p: Option<&Path>| match p {
         Some(p) => format!("include_bytes!({:?})", p.display().to_string()),
         None => "&[]".into(),
     };
     format!(
-        "EmbeddedModule {{ name: {name:?}, arch: {:?}, cubin: {}, ptx_deflated: {}, ptx_len: {ptx_len} }},\n",
+        "EmbeddedModule {{ name: {name:?}, arch: {:?}, cubin: {}, cubin_len: {cubin_len}, ptx_deflated: {}, \
+         ptx_len: {ptx_len} }},\n",
         module.arch,
         bytes(cubin.as_deref()),
         bytes(Some(&deflated)),

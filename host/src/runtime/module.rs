@@ -36,8 +36,10 @@ pub(crate) struct EmbeddedModule {
     pub name: &'static str,
     /// The target it was built for, e.g. `sm_90` or `sm_90a`.
     pub arch: &'static str,
-    /// Empty when the build found no ptxas.
+    /// Empty when the build found no ptxas; deflated where `cubin_len` is not 0.
     pub cubin: &'static [u8],
+    /// The cubin's length where `cubin` holds it deflated (the large modules), else 0.
+    pub cubin_len: usize,
     /// Empty for sm_90a modules.
     pub ptx_deflated: &'static [u8],
     pub ptx_len: usize,
@@ -206,7 +208,7 @@ impl KernelModules {
         }
         let started = Instant::now();
         let raw = match plan {
-            Plan::Cubin(m) => load_image(m.cubin)?,
+            Plan::Cubin(m) => load_cubin(m)?,
             Plan::Ptx(m) => {
                 jit_notice(m.arch, self.compute_capability);
                 load_ptx(m)?
@@ -259,6 +261,15 @@ fn jit_notice(arch: &str, cc: (u32, u32)) {
 fn load_image(image: &[u8]) -> Result<RawModule> {
     // SAFETY: `image` is a complete cubin that outlives the call.
     Ok(RawModule(unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?))
+}
+
+fn load_cubin(m: &EmbeddedModule) -> Result<RawModule> {
+    if m.cubin_len == 0 {
+        return load_image(m.cubin);
+    }
+    let image = miniz_oxide::inflate::decompress_to_vec_with_limit(m.cubin, m.cubin_len)
+        .map_err(|e| Error::CorruptModule { module: m.name, reason: format!("{e:?}") })?;
+    load_image(&image)
 }
 
 fn load_ptx(m: &EmbeddedModule) -> Result<RawModule> {
@@ -314,6 +325,14 @@ mod tests {
             } else {
                 assert!(m.ptx_deflated.is_empty() && m.arch == arch, "{name}");
             }
+            // A cubin, embedded as it is or deflated, is an ELF image.
+            let cubin = match m.cubin_len {
+                0 => m.cubin.to_vec(),
+                len => miniz_oxide::inflate::decompress_to_vec_with_limit(m.cubin, len)
+                    .expect("the embedded cubin inflates"),
+            };
+            assert!(m.cubin.is_empty() || cubin.starts_with(b"\x7fELF"), "{name}");
+            assert!(m.cubin_len == 0 || (cubin.len() == m.cubin_len && m.cubin.len() < m.cubin_len), "{name}");
         }
     }
 }
