@@ -332,7 +332,10 @@ mod tests {
                     .expect("the embedded cubin inflates"),
             };
             assert!(m.cubin.is_empty() || cubin.starts_with(b"\x7fELF"), "{name}");
-            assert!(m.cubin_len == 0 || (cubin.len() == m.cubin_len && m.cubin.len() < m.cubin_len), "{name}");
+            assert!(
+                m.cubin_len == 0 || (cubin.len() == m.cubin_len && m.cubin.len() < m.cubin_len),
+                "{name}"
+            );
         }
     }
 }
