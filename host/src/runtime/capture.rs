@@ -5,10 +5,11 @@
 //! backward pass) instead of one after another as they were queued.
 //!
 //! The unit of memory is a whole device allocation (a pool block, whatever view of it an op
-//! takes): two views of one block are never reordered, even where they do not overlap. An op
-//! whose memory is not all named by its arguments (a kernel that reads addresses from a table in
-//! device memory, an argument outside every allocation) is a barrier: it follows every op before
-//! it and every op after it follows it.
+//! takes): two views of one block are never reordered, even where they do not overlap. A kernel
+//! that reads addresses from device memory names them too where its launcher knows them (the
+//! optimizers' slot tables, `Kernel::launch_reaching`). An op whose memory is not all named (the
+//! tensor-map kernels: wgmma GEMMs and attention; an argument outside every allocation) is a
+//! barrier: it follows every op before it and every op after it follows it.
 //!
 //! `FERROCUDA_GRAPH_STREAM_ORDER=1` keeps the stream's order instead (every op follows the one
 //! queued before it), for comparisons.
