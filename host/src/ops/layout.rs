@@ -302,7 +302,8 @@ impl DeviceDataset {
                 // SAFETY: `gather_batch_<bits>`: samples hold n·row elements of the kernel's width
                 // and labels n u32 (n = their rows, checked in `new`); the order holds m indices
                 // below n (checked on upload); the state is this dataset's cursor (below m: set
-                // to 0 and moved on mod m only by these launches, in stream order) and a zero
+                // to 0 and moved on mod m only by these launches, which its write orders on the
+                // stream and in a captured graph) and a zero
                 // counter that its last block resets; `out` and `picked` are fresh buffers of
                 // size·row elements and size u32; size ≤ m; a 1-D grid.
                 unsafe {

@@ -255,7 +255,7 @@ fn launch_multi_tensor(
         .iter()
         .flat_map(|s| s[..OPTIMIZER_SLOT_WORDS - 1].iter())
         .filter(|&&addr| addr != 0)
-        .map(|&addr| Access { addr, write: true })
+        .map(|&addr| Access::written(addr))
         .collect();
     run(
         LaunchConfig {

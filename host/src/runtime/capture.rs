@@ -22,6 +22,15 @@ pub struct Access {
     pub(crate) write: bool,
 }
 
+impl Access {
+    pub(crate) fn read(addr: u64) -> Self {
+        Access { addr, write: false }
+    }
+    pub(crate) fn written(addr: u64) -> Self {
+        Access { addr, write: true }
+    }
+}
+
 /// What an op queued on a stream touches in device memory.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Footprint<'a> {

@@ -167,29 +167,13 @@ mod tests {
     use super::*;
     use crate::tensor::Tensor;
 
-    /// The device (with the lock that keeps the library's GPU tests apart), or `None` without
-    /// one.
-    fn gpu() -> Option<(Context, std::sync::MutexGuard<'static, ()>)> {
-        let serial = crate::runtime::gpu_test_lock();
-        match Context::cuda(0).map(|ctx| (ctx, serial)) {
-            Ok(ctx) => Some(ctx),
-            Err(e) if std::env::var("FERROCUDA_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-                panic!("FERROCUDA_REQUIRE_GPU=1 but no CUDA device: {e}")
-            }
-            Err(_) => {
-                println!("skipped (no CUDA device)");
-                None
-            }
-        }
-    }
-
     /// The device, where captures take edges from data (not under FERROCUDA_GRAPH_STREAM_ORDER=1).
     fn gpu_with_data_edges() -> Option<(Context, std::sync::MutexGuard<'static, ()>)> {
         if crate::runtime::capture::stream_order_forced() {
             println!("skipped (FERROCUDA_GRAPH_STREAM_ORDER=1)");
             return None;
         }
-        gpu()
+        crate::runtime::test_gpu()
     }
 
     /// The graph's nodes without a predecessor, its edges, and how many of those are
@@ -263,7 +247,7 @@ mod tests {
     /// and through a page-locked copy (more): each replay writes it again.
     #[test]
     fn constant_uploads_inside_a_capture_are_replayed() {
-        let Some((ctx, _serial)) = gpu() else { return };
+        let Some((ctx, _serial)) = crate::runtime::test_gpu() else { return };
         let stream = ctx.stream("test").unwrap().clone();
         for n in [1, 37, crate::shapes::FILL_WORDS_MAX, crate::shapes::FILL_WORDS_MAX + 1, 2000] {
             let words: Vec<u64> =

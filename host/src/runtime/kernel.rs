@@ -110,13 +110,13 @@ unsafe impl DeviceArg for crate::shapes::ParamWords {}
 // SAFETY: as above.
 unsafe impl<T: DeviceElement> DeviceArg for DevPtr<T> {
     fn access(&self) -> Option<Access> {
-        (self.addr != 0).then_some(Access { addr: self.addr, write: false })
+        (self.addr != 0).then(|| Access::read(self.addr))
     }
 }
 // SAFETY: as above.
 unsafe impl<T: DeviceElement> DeviceArg for DevPtrMut<T> {
     fn access(&self) -> Option<Access> {
-        (self.addr != 0).then_some(Access { addr: self.addr, write: true })
+        (self.addr != 0).then(|| Access::written(self.addr))
     }
 }
 

@@ -30,23 +30,12 @@ impl LaunchConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::context::Context;
     use crate::runtime::error::Error;
     use crate::runtime::kernel::DevPtrMut;
 
     #[test]
     fn a_refused_launch_names_the_kernel() {
-        let _serial = crate::runtime::gpu_test_lock();
-        let ctx = match Context::cuda(0) {
-            Ok(ctx) => ctx,
-            Err(e) if std::env::var("FERROCUDA_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-                panic!("FERROCUDA_REQUIRE_GPU=1 but no CUDA device: {e}")
-            }
-            Err(_) => {
-                println!("skipped (no CUDA device)");
-                return;
-            }
-        };
+        let Some((ctx, _serial)) = crate::runtime::test_gpu() else { return };
         let stream = ctx.stream("test").unwrap();
         // 2048 threads per block is over every CUDA device's limit.
         let cfg = LaunchConfig { grid: (1, 1, 1), block: (2048, 1, 1), shared_bytes: 0 };

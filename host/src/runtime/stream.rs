@@ -190,7 +190,7 @@ impl Stream {
         self.refuse_in_capture(op)?;
         self.device.bind()?;
         let kind = || copy(CopyDirection::HostToDevice, false, std::mem::size_of_val(src));
-        self.profiled(kind, (Footprint::Direct(&[written(dst)]), NodeKind::Copy), || {
+        self.profiled(kind, (Footprint::Direct(&[Access::written(dst)]), NodeKind::Copy), || {
             // SAFETY: the caller's contract; the stream is live.
             unsafe { result::memcpy_htod_async(dst, src, self.raw) }.call("cuMemcpyHtoDAsync")
         })
@@ -228,7 +228,7 @@ impl Stream {
         }
         let staged = memory.stage(bytes)?;
         self.device.bind()?;
-        self.queue_captured((Footprint::Direct(&[written(dst)]), NodeKind::Copy), || {
+        self.queue_captured((Footprint::Direct(&[Access::written(dst)]), NodeKind::Copy), || {
             // SAFETY: `staged` is page-locked memory of `bytes.len()` bytes that the graph keeps
             // until no replay can run; `dst` as the caller's contract says.
             unsafe { sys::cuMemcpyHtoDAsync_v2(dst, staged.cast(), bytes.len(), self.raw) }
@@ -253,7 +253,7 @@ impl Stream {
         let bytes = std::mem::size_of_val(dst);
         let kind = || copy(CopyDirection::DeviceToHost, false, bytes);
         // Whatever happens to the copy, the synchronisation below runs before `dst`'s borrow ends.
-        let queued = self.profiled(kind, (Footprint::Direct(&[read(src)]), NodeKind::Copy), || {
+        let queued = self.profiled(kind, (Footprint::Direct(&[Access::read(src)]), NodeKind::Copy), || {
             // SAFETY: the caller's contract; the synchronisation below ends the copy before
             // `dst`'s borrow does, whatever the driver does with a pageable destination.
             unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }.call("cuMemcpyDtoHAsync")
@@ -276,7 +276,7 @@ impl Stream {
         self.device.bind()?;
         self.profiled(
             || copy(CopyDirection::DeviceToDevice, false, bytes),
-            (Footprint::Direct(&[written(dst), read(src)]), NodeKind::Copy),
+            (Footprint::Direct(&[Access::written(dst), Access::read(src)]), NodeKind::Copy),
             // SAFETY: the caller's contract.
             || unsafe { result::memcpy_dtod_async(dst, src, bytes, self.raw) }.call("cuMemcpyDtoDAsync"),
         )
@@ -314,7 +314,7 @@ impl Stream {
         };
         self.profiled(
             || copy(CopyDirection::DeviceToDevice, false, width * rows),
-            (Footprint::Direct(&[written(dst), read(src)]), NodeKind::Copy),
+            (Footprint::Direct(&[Access::written(dst), Access::read(src)]), NodeKind::Copy),
             // SAFETY: the caller's contract; `copy_2d` describes device memory only and lives
             // through the call, which reads it before returning.
             || unsafe { sys::cuMemcpy2DAsync_v2(&copy_2d, self.raw) }.result().call("cuMemcpy2DAsync"),
@@ -335,7 +335,7 @@ impl Stream {
         self.device.bind()?;
         self.profiled(
             || copy(CopyDirection::HostToDevice, true, bytes),
-            (Footprint::Direct(&[written(dst)]), NodeKind::Copy),
+            (Footprint::Direct(&[Access::written(dst)]), NodeKind::Copy),
             // SAFETY: the caller's contract; the stream is live.
             || {
                 unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.raw) }
@@ -360,7 +360,7 @@ impl Stream {
         self.device.bind()?;
         self.profiled(
             || copy(CopyDirection::DeviceToHost, true, bytes),
-            (Footprint::Direct(&[read(src)]), NodeKind::Copy),
+            (Footprint::Direct(&[Access::read(src)]), NodeKind::Copy),
             // SAFETY: the caller's contract; the stream is live.
             || {
                 unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, self.raw) }
@@ -555,14 +555,6 @@ fn programmatic_edge() -> sys::CUgraphEdgeData {
         type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
         reserved: [0; 5],
     }
-}
-
-fn read(addr: sys::CUdeviceptr) -> Access {
-    Access { addr, write: false }
-}
-
-fn written(addr: sys::CUdeviceptr) -> Access {
-    Access { addr, write: true }
 }
 
 fn copy(direction: CopyDirection, pinned: bool, bytes: usize) -> ProfiledKind {
