@@ -65,7 +65,7 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 8] = [
+const MAX_THREADS: [(&str, usize); 10] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
     ("attention_bwd_wgmma_", shapes::ATTN_WG_THREADS),
     // One block of LAYERNORM_FUSED_BLOCK threads an SM (its last block's fold would take more).
@@ -78,6 +78,15 @@ const MAX_THREADS: [(&str, usize); 8] = [
     // At most 128 registers a thread: two blocks fit an SM (one leaves 8 warps, too few to hide
     // the latency of the loads of B and of the FMAs' shared loads of A; perf-notes).
     ("gemv_f32_nn_r16", shapes::GEMV_F32_NN_R16_BLOCKS_PER_SM * shapes::GEMV_THREADS),
+    // Three blocks an SM, as `conv_plan` counts them (host/src/ops/conv.rs).
+    (
+        "conv2d_fwd_f32_medium",
+        shapes::CONV_MEDIUM_BLOCKS_PER_SM * shapes::gemm_threads(shapes::GEMM_TILE_MEDIUM),
+    ),
+    (
+        "conv2d_bwd_weight_f32_medium",
+        shapes::CONV_MEDIUM_BLOCKS_PER_SM * shapes::gemm_threads(shapes::GEMM_TILE_MEDIUM),
+    ),
 ];
 
 const ENV_VARS: [&str; 7] = [

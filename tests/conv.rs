@@ -21,8 +21,9 @@ fn params(stride: (usize, usize), padding: (usize, usize), dilation: (usize, usi
 type ConvCase = ([usize; 4], [usize; 4], Conv2dParams);
 
 /// Odd shapes: batch 1, 3 channels, 7×13 images, 1×1 / 3×3 / 5×3 kernels, strides 1–3, paddings
-/// 0–2, dilation 2, sizes that are multiples of no tile; then shapes that pick the medium and
-/// large SIMT tiles and a split weight gradient; pointwise (1×1) convolutions on planes of ≥ 512
+/// 0–3, dilation 2, sizes that are multiples of no tile (stride-1 data gradients run as forwards
+/// with the flipped filters, but for padding past the filter's reach); then shapes that pick
+/// the medium and large SIMT tiles, a split forward and a split weight gradient; pointwise (1×1) convolutions on planes of ≥ 512
 /// pixels (under TF32 the forward is a per-image GEMM); then a large one.
 fn cases() -> Vec<ConvCase> {
     let p = Conv2dParams::new();
@@ -37,10 +38,14 @@ fn cases() -> Vec<ConvCase> {
         ([1, 64, 20, 20], [130, 64, 3, 3], p.padding(1)),
         ([2, 5, 9, 10], [3, 5, 2, 3], params((3, 2), (0, 2), (2, 3))),
         ([2, 7, 19, 29], [5, 7, 1, 1], p),
+        // Stride 1, padding past the filter's reach: the data gradient's own kernels.
+        ([2, 6, 9, 11], [4, 6, 3, 3], params((1, 1), (3, 1), (1, 1))),
     ];
     if !sanitizer() {
         cases.push(([3, 37, 23, 29], [19, 37, 1, 1], p.dilation(2)));
         cases.push(([4, 16, 50, 50], [128, 16, 3, 3], p.padding(1)));
+        // Few output tiles and a long reduction: the forward splits it.
+        cases.push(([4, 64, 7, 7], [256, 64, 3, 3], p.padding(1)));
         cases.push(([8, 64, 56, 56], [128, 64, 3, 3], p.padding(1)));
         cases.push(([2, 32, 40, 40], [64, 32, 5, 5], p.stride(2).padding(2)));
         // A ResNet-style stem: C = 3, 7×7 at stride 2, the data gradient on GEMM + col2im.

@@ -232,6 +232,9 @@ kernel_table! {
         conv::backward_bias {
             [conv2d_bwd_bias_f32](dy: *const f32, db: *mut f32, n: usize, k: usize, pq: usize);
         }
+        conv::flip_weights {
+            [conv2d_flip_weights_f32](w: *const f32, out: *mut f32, k: usize, c: usize, rs: usize);
+        }
     }
     module rows("rows", portable) {
         nn::softmax {

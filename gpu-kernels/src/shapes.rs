@@ -60,6 +60,10 @@ pub const fn gemm_shared_bytes(tile: (usize, usize)) -> usize {
     2 * GEMM_BK * (tile.0 + tile.1) * 4
 }
 
+/// Blocks of the medium SIMT tile an SM holds in the convolution kernels (their register
+/// budget: `.maxntid` of this many blocks).
+pub const CONV_MEDIUM_BLOCKS_PER_SM: usize = 3;
+
 /// Epilogue activations of the GEMM kernels (the `activation` kernel argument).
 pub const ACTIVATION_NONE: u32 = 0;
 pub const ACTIVATION_RELU: u32 = 1;
@@ -458,3 +462,39 @@ pub const FILL_WORDS_MAX: usize = 500;
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
 pub struct ParamWords(pub [u64; FILL_WORDS_MAX]);
+
+/// Division by a divisor fixed for a whole kernel, of dividends below 2^31 (every index the
+/// convolution kernels form): a widening multiply and a shift instead of the ~20 instructions
+/// of a division by a run-time value. `q = ⌊n · mul / 2^shift⌋` with `shift = 31 + ⌈log2 d⌉`
+/// and `mul = ⌈2^shift / d⌉`: `mul · d − 2^shift < d ≤ 2^⌈log2 d⌉`, so the error term
+/// `n · (mul · d − 2^shift) / (d · 2^shift)` stays below `1/d` for `n < 2^31` and the floor is
+/// exact. `mul` fits 32 bits (it is below 2^32 whenever d > 1, and 2^31 for d = 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastDiv {
+    pub divisor: u32,
+    mul: u32,
+    shift: u32,
+}
+
+impl FastDiv {
+    /// The division by `d` (taken as 1 when 0, which no caller passes).
+    pub const fn new(d: u32) -> FastDiv {
+        let d = if d == 0 { 1 } else { d };
+        let shift = 31 + (32 - (d - 1).leading_zeros());
+        let mul = ((1u64 << shift).div_ceil(d as u64)) as u32;
+        FastDiv { divisor: d, mul, shift }
+    }
+
+    /// `⌊n / d⌋`, for `n < 2^31`.
+    #[inline(always)]
+    pub fn div(self, n: u32) -> u32 {
+        ((n as u64 * self.mul as u64) >> self.shift) as u32
+    }
+
+    /// `(⌊n / d⌋, n mod d)`, for `n < 2^31`.
+    #[inline(always)]
+    pub fn divmod(self, n: u32) -> (u32, u32) {
+        let q = self.div(n);
+        (q, n - q * self.divisor)
+    }
+}

@@ -7,6 +7,7 @@
 //! ≥ 1.15 ms (f32) for the benchmark shape. Launch: see the module `conv`.
 use super::{implicit_gemm_kernels, Geometry, ImplicitGemm, ZERO};
 use crate::prelude::*;
+use crate::shapes::FastDiv;
 
 #[derive(Clone, Copy)]
 pub(crate) struct BackwardData {
@@ -15,8 +16,11 @@ pub(crate) struct BackwardData {
     dx: *mut f32,
     g: Geometry,
     pq: u32,
-    hw: u32,
-    rs: u32,
+    /// Divisions by H·W (rows to image and pixel), R·S and S (reduced index to output channel
+    /// and tap, every k-step).
+    hw: FastDiv,
+    rs: FastDiv,
+    s: FastDiv,
 }
 
 /// Four input pixels: their image's offset in dy and their padded coordinates.
@@ -31,7 +35,8 @@ pub(crate) struct Pixels {
 impl BackwardData {
     #[inline(always)]
     fn new(dy: *const f32, w: *const f32, _bias: *const f32, dx: *mut f32, g: Geometry) -> Self {
-        BackwardData { dy, w, dx, g, pq: g.p * g.q, hw: g.h * g.w, rs: g.r * g.s }
+        let (hw, rs, s) = (FastDiv::new(g.h * g.w), FastDiv::new(g.r * g.s), FastDiv::new(g.s));
+        BackwardData { dy, w, dx, g, pq: g.p * g.q, hw, rs, s }
     }
 }
 
@@ -48,7 +53,7 @@ impl ImplicitGemm for BackwardData {
 
     #[inline(always)]
     fn dims(&self) -> (usize, usize, usize) {
-        ((self.g.n * self.hw) as usize, self.g.c as usize, (self.g.k * self.rs) as usize)
+        ((self.g.n * self.hw.divisor) as usize, self.g.c as usize, (self.g.k * self.rs.divisor) as usize)
     }
 
     #[inline(always)]
@@ -62,7 +67,7 @@ impl ImplicitGemm for BackwardData {
         let mut px = Pixels { valid: [false; 4], image: [0; 4], hp: [0; 4], wp: [0; 4] };
         unroll!(i in [0, 1, 2, 3] => {
             let row = m + i as u32;
-            let (image, hw) = (row / self.hw, row % self.hw);
+            let (image, hw) = self.hw.divmod(row);
             px.valid[i] = image < g.n;
             px.image[i] = image * g.k * self.pq;
             px.hp[i] = hw / g.w + g.pad.0;
@@ -74,8 +79,9 @@ impl ImplicitGemm for BackwardData {
     #[inline(always)]
     fn a(&self, px: &Pixels, k: u32) -> [u32; 4] {
         let g = &self.g;
-        let (kk, rs) = (k / self.rs, k % self.rs);
-        let (th, tw) = (rs / g.s * g.dilation.0, rs % g.s * g.dilation.1);
+        let (kk, rs) = self.rs.divmod(k);
+        let (r, s) = self.s.divmod(rs);
+        let (th, tw) = (r * g.dilation.0, s * g.dilation.1);
         let mut p = [ZERO; 4];
         unroll!(i in [0, 1, 2, 3] => {
             if px.valid[i] {
@@ -92,14 +98,14 @@ impl ImplicitGemm for BackwardData {
     #[inline(always)]
     fn b(&self, k: u32, n: u32) -> [u32; 4] {
         let g = &self.g;
-        let (mut kk, mut rs) = (k / self.rs, k % self.rs);
+        let (mut kk, mut rs) = self.rs.divmod(k);
         let mut p = [ZERO; 4];
         unroll!(i in [0, 1, 2, 3] => {
             if n < g.c && kk < g.k {
-                p[i] = (kk * g.c + n) * self.rs + rs;
+                p[i] = (kk * g.c + n) * self.rs.divisor + rs;
             }
             rs += 1;
-            if rs == self.rs {
+            if rs == self.rs.divisor {
                 rs = 0;
                 kk += 1;
             }
@@ -109,14 +115,14 @@ impl ImplicitGemm for BackwardData {
 
     #[inline(always)]
     unsafe fn out(&self, m: u32, n: u32) -> *mut f32 {
-        let (image, hw) = (m / self.hw, m % self.hw);
-        let split = block_z() * (self.g.n * self.g.c * self.hw) as usize;
-        self.dx.add(split + ((image * self.g.c + n) * self.hw + hw) as usize)
+        let (image, hw) = self.hw.divmod(m);
+        let split = block_z() * (self.g.n * self.g.c * self.hw.divisor) as usize;
+        self.dx.add(split + ((image * self.g.c + n) * self.hw.divisor + hw) as usize)
     }
 
     #[inline(always)]
     fn run(&self) -> u32 {
-        self.hw
+        self.hw.divisor
     }
 }
 

@@ -8,6 +8,7 @@
 //! Launch: see the module `conv`; grid z = splits, `k_chunk` a multiple of `MMA_BK`.
 use super::{implicit_gemm_kernels, Geometry, ImplicitGemm, ZERO};
 use crate::prelude::*;
+use crate::shapes::FastDiv;
 
 #[derive(Clone, Copy)]
 pub(crate) struct BackwardWeight {
@@ -15,8 +16,10 @@ pub(crate) struct BackwardWeight {
     dy: *const f32,
     out: *mut f32,
     g: Geometry,
-    pq: u32,
-    rs: u32,
+    /// Divisions by P·Q and Q (reduced index to image and output pixel, every k-step) and R·S.
+    pq: FastDiv,
+    q: FastDiv,
+    rs: FastDiv,
     crs: u32,
 }
 
@@ -33,7 +36,8 @@ pub(crate) struct Taps {
 impl BackwardWeight {
     #[inline(always)]
     fn new(x: *const f32, dy: *const f32, _bias: *const f32, out: *mut f32, g: Geometry) -> Self {
-        BackwardWeight { x, dy, out, g, pq: g.p * g.q, rs: g.r * g.s, crs: g.c * g.r * g.s }
+        let (pq, q, rs) = (FastDiv::new(g.p * g.q), FastDiv::new(g.q), FastDiv::new(g.r * g.s));
+        BackwardWeight { x, dy, out, g, pq, q, rs, crs: g.c * g.r * g.s }
     }
 }
 
@@ -42,7 +46,7 @@ impl ImplicitGemm for BackwardWeight {
 
     #[inline(always)]
     fn dims(&self) -> (usize, usize, usize) {
-        (self.crs as usize, self.g.k as usize, (self.g.n * self.pq) as usize)
+        (self.crs as usize, self.g.k as usize, (self.g.n * self.pq.divisor) as usize)
     }
 
     #[inline(always)]
@@ -56,7 +60,7 @@ impl ImplicitGemm for BackwardWeight {
         let mut taps = Taps { valid: [false; 4], plane: [0; 4], dh: [0; 4], dw: [0; 4] };
         unroll!(i in [0, 1, 2, 3] => {
             let row = m + i as u32;
-            let (c, rs) = (row / self.rs, row % self.rs);
+            let (c, rs) = self.rs.divmod(row);
             taps.valid[i] = c < g.c;
             taps.plane[i] = c * g.h * g.w;
             taps.dh[i] = (rs / g.s * g.dilation.0) as i32 - g.pad.0 as i32;
@@ -68,8 +72,9 @@ impl ImplicitGemm for BackwardWeight {
     #[inline(always)]
     fn a(&self, taps: &Taps, k: u32) -> [u32; 4] {
         let g = &self.g;
-        let (image, pq) = (k / self.pq, k % self.pq);
-        let (h0, w0) = ((pq / g.q * g.stride.0) as i32, (pq % g.q * g.stride.1) as i32);
+        let (image, pq) = self.pq.divmod(k);
+        let (p, q) = self.q.divmod(pq);
+        let (h0, w0) = ((p * g.stride.0) as i32, (q * g.stride.1) as i32);
         let origin = image * g.c * g.h * g.w;
         let mut p = [ZERO; 4];
         unroll!(i in [0, 1, 2, 3] => {
@@ -85,14 +90,14 @@ impl ImplicitGemm for BackwardWeight {
     #[inline(always)]
     fn b(&self, k: u32, n: u32) -> [u32; 4] {
         let g = &self.g;
-        let (mut image, mut pq) = (k / self.pq, k % self.pq);
+        let (mut image, mut pq) = self.pq.divmod(k);
         let mut p = [ZERO; 4];
         unroll!(i in [0, 1, 2, 3] => {
             if n < g.k && image < g.n {
-                p[i] = (image * g.k + n) * self.pq + pq;
+                p[i] = (image * g.k + n) * self.pq.divisor + pq;
             }
             pq += 1;
-            if pq == self.pq {
+            if pq == self.pq.divisor {
                 pq = 0;
                 image += 1;
             }

@@ -10,6 +10,7 @@
 use super::{implicit_gemm_kernels, Geometry, ImplicitGemm, ZERO};
 use crate::matmul::gemm_tf32::Operand;
 use crate::prelude::*;
+use crate::shapes::FastDiv;
 
 #[derive(Clone, Copy)]
 pub(crate) struct Forward {
@@ -18,8 +19,11 @@ pub(crate) struct Forward {
     bias: *const f32,
     y: *mut f32,
     g: Geometry,
-    pq: u32,
-    rs: u32,
+    /// Divisions by P·Q (output pixels to image and plane position), R·S and S (reduced index
+    /// to channel and tap, every k-step).
+    pq: FastDiv,
+    rs: FastDiv,
+    s: FastDiv,
     crs: u32,
 }
 
@@ -35,7 +39,8 @@ pub(crate) struct Pixels {
 impl Forward {
     #[inline(always)]
     fn new(x: *const f32, w: *const f32, bias: *const f32, y: *mut f32, g: Geometry) -> Self {
-        Forward { x, w, bias, y, g, pq: g.p * g.q, rs: g.r * g.s, crs: g.c * g.r * g.s }
+        let (pq, rs, s) = (FastDiv::new(g.p * g.q), FastDiv::new(g.r * g.s), FastDiv::new(g.s));
+        Forward { x, w, bias, y, g, pq, rs, s, crs: g.c * g.r * g.s }
     }
 }
 
@@ -44,7 +49,7 @@ impl ImplicitGemm for Forward {
 
     #[inline(always)]
     fn dims(&self) -> (usize, usize, usize) {
-        ((self.g.n * self.pq) as usize, self.g.k as usize, self.crs as usize)
+        ((self.g.n * self.pq.divisor) as usize, self.g.k as usize, self.crs as usize)
     }
 
     #[inline(always)]
@@ -58,7 +63,7 @@ impl ImplicitGemm for Forward {
         let mut px = Pixels { valid: [false; 4], image: [0; 4], h0: [0; 4], w0: [0; 4] };
         unroll!(i in [0, 1, 2, 3] => {
             let row = m + i as u32;
-            let (image, pq) = (row / self.pq, row % self.pq);
+            let (image, pq) = self.pq.divmod(row);
             px.valid[i] = image < g.n;
             px.image[i] = image * g.c * g.h * g.w;
             px.h0[i] = (pq / g.q * g.stride.0) as i32 - g.pad.0 as i32;
@@ -70,8 +75,9 @@ impl ImplicitGemm for Forward {
     #[inline(always)]
     fn a(&self, px: &Pixels, k: u32) -> [u32; 4] {
         let g = &self.g;
-        let (c, rs) = (k / self.rs, k % self.rs);
-        let (dh, dw) = ((rs / g.s * g.dilation.0) as i32, (rs % g.s * g.dilation.1) as i32);
+        let (c, rs) = self.rs.divmod(k);
+        let (r, s) = self.s.divmod(rs);
+        let (dh, dw) = ((r * g.dilation.0) as i32, (s * g.dilation.1) as i32);
         let plane = c * g.h * g.w;
         let mut p = [ZERO; 4];
         unroll!(i in [0, 1, 2, 3] => {
@@ -97,14 +103,14 @@ impl ImplicitGemm for Forward {
 
     #[inline(always)]
     unsafe fn out(&self, m: u32, n: u32) -> *mut f32 {
-        let (image, pq) = (m / self.pq, m % self.pq);
-        let split = block_z() * (self.g.n * self.g.k * self.pq) as usize;
-        self.y.add(split + ((image * self.g.k + n) * self.pq + pq) as usize)
+        let (image, pq) = self.pq.divmod(m);
+        let split = block_z() * (self.g.n * self.g.k * self.pq.divisor) as usize;
+        self.y.add(split + ((image * self.g.k + n) * self.pq.divisor + pq) as usize)
     }
 
     #[inline(always)]
     fn run(&self) -> u32 {
-        self.pq
+        self.pq.divisor
     }
 
     #[inline(always)]

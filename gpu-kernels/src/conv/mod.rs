@@ -8,8 +8,10 @@
 //! | backward data | N·H·W | C | K·R·S | dy (taps that land on an output) | w |
 //! | backward weight | C·R·S | K | N·P·Q | x (im2col)ᵀ | dy |
 //!
-//! When C is far below the tile width or the stride skips most taps, the backward data gradient
-//! runs instead as a plain batched GEMM `cols = Wᵀ · dy` and the gather `conv2d_col2im_f32`.
+//! At stride 1 the backward data gradient is the forward of dy with the filter bank flipped
+//! (`conv2d_flip_weights_f32`); its own kernels serve strided convolutions. When C is far below
+//! the tile width or the stride skips most taps, it runs instead as a plain batched GEMM
+//! `cols = Wᵀ · dy` and the gather `conv2d_col2im_f32`.
 //! When the tile grid is too small to fill the GPU (always for the weight gradient), the
 //! reduction is split over `gridDim.z`: split z writes its partial sums to `out[z]` and
 //! `conv2d_split_sum_f32` adds the splits in order (so results do not depend on timing), with the
@@ -23,6 +25,7 @@ pub mod backward_bias;
 pub mod backward_data;
 pub mod backward_weight;
 pub mod col2im;
+pub mod flip_weights;
 pub mod forward;
 
 use crate::matmul::gemm_f32::{simt_a_rows, simt_coords, simt_mainloop};
@@ -30,8 +33,8 @@ use crate::matmul::gemm_tf32::{mma_k_step, Operand};
 use crate::matmul::{mma_epilogue, mma_mainloop};
 use crate::prelude::*;
 use crate::shapes::{
-    ACTIVATION_NONE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TM, MMA_BK, MMA_OPERAND_FLOATS,
-    MMA_THREADS, MMA_TILE,
+    FastDiv, ACTIVATION_NONE, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, GEMM_TM, MMA_BK,
+    MMA_OPERAND_FLOATS, MMA_THREADS, MMA_TILE,
 };
 
 /// The convolution's sizes: x `[n, c, h, w]`, w `[k, c, r, s]`, y `[n, k, p, q]`; stride, padding
@@ -247,6 +250,7 @@ pub(crate) unsafe fn tf32<G: ImplicitGemm>(g: &G, k_chunk: usize) {
     };
     let acc = mma_mainloop(k_end.saturating_sub(k_begin).div_ceil(BK), load, compute);
     let (wm0, wn0) = crate::matmul::warp_origin();
+    let columns = FastDiv::new(n as u32);
     mma_epilogue(
         &acc,
         (m0 + wm0, n0 + wn0),
@@ -254,8 +258,11 @@ pub(crate) unsafe fn tf32<G: ImplicitGemm>(g: &G, k_chunk: usize) {
         (1.0, ACTIVATION_NONE),
         |_| 0.0,
         |_| 0.0,
-        // SAFETY: `idx = row·n + col` of an element inside the output (< 2^31).
-        |idx, v| unsafe { store1(g, idx as u32 / n as u32, idx as u32 % n as u32, v) },
+        |idx, v| {
+            let (row, col) = columns.divmod(idx as u32);
+            // SAFETY: `idx = row·n + col` of an element inside the output (< 2^31).
+            unsafe { store1(g, row, col, v) }
+        },
     );
 }
 

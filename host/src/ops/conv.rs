@@ -9,9 +9,11 @@
 //! In exact f32 the implicit GEMM's SIMT tiles, whose M is N·P·Q rather than K, are faster there.
 //! Precision as in matmul: exact f32 on the SIMT kernels by default, TF32 tensor cores when the
 //! context allows TF32 ([`Context::set_allow_tf32`](crate::Context::set_allow_tf32)).
-//! The SIMT tile is the largest whose grid still gives every SM a block; the weight gradient
-//! splits its N·P·Q reduction over enough blocks to fill the GPU and adds the splits in a fixed
-//! order, so every op here is deterministic.
+//! The data gradient of a stride-1 convolution is the forward of dy with the filter bank
+//! transposed and flipped (`conv2d_flip_weights_f32`), and runs on the forward's kernels.
+//! Each implicit GEMM takes the tile and the split of its reduction whose busiest SM has the
+//! least work (`conv_plan`); split partials are added in a fixed order, so every op here is
+//! deterministic.
 use crate::kernels;
 use crate::ops::matmul::Gemm;
 use crate::runtime::error::{Error, Result};
@@ -172,6 +174,25 @@ impl Geometry {
             && self.n <= POINTWISE_MAX_IMAGES
     }
 
+    /// Whether the backward data gradient runs as the forward of `dy` with the flipped filter
+    /// bank (`conv2d_flip_weights_f32`): a stride-1 convolution whose padding is at most its
+    /// dilated filter's reach, so that the forward's padding `dilation·(R−1) − padding` exists.
+    fn flips_to_forward(&self) -> bool {
+        let Conv2dParams { stride, padding, dilation } = self.params;
+        stride == (1, 1) && padding.0 <= dilation.0 * (self.r - 1) && padding.1 <= dilation.1 * (self.s - 1)
+    }
+
+    /// The geometry of that forward: dy `[N, K, P, Q]` ⊛ `[C, K, R, S]` → `[N, C, H, W]`.
+    fn flipped(&self) -> Geometry {
+        let Conv2dParams { padding, dilation, .. } = self.params;
+        let params = Conv2dParams {
+            stride: (1, 1),
+            padding: (dilation.0 * (self.r - 1) - padding.0, dilation.1 * (self.s - 1) - padding.1),
+            dilation,
+        };
+        Geometry { c: self.k, h: self.p, w: self.q, k: self.c, p: self.h, q: self.w, params, ..*self }
+    }
+
     /// Whether the backward data gradient is cheaper as `cols = Wᵀ · dy` plus a gather than as
     /// the implicit GEMM. The implicit GEMM multiplies over every tap (all but 1/(sh·sw) of them
     /// zero) and pads C to a 64-wide tile; the GEMM pads C·R·S to 128 and moves cols twice
@@ -261,47 +282,100 @@ struct ImplicitGemm<'a> {
     mnk: (usize, usize, usize),
     /// The forward's bias (`[K]`, one value per output plane of P·Q).
     bias: Option<&'a Tensor>,
-    /// The weight gradient always splits its long reduction; the others only when the grid is
-    /// too small to fill the GPU.
-    split_first: bool,
 }
 
 /// A kernel with its tile, threads and dynamic shared bytes.
 type Choice = (Kernel<ImplicitGemmArgs>, (usize, usize), usize, usize);
 
-impl ImplicitGemm<'_> {
-    /// TF32 when allowed; else, of the SIMT tiles whose grid still gives every SM a block, the one
-    /// that pads the output least (the larger on a tie), the small tile when none does, the large
-    /// one for the weight gradient (which splits instead).
-    fn choose(&self, sms: usize) -> Choice {
-        if self.a.context().allow_tf32() {
-            return (self.kernels[3], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES);
-        }
-        let (m, n, _) = self.mnk;
-        let blocks = |t: (usize, usize)| m.div_ceil(t.0) * n.div_ceil(t.1);
-        let padded = |t: (usize, usize)| blocks(t) * t.0 * t.1;
-        let (tile, size) = [(GEMM_TILE_LARGE, 0), (GEMM_TILE_MEDIUM, 1), (GEMM_TILE_SMALL, 2)]
-            .into_iter()
-            .filter(|&(t, size)| if self.split_first { size == 0 } else { blocks(t) >= sms })
-            .min_by_key(|&(t, _)| padded(t))
-            .unwrap_or((GEMM_TILE_SMALL, 2));
-        (self.kernels[size], tile, gemm_threads(tile), gemm_shared_bytes(tile))
-    }
+/// How an implicit GEMM launches: which of its op's [`Kernels`] and how long a piece of the
+/// reduction each `gridDim.z` split takes (`k` itself when unsplit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ConvPlan {
+    kernel: usize,
+    k_chunk: usize,
+}
 
-    /// Compute the op into `out`: one launch when the tile grid fills the GPU, else the reduction
-    /// split for about two blocks per SM (each split at least 4 tensor-core k-steps long), the
-    /// partial sums added in order by `conv2d_split_sum_f32` (which also adds the bias).
+/// Seconds one SM spends on a multiply-add at cost weight 100 (the large SIMT tile; the TF32
+/// `mma.sync` kernel measures about the same on these gathers): ~40 TFLOP/s over 132 SMs.
+const MAC_SECONDS: f64 = 2.0 / 0.30e12;
+/// DRAM bytes a second that the split partials move at (write, then the split sum's read).
+const SPLIT_BYTES_PER_SECOND: f64 = 2.5e12;
+/// The split sum's launch and drain.
+const SPLIT_LAUNCH_SECONDS: f64 = 4e-6;
+/// A tile a kernel computes: its shape, its cost per multiply-add relative to the large SIMT
+/// tile's 100 when the SM is full, its warps, and the blocks an SM holds (by ptxas's register
+/// counts: large 167 × 256 threads, medium 165 × 128, small 213 × 64, TF32 239 × 256).
+struct ConvTile {
+    shape: (usize, usize),
+    weight: f64,
+    warps: usize,
+    resident: usize,
+}
+
+/// The SIMT tiles by kernel index (the 8×8 register tiles all; the smaller tiles stage more
+/// operand bytes a multiply-add).
+const SIMT_TILES: [ConvTile; 3] = [
+    ConvTile { shape: GEMM_TILE_LARGE, weight: 100.0, warps: 8, resident: 1 },
+    ConvTile { shape: GEMM_TILE_MEDIUM, weight: 105.0, warps: 4, resident: 3 },
+    ConvTile { shape: GEMM_TILE_SMALL, weight: 125.0, warps: 2, resident: 4 },
+];
+const TF32_TILE: ConvTile = ConvTile { shape: MMA_TILE, weight: 100.0, warps: 8, resident: 1 };
+/// Warps an SM needs before these kernels run at full rate (two a scheduler: one's shared-memory
+/// loads and barriers under the other's multiply-adds); fewer run proportionally slower.
+const FULL_RATE_WARPS: usize = 8;
+
+/// The plan whose busiest SM finishes first: for every tile (TF32's one, or the three SIMT
+/// ones) and every split of the reduction into pieces of at least four tensor-core k-steps,
+/// the tiles the busiest SM runs (`⌈blocks / SMs⌉`, so a wave with a few blocks past the last
+/// full one costs a whole tile) times a tile's work, slowed where the SM holds fewer than
+/// `FULL_RATE_WARPS` warps, plus the partials' traffic and the split sum. Ties go to the
+/// larger tile and then to fewer splits.
+fn conv_plan((m, n, k): (usize, usize, usize), sms: usize, tf32: bool) -> ConvPlan {
+    let tiles: &[ConvTile] = if tf32 { core::slice::from_ref(&TF32_TILE) } else { &SIMT_TILES };
+    let most = k.div_ceil(4 * CONV_SPLIT_ALIGN).clamp(1, 65_535);
+    let mut best = (f64::INFINITY, ConvPlan { kernel: if tf32 { 3 } else { 0 }, k_chunk: k });
+    for (index, t) in tiles.iter().enumerate() {
+        let tile = t.shape;
+        let blocks = m.div_ceil(tile.0) * n.div_ceil(tile.1);
+        // Past four blocks an SM more splits only add partials.
+        for wanted in 1..=most.min((4 * sms).div_ceil(blocks)) {
+            let k_chunk = if wanted == 1 { k } else { k.div_ceil(wanted).next_multiple_of(CONV_SPLIT_ALIGN) };
+            let splits = k.div_ceil(k_chunk);
+            if splits != wanted || splits.checked_mul(m * n).is_none_or(|e| e > MAX_ELEMENTS) {
+                continue;
+            }
+            let per_sm = (blocks * splits).div_ceil(sms);
+            let rate =
+                (per_sm.min(t.resident) * t.warps).min(FULL_RATE_WARPS) as f64 / FULL_RATE_WARPS as f64;
+            let work = (per_sm * tile.0 * tile.1 * k_chunk) as f64 * t.weight / 100.0;
+            let mut seconds = work * MAC_SECONDS / rate;
+            if splits > 1 {
+                seconds += SPLIT_LAUNCH_SECONDS + (2 * splits * m * n * 4) as f64 / SPLIT_BYTES_PER_SECOND;
+            }
+            if seconds < best.0 {
+                best = (seconds, ConvPlan { kernel: if tf32 { 3 } else { index }, k_chunk });
+            }
+        }
+    }
+    best.1
+}
+
+impl ImplicitGemm<'_> {
+    /// Compute the op into `out` as [`conv_plan`] says: one launch, or the reduction split and
+    /// the partial sums added in order by `conv2d_split_sum_f32` (which also adds the bias).
     fn run(&self, out: &Tensor) -> Result<()> {
         let ctx = self.a.context();
         let stream = ctx.stream(self.op)?;
         let sms = stream.device.info.sm_count as usize;
-        let choice = self.choose(sms);
-        let (m, n, k) = self.mnk;
-        let tile = choice.1;
-        let blocks = m.div_ceil(tile.0) * n.div_ceil(tile.1);
-        let most = k.div_ceil(4 * CONV_SPLIT_ALIGN).clamp(1, 65_535);
-        let wanted = if blocks >= sms { 1 } else { (2 * sms).div_ceil(blocks).clamp(1, most) };
-        let k_chunk = k.div_ceil(wanted).next_multiple_of(CONV_SPLIT_ALIGN);
+        let (_, _, k) = self.mnk;
+        let ConvPlan { kernel, k_chunk } = conv_plan(self.mnk, sms, ctx.allow_tf32());
+        let choice = match kernel {
+            3 => (self.kernels[3], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES),
+            simt => {
+                let tile = SIMT_TILES[simt].shape;
+                (self.kernels[simt], tile, gemm_threads(tile), gemm_shared_bytes(tile))
+            }
+        };
         let splits = k.div_ceil(k_chunk);
         let bias = Tensor::ptr_or_null(self.bias);
         if splits == 1 {
@@ -414,30 +488,38 @@ pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, p: Conv2dParams) ->
             let y = cpu_forward(&g, &x.to_vec()?, &w.to_vec()?, bias.as_deref());
             Ok(Tensor::from_cpu(x.context(), &g.y_shape(), y))
         }
-        Storage::Cuda(_) if g.pointwise() && x.context().allow_tf32() => {
-            let x_planes = x.reshape(&[g.n, g.c, g.h * g.w])?;
-            let planes = Gemm::new(&w.reshape(&[g.k, g.c])?, &x_planes).run()?.reshape(&g.y_shape())?;
-            let Some(bias) = bias else { return Ok(planes) };
-            let y = Tensor::uninit(x.context(), &g.y_shape(), OP)?;
-            add_splits(OP, (&planes, 1), Some(bias), &y, (g.p * g.q, g.k))?;
-            Ok(y)
-        }
-        Storage::Cuda(_) => {
-            let y = Tensor::uninit(x.context(), &g.y_shape(), OP)?;
-            ImplicitGemm {
-                op: OP,
-                kernels: FORWARD,
-                a: x,
-                b: w,
-                g,
-                mnk: (g.n * g.p * g.q, g.k, g.c * g.r * g.s),
-                bias,
-                split_first: false,
-            }
-            .run(&y)?;
-            Ok(y)
-        }
+        Storage::Cuda(_) => forward_cuda(OP, &g, x, w, bias),
     }
+}
+
+/// The forward on the GPU, shapes checked: `g` describes `x ⊛ w`.
+fn forward_cuda(
+    op: &'static str,
+    g: &Geometry,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Tensor> {
+    if g.pointwise() && x.context().allow_tf32() {
+        let x_planes = x.reshape(&[g.n, g.c, g.h * g.w])?;
+        let planes = Gemm::new(&w.reshape(&[g.k, g.c])?, &x_planes).run()?.reshape(&g.y_shape())?;
+        let Some(bias) = bias else { return Ok(planes) };
+        let y = Tensor::uninit(x.context(), &g.y_shape(), op)?;
+        add_splits(op, (&planes, 1), Some(bias), &y, (g.p * g.q, g.k))?;
+        return Ok(y);
+    }
+    let y = Tensor::uninit(x.context(), &g.y_shape(), op)?;
+    ImplicitGemm {
+        op,
+        kernels: FORWARD,
+        a: x,
+        b: w,
+        g: *g,
+        mnk: (g.n * g.p * g.q, g.k, g.c * g.r * g.s),
+        bias,
+    }
+    .run(&y)?;
+    Ok(y)
 }
 
 /// The gradient of [`conv2d`] with respect to x: dy `[N, K, P, Q]`, w `[K, C, R, S]` →
@@ -455,22 +537,34 @@ pub fn conv2d_backward_data(dy: &Tensor, w: &Tensor, x_shape: &[usize], p: Conv2
             cpu_backward_data(&g, &dy.to_vec()?, &w.to_vec()?),
         )),
         Storage::Cuda(_) if g.col2im_wins() => backward_data_col2im(OP, &g, dy, w),
+        Storage::Cuda(_) if g.flips_to_forward() => backward_data_flipped(OP, &g, dy, w),
         Storage::Cuda(_) => {
             let dx = Tensor::uninit(dy.context(), &g.x_shape(), OP)?;
-            ImplicitGemm {
-                op: OP,
-                kernels: BACKWARD_DATA,
-                a: dy,
-                b: w,
-                g,
-                mnk: (g.n * g.h * g.w, g.c, g.k * g.r * g.s),
-                bias: None,
-                split_first: false,
-            }
-            .run(&dx)?;
+            let mnk = (g.n * g.h * g.w, g.c, g.k * g.r * g.s);
+            ImplicitGemm { op: OP, kernels: BACKWARD_DATA, a: dy, b: w, g, mnk, bias: None }.run(&dx)?;
             Ok(dx)
         }
     }
+}
+
+/// The backward data gradient of a stride-1 convolution as the forward `dy ⊛ flip(w)` (see
+/// `Geometry::flips_to_forward`).
+fn backward_data_flipped(op: &'static str, g: &Geometry, dy: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let ctx = dy.context();
+    let flipped = Tensor::uninit(ctx, &[g.c, g.k, g.r, g.s], op)?;
+    let stream = ctx.stream(op)?;
+    let cfg = LaunchConfig::grid_stride(&stream.device.info, flipped.len(), ELEMENTWISE_BLOCK, 1);
+    // SAFETY: `conv2d_flip_weights_f32(w, out, k, c, rs)`: `w` is the live [K, C, R, S] filter
+    // bank (`check_shape` matched it to the geometry) and `out` a fresh buffer of as many floats,
+    // both on this context's stream; `Geometry::check` bounded it below 2^31 elements.
+    unsafe {
+        kernels::conv2d_flip_weights_f32.launch(
+            stream,
+            cfg,
+            (w.ptr(), flipped.ptr_mut(), g.k, g.c, g.r * g.s),
+        )?
+    };
+    forward_cuda(op, &g.flipped(), dy, &flipped, None)
 }
 
 /// The backward data gradient as `cols = Wᵀ · dy` (`[N, C·R·S, P·Q]`, a batched GEMM over a shared
@@ -527,17 +621,8 @@ pub fn conv2d_backward_weight(x: &Tensor, dy: &Tensor, w_shape: &[usize], p: Con
         )),
         Storage::Cuda(_) => {
             let dw = Tensor::uninit(x.context(), &g.w_shape(), OP)?;
-            ImplicitGemm {
-                op: OP,
-                kernels: BACKWARD_WEIGHT,
-                a: x,
-                b: dy,
-                g,
-                mnk: (g.c * g.r * g.s, g.k, g.n * g.p * g.q),
-                bias: None,
-                split_first: true,
-            }
-            .run(&dw)?;
+            let mnk = (g.c * g.r * g.s, g.k, g.n * g.p * g.q);
+            ImplicitGemm { op: OP, kernels: BACKWARD_WEIGHT, a: x, b: dy, g, mnk, bias: None }.run(&dw)?;
             Ok(dw)
         }
     }
@@ -685,7 +770,85 @@ fn cpu_backward_weight(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Conv2dParams, Geometry};
+    use super::{conv_plan, Conv2dParams, ConvPlan, Geometry};
+
+    /// Plans on an H100 (132 SMs), as (kernel, splits); (M, N, K) of the benchmarks' shapes.
+    #[test]
+    fn plans_by_busiest_sm() {
+        let plan = |mnk: (usize, usize, usize), tf32| {
+            let ConvPlan { kernel, k_chunk } = conv_plan(mnk, 132, tf32);
+            (kernel, mnk.2.div_ceil(k_chunk))
+        };
+        // Grids of many waves keep the large tile, or the medium one where N = 64 would leave
+        // half the large tile empty (the seed forward; its data gradient; ResNet's 56×56 layers).
+        assert_eq!(plan((524288, 128, 576), false), (0, 1));
+        assert_eq!(plan((524288, 64, 1152), false), (1, 1));
+        assert_eq!(plan((100352, 64, 576), false), (1, 1));
+        // 3×3 at 28×28: 196 large tiles are 1.5 waves; 392 medium ones fill three an SM.
+        assert_eq!(plan((25088, 128, 1152), false), (1, 1));
+        // Under TF32 (one tile) the same layer splits in two: 392 blocks.
+        assert_eq!(plan((25088, 128, 1152), true), (3, 2));
+        // 3×3 at 7×7: 52 large tiles; five splits make 260 blocks, two an SM.
+        assert_eq!(plan((1568, 512, 4608), false), (0, 5));
+        assert_eq!(plan((1568, 512, 4608), true), (3, 5));
+        // Weight gradients: short M and N, a reduction over N·P·Q split into whole waves.
+        assert_eq!(plan((576, 128, 524288), false), (0, 79));
+        assert_eq!(plan((576, 64, 100352), false), (1, 79));
+        // The stem's: the small tile (three down M), 175 splits for four blocks an SM.
+        assert_eq!(plan((147, 64, 401408), false), (2, 175));
+        // One block: the large tile's eight warps beat the small tile's two.
+        assert_eq!(plan((91, 4, 27), false), (0, 1));
+        assert_eq!(plan((91, 4, 27), true), (3, 1));
+        // The seed's small layer: three splits of the large tile (96 blocks).
+        assert_eq!(plan((4096, 64, 288), false), (0, 3));
+    }
+
+    /// The kernels' division by a fixed divisor equals `/` and `%` for every dividend below 2^31.
+    #[test]
+    fn fast_division_is_exact() {
+        use crate::shapes::FastDiv;
+        let mut divisors: Vec<u32> = (1..=4100).collect();
+        divisors.extend((0..31).flat_map(|b| [(1u32 << b) - 1, 1 << b, (1 << b) + 1]).filter(|&d| d > 0));
+        divisors.extend([3 * 3, 7 * 7, 56 * 56, 224 * 224, 50257, 1_000_003, (1 << 31) - 1]);
+        let mut dividends: Vec<u32> = (0..5000).collect();
+        dividends.extend((0..31).flat_map(|b| [(1u32 << b) - 1, 1 << b, (1 << b) + 1]));
+        dividends.extend([(1 << 31) - 1, (1 << 31) - 2, 2_147_483_000, 1_234_567_891]);
+        for &d in &divisors {
+            let f = FastDiv::new(d);
+            for &n in dividends.iter().filter(|&&n| n < 1 << 31) {
+                assert_eq!(f.divmod(n), (n / d, n % d), "{n} / {d}");
+            }
+            // Around each multiple of d near the top of the range.
+            let top = ((1u32 << 31) - 1) / d * d;
+            for n in [top.saturating_sub(1), top, top + (d - 1).min((1 << 31) - 1 - top)] {
+                assert_eq!(f.divmod(n), (n / d, n % d), "{n} / {d}");
+            }
+        }
+    }
+
+    /// The data gradient of a stride-1 convolution runs as a forward whose output is x's shape.
+    #[test]
+    fn flipped_geometry() {
+        let p = Conv2dParams::new();
+        let g = |x: [usize; 4], w: [usize; 4], p: Conv2dParams| Geometry::check("test", &x, &w, p).unwrap();
+        for (x, w, p) in [
+            ([2, 3, 7, 13], [4, 3, 3, 3], p.padding(1)),
+            ([3, 4, 11, 9], [9, 4, 3, 3], p.dilation(2).padding(2)),
+            ([1, 3, 7, 13], [2, 3, 7, 13], p),
+            ([2, 17, 31, 29], [33, 17, 3, 5], Conv2dParams { padding: (0, 2), dilation: (1, 2), ..p }),
+        ] {
+            let geometry = g(x, w, p);
+            assert!(geometry.flips_to_forward(), "{x:?} {w:?}");
+            let f = geometry.flipped();
+            let checked = g(f.x_shape(), f.w_shape(), f.params);
+            assert_eq!((checked.y_shape(), f.y_shape()), (x, x), "{x:?} {w:?}");
+            assert_eq!(f.x_shape(), geometry.y_shape());
+        }
+        // Strides, and paddings past the dilated filter's reach, keep the backward kernels.
+        assert!(!g([2, 3, 9, 9], [4, 3, 3, 3], p.stride(2).padding(1)).flips_to_forward());
+        assert!(!g([2, 3, 9, 9], [4, 3, 3, 3], p.padding(3)).flips_to_forward());
+        assert!(!g([2, 3, 9, 9], [4, 3, 1, 3], p.padding(1)).flips_to_forward());
+    }
 
     fn col2im_wins(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> bool {
         Geometry::check("test", &x, &w, p).unwrap().col2im_wins()
