@@ -244,12 +244,17 @@ pub(crate) unsafe fn tf32<G: ImplicitGemm>(g: &G, k_chunk: usize) {
             unsafe { b.load(tile_b, n0, k0, t) };
         }
     };
+    let (wm0, wn0) = crate::matmul::warp_origin();
+    // A warp whose piece of the tile lies wholly outside the output only loads (N = 64 layers
+    // leave half the warps so; `warp_origin` spreads the other half over every scheduler).
+    let inside = m0 + wm0 < m && n0 + wn0 < n;
     let compute = |s: usize, acc: &mut _| {
-        // SAFETY: stage `s` holds both operand tiles.
-        unsafe { mma_k_step(&layout_a, &layout_b, stage_a(s), stage_b(s), acc) }
+        if inside {
+            // SAFETY: stage `s` holds both operand tiles.
+            unsafe { mma_k_step(&layout_a, &layout_b, stage_a(s), stage_b(s), acc) }
+        }
     };
     let acc = mma_mainloop(k_end.saturating_sub(k_begin).div_ceil(BK), load, compute);
-    let (wm0, wn0) = crate::matmul::warp_origin();
     let columns = FastDiv::new(n as u32);
     mma_epilogue(
         &acc,

@@ -11,7 +11,9 @@
 //! `cp.async` (16-byte copies with zero fill at the edges; 4-byte copies when rows are not
 //! 16-byte multiples). An operand whose k is contiguous in memory is kept `[rows][32 + 4]`, one
 //! whose rows are contiguous `[32][rows + 8]`: both paddings make the fragment reads hit 32
-//! banks. Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉, batch)`, dynamic shared memory
+//! banks. The fragments go to the MMA as raw f32 bits: the tensor cores read the top 19 (the
+//! low 13 mantissa bits ignored, TF32 by truncation, as `wgmma` and cuBLAS do); rounding each
+//! fragment first took a conversion per element, a third of a k-step's instructions. Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉, batch)`, dynamic shared memory
 //! `MMA_SHARED_BYTES`.
 use super::{mma_epilogue, mma_mainloop, warp_origin, WarpAcc, WARP_M as WM, WARP_N as WN};
 use crate::prelude::*;
@@ -102,15 +104,15 @@ pub(crate) unsafe fn mma_k_step(
         unroll!(mi in [0, 1, 2, 3] => {
             let r = wm0 + mi * 16 + g;
             fa[mi] = [
-                to_tf32(*sa.add(op_a.offset(r, kk))),
-                to_tf32(*sa.add(op_a.offset(r + 8, kk))),
-                to_tf32(*sa.add(op_a.offset(r, kk + 4))),
-                to_tf32(*sa.add(op_a.offset(r + 8, kk + 4))),
+                f32::to_bits(*sa.add(op_a.offset(r, kk))),
+                f32::to_bits(*sa.add(op_a.offset(r + 8, kk))),
+                f32::to_bits(*sa.add(op_a.offset(r, kk + 4))),
+                f32::to_bits(*sa.add(op_a.offset(r + 8, kk + 4))),
             ];
         });
         unroll!(ni in [0, 1, 2, 3] => {
             let col = wn0 + ni * 8 + g;
-            fb[ni] = [to_tf32(*sb.add(op_b.offset(col, kk))), to_tf32(*sb.add(op_b.offset(col, kk + 4)))];
+            fb[ni] = [f32::to_bits(*sb.add(op_b.offset(col, kk))), f32::to_bits(*sb.add(op_b.offset(col, kk + 4)))];
         });
         unroll!(mi in [0, 1, 2, 3] => {
             unroll!(ni in [0, 1, 2, 3] => {
@@ -162,9 +164,13 @@ unsafe fn gemm<const TA: bool, const TB: bool>(
             op_b.load(shared_addr(stage_b(s)), n0, step * BK, t);
         }
     };
+    // A warp whose piece lies wholly outside C only loads (`warp_origin`).
+    let inside = m0 + wm0 < m && n0 + wn0 < n;
     let compute = |s: usize, acc: &mut WarpAcc| {
-        // SAFETY: stage `s` of the dynamic shared memory holds both operand tiles.
-        unsafe { mma_k_step(&op_a, &op_b, stage_a(s), stage_b(s), acc) }
+        if inside {
+            // SAFETY: stage `s` of the dynamic shared memory holds both operand tiles.
+            unsafe { mma_k_step(&op_a, &op_b, stage_a(s), stage_b(s), acc) }
+        }
     };
     let acc = mma_mainloop(k.div_ceil(BK), load, compute);
 

@@ -15,7 +15,7 @@ pub mod gemv;
 pub mod gemv_mma;
 
 use crate::prelude::*;
-use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES};
+use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES, MMA_TILE};
 
 /// The fused epilogue on one output: `alpha·acc + beta·c + bias`, then the activation.
 #[inline(always)]
@@ -122,8 +122,7 @@ macro_rules! gemm_elem_16bit {
 }
 gemm_elem_16bit!(F16, BF16);
 
-/// Warps of a tensor-core block along N (8 warps: 2 × 4), and one warp's piece of C.
-pub(crate) const WARPS_N: usize = 4;
+/// One warp's piece of C in a tensor-core block (8 warps: 2 along M × 4 along N).
 pub(crate) const WARP_M: usize = 64;
 pub(crate) const WARP_N: usize = 32;
 
@@ -163,11 +162,17 @@ pub(crate) fn mma_mainloop(
     acc
 }
 
-/// The warp's origin `(row, column)` in the block's tile.
+/// The warp's origin `(row, column)` in the block's tile: warps `w` and `w + 4` share a
+/// scheduler, so the second row of warps is rotated by half the row. Then the warps of the top
+/// half of the tile, and those of its left half, each sit on all four schedulers: an output
+/// only half as tall or as wide as the tile (K = 64 filters, C = 64 channels) still has every
+/// scheduler's MMAs, where the warps outside skip theirs.
 #[inline(always)]
 pub(crate) fn warp_origin() -> (usize, usize) {
+    const WARPS_N: usize = MMA_TILE.1 / WARP_N;
     let warp = thread_x() / 32;
-    (warp / WARPS_N * WARP_M, warp % WARPS_N * WARP_N)
+    let wm = warp / WARPS_N;
+    (wm * WARP_M, (warp + wm * WARPS_N / 2) % WARPS_N * WARP_N)
 }
 
 /// Write a warp's accumulators through the fused epilogue: element `(row, col)` of the `[m, n]`

@@ -50,17 +50,6 @@ pub fn cp_async_wait<const PENDING: u32>() {
     unsafe { asm!("cp.async.wait_group {n};", n = const PENDING, options(nostack)) }
 }
 
-/// An f32 rounded to TF32 (10-bit mantissa, to nearest, ties away), as the MMA's input bits.
-#[inline(always)]
-pub fn to_tf32(x: f32) -> u32 {
-    let r: u32;
-    // SAFETY: pure conversion.
-    unsafe {
-        asm!("cvt.rna.tf32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-    };
-    r
-}
-
 /// `d += a · b` for one warp: a 16×8 (row) TF32 fragment, an 8×8 (col) TF32 fragment, a 16×8 f32
 /// accumulator, in the `mma.m16n8k8` fragment layout (lane = 4g + t: `a` = (g, t), (g+8, t),
 /// (g, t+4), (g+8, t+4); `b` = (t, g), (t+4, g); `d` = (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
