@@ -701,15 +701,24 @@ fn assemble_with_ptxas(ptxas: &Path, ptx: &Path, arch: &str, cubin: &Path) {
     }
 }
 
+/// Kernels whose register cap (`MAX_THREADS`) costs a few bytes of local memory, measured faster
+/// than the larger register count: name, the most stack bytes expected. The medium conv2d tile
+/// at three blocks an SM spills 16 bytes (values read once per tile, outside the k loop); at two
+/// blocks an SM it ran 15-50% slower (perf-notes, conv2d, fourteenth session).
+const EXPECTED_LOCAL_MEMORY: [(&str, usize); 1] = [("conv2d_fwd_f32_medium", 16)];
+
 /// Kernels keep their arrays in registers (unrolled loops, constant indices); a stack frame means
-/// one went to local memory, which costs bandwidth. Say which.
+/// one went to local memory, which costs bandwidth. Say which (but for `EXPECTED_LOCAL_MEMORY`).
 fn warn_about_local_memory(ptxas_report: &str) {
     let mut kernel = "";
     for line in ptxas_report.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             kernel = rest.split('\'').next().unwrap_or("");
         } else if let Some((frame, spills)) = line.trim().split_once(" bytes stack frame, ") {
-            if frame != "0" || spills != "0 bytes spill stores, 0 bytes spill loads" {
+            let expected = EXPECTED_LOCAL_MEMORY
+                .iter()
+                .any(|&(name, most)| name == kernel && frame.parse::<usize>().is_ok_and(|f| f <= most));
+            if !expected && (frame != "0" || spills != "0 bytes spill stores, 0 bytes spill loads") {
                 println!("cargo:warning=kernel {kernel} uses local memory: {}", line.trim());
             }
         }

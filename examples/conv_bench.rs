@@ -2,9 +2,10 @@
 //! and TF32 at every torch_ref convolution row (the seed shapes, ResNet-50's stem, 3×3 at 56/28/7
 //! and a 1×1, the backward rows), beside PyTorch's cuDNN time from torch_ref.py's JSON of the
 //! same call. Ratio = cuDNN ms / ferrocuda ms. FLOPs as torch_ref counts them: 2·|y|·C·R·S per
-//! product, the backward two products.
+//! product, the backward two products. `--kernels` also prints, under each row, the profiler's
+//! kernel table of one more call (where a row's time goes: gathers, splits, col2im).
 //!
-//!     conv_bench [torch.json]
+//!     conv_bench [--kernels] [torch.json]
 use ferrocuda::timing::median_ms;
 use ferrocuda::{conv2d, conv2d_backward_data, conv2d_backward_weight, Context, Conv2dParams, Result};
 
@@ -74,7 +75,8 @@ fn torch_ms(path: Option<&String>, workload: &str, shape: &str) -> Option<f64> {
 fn main() -> Result<()> {
     let ctx = Context::new()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let torch_json = args.first();
+    let kernels = args.iter().any(|a| a == "--kernels");
+    let torch_json = args.iter().find(|a| !a.starts_with("--"));
     println!("# conv_bench on {} (ratio = cuDNN ms / ferrocuda ms, same call)", ctx.device());
     println!(
         "{:<14} {:<5} {:<42} {:>9} {:>8} {:>9} {:>7}",
@@ -112,6 +114,17 @@ fn main() -> Result<()> {
                 torch.map_or("-".into(), |t| format!("{t:.4}")),
                 torch.map_or("-".into(), |t| format!("{:.2}x", t / ms)),
             );
+            if kernels {
+                let _on = ctx.profiler_guard()?;
+                ctx.reset_profile()?;
+                if backward {
+                    conv2d_backward_data(&dy, &w, &conv.input, params)?;
+                    conv2d_backward_weight(&x, &dy, &conv.weight, params)?;
+                } else {
+                    conv2d(&x, &w, None, params)?;
+                }
+                print!("{}", ctx.profile_report()?);
+            }
         }
     }
     ctx.set_allow_tf32(false);

@@ -224,9 +224,8 @@ kernel_table! {
         }
         conv::col2im {
             [conv2d_col2im_f32](
-                cols: *const f32, dx: *mut f32, n: usize, c: usize, h: usize, w: usize, r: usize, s: usize,
-                p: usize, q: usize, stride_h: usize, stride_w: usize, pad_h: usize, pad_w: usize,
-                dil_h: usize, dil_w: usize
+                cols: *const f32, dx: *mut f32, h: usize, w: usize, r: usize, s: usize, p: usize, q: usize,
+                stride_h: usize, stride_w: usize, pad_h: usize, pad_w: usize, dil_h: usize, dil_w: usize
             );
         }
         conv::backward_bias {

@@ -60,6 +60,9 @@ pub const fn gemm_shared_bytes(tile: (usize, usize)) -> usize {
     2 * GEMM_BK * (tile.0 + tile.1) * 4
 }
 
+/// Threads of a `conv2d_col2im_f32` block (one row of dx; they walk its columns).
+pub const CONV_COL2IM_BLOCK: usize = 128;
+
 /// Blocks of the medium SIMT tile an SM holds in the convolution kernels (their register
 /// budget: `.maxntid` of this many blocks).
 pub const CONV_MEDIUM_BLOCKS_PER_SM: usize = 3;

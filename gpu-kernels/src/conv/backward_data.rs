@@ -21,6 +21,7 @@ pub(crate) struct BackwardData {
     hw: FastDiv,
     rs: FastDiv,
     s: FastDiv,
+    stride: (FastDiv, FastDiv),
 }
 
 /// Four input pixels: their image's offset in dy and their padded coordinates.
@@ -36,16 +37,17 @@ impl BackwardData {
     #[inline(always)]
     fn new(dy: *const f32, w: *const f32, _bias: *const f32, dx: *mut f32, g: Geometry) -> Self {
         let (hw, rs, s) = (FastDiv::new(g.h * g.w), FastDiv::new(g.r * g.s), FastDiv::new(g.s));
-        BackwardData { dy, w, dx, g, pq: g.p * g.q, hw, rs, s }
+        let stride = (FastDiv::new(g.stride.0), FastDiv::new(g.stride.1));
+        BackwardData { dy, w, dx, g, pq: g.p * g.q, hw, rs, s, stride }
     }
 }
 
 /// The output coordinate `o` with `o·stride = padded − tap`, if it exists and is `< len`.
 #[inline(always)]
-pub(crate) fn source(padded: u32, tap: u32, stride: u32, len: u32) -> Option<u32> {
+pub(crate) fn source(padded: u32, tap: u32, stride: FastDiv, len: u32) -> Option<u32> {
     let d = padded.checked_sub(tap)?;
-    let o = if stride == 1 { d } else { d / stride };
-    (o * stride == d && o < len).then_some(o)
+    let (o, rest) = stride.divmod(d);
+    (rest == 0 && o < len).then_some(o)
 }
 
 impl ImplicitGemm for BackwardData {
@@ -86,7 +88,7 @@ impl ImplicitGemm for BackwardData {
         unroll!(i in [0, 1, 2, 3] => {
             if px.valid[i] {
                 if let (Some(oh), Some(ow)) =
-                    (source(px.hp[i], th, g.stride.0, g.p), source(px.wp[i], tw, g.stride.1, g.q))
+                    (source(px.hp[i], th, self.stride.0, g.p), source(px.wp[i], tw, self.stride.1, g.q))
                 {
                     p[i] = px.image[i] + kk * self.pq + oh * g.q + ow;
                 }

@@ -20,8 +20,9 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::shapes::{
-    gemm_shared_bytes, gemm_threads, CONV_BIAS_BLOCK, CONV_SPLIT_ALIGN, ELEMENTWISE_BLOCK, GEMM_TILE_LARGE,
-    GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    gemm_shared_bytes, gemm_threads, CONV_BIAS_BLOCK, CONV_COL2IM_BLOCK, CONV_MEDIUM_BLOCKS_PER_SM,
+    CONV_SPLIT_ALIGN, ELEMENTWISE_BLOCK, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL,
+    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
 };
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -304,7 +305,8 @@ const SPLIT_BYTES_PER_SECOND: f64 = 2.5e12;
 const SPLIT_LAUNCH_SECONDS: f64 = 4e-6;
 /// A tile a kernel computes: its shape, its cost per multiply-add relative to the large SIMT
 /// tile's 100 when the SM is full, its warps, and the blocks an SM holds (by ptxas's register
-/// counts: large 167 × 256 threads, medium 165 × 128, small 213 × 64, TF32 239 × 256).
+/// counts: large 167 × 256 threads, medium 168 × 128 (capped for three blocks, build.rs), small
+/// 219 × 64, TF32 230 × 256).
 struct ConvTile {
     shape: (usize, usize),
     weight: f64,
@@ -316,7 +318,7 @@ struct ConvTile {
 /// operand bytes a multiply-add).
 const SIMT_TILES: [ConvTile; 3] = [
     ConvTile { shape: GEMM_TILE_LARGE, weight: 100.0, warps: 8, resident: 1 },
-    ConvTile { shape: GEMM_TILE_MEDIUM, weight: 105.0, warps: 4, resident: 3 },
+    ConvTile { shape: GEMM_TILE_MEDIUM, weight: 105.0, warps: 4, resident: CONV_MEDIUM_BLOCKS_PER_SM },
     ConvTile { shape: GEMM_TILE_SMALL, weight: 125.0, warps: 2, resident: 4 },
 ];
 const TF32_TILE: ConvTile = ConvTile { shape: MMA_TILE, weight: 100.0, warps: 8, resident: 1 };
@@ -577,13 +579,13 @@ fn backward_data_col2im(op: &'static str, g: &Geometry, dy: &Tensor, w: &Tensor)
     let ctx = dy.context();
     let dx = Tensor::uninit(ctx, &g.x_shape(), op)?;
     let stream = ctx.stream(op)?;
-    let cfg = LaunchConfig::grid_stride(&stream.device.info, dx.len(), ELEMENTWISE_BLOCK, 4);
+    let rows = g.n * g.c * g.h;
+    let cfg =
+        LaunchConfig { grid: (rows as u32, 1, 1), block: (CONV_COL2IM_BLOCK as u32, 1, 1), shared_bytes: 0 };
     let Conv2dParams { stride, padding, dilation } = g.params;
     let args = (
         cols.ptr(),
         dx.ptr_mut(),
-        g.n,
-        g.c,
         g.h,
         g.w,
         g.r,
@@ -597,9 +599,9 @@ fn backward_data_col2im(op: &'static str, g: &Geometry, dy: &Tensor, w: &Tensor)
         dilation.0,
         dilation.1,
     );
-    // SAFETY: `conv2d_col2im_f32(cols, dx, n, c, h, w, r, s, p, q, strides, paddings,
-    // dilations)`: `cols` is the GEMM's fresh [N, C·R·S, P·Q] result and `dx` a fresh
-    // [N, C, H, W] buffer, both on this context's stream; `Geometry::check` bounded every
+    // SAFETY: `conv2d_col2im_f32(cols, dx, h, w, r, s, p, q, strides, paddings, dilations)`
+    // over N·C·H blocks, one a row of dx: `cols` is the GEMM's fresh [N, C·R·S, P·Q] result and
+    // `dx` a fresh [N, C, H, W] buffer, both on this context's stream; `Geometry::check` bounded every
     // tensor below 2^31 elements (`col2im_wins` bounds cols), so the kernel's 32-bit indices hold.
     unsafe { kernels::conv2d_col2im_f32.launch(stream, cfg, args)? };
     Ok(dx)
