@@ -791,9 +791,11 @@ const MMA_HALF_PER_SM: usize = 1;
 const SIMT_LARGE_PER_SM: usize = 1;
 /// The shortest K that runs on the wide SIMT tile.
 const SIMT_WIDE_MIN_K: usize = 1024;
-/// Relative time per output element of the wide and large SIMT tiles (one block of 256 threads
-/// per SM each): 40.4–42.1 against 38.2–38.8 TFLOP/s at 4096–8192 (perf-notes).
-const SIMT_COST: [usize; 2] = [100, 107];
+/// Relative time per output element of the SIMT tiles, as `SIMT_TILES`: wide against large (one
+/// block of 256 threads per SM each) 40.4–42.1 against 38.2–38.8 TFLOP/s at 4096–8192; medium
+/// and small against large 1.12 and 1.20 on a short-K product (ResNet stem's `Wᵀ · dy`, K = 64:
+/// 0.603 and 0.481 ms on 2× and 3.0× the large tile's busiest-SM work of 0.536 ms; perf-notes).
+const SIMT_COST: [usize; 4] = [100, 107, 120, 128];
 
 /// Elements of one 16-byte vector of `dtype`.
 fn vector_elems(dtype: DType) -> usize {
@@ -970,21 +972,22 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     whole(GemmPath::Simt { tile: simt_tile(d, dev) })
 }
 
-/// The SIMT tile: with K ≥ 1024, of the wide and large tiles whose grids give every SM a block,
-/// the one whose busiest SM has the least work (⌈tiles / SMs⌉ tiles, weighted by the tile's
-/// measured time per output, `SIMT_COST`: the wide tile's last wave can cost more than its
-/// faster mainloop saves); the large one if only its grid fills the SMs or K is shorter (the wide
-/// tile's epilogue, not overlapped, halves its rate at K = 256); else the medium tile if its grid
-/// fills the SMs, else the small one.
+/// The SIMT tile: of the tiles whose grids give every SM a block, the one whose busiest SM has
+/// the least work (⌈tiles / SMs⌉ tiles, weighted by the tile's measured time per output,
+/// `SIMT_COST`: the wide tile's last wave can cost more than its faster mainloop saves, and a
+/// smaller tile's padding less than its slower mainloop costs), among the wide and large tiles
+/// with K ≥ 1024 and the large, medium and small ones with K shorter (the wide tile's epilogue,
+/// not overlapped, halves its rate at K = 256); where no grid fills the SMs, the medium tile if
+/// its grid does, else the small one.
 fn simt_tile(d: &Dims, dev: &DeviceFacts) -> (usize, usize) {
     let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
     let cost =
         |(tile, weight): ((usize, usize), usize)| tiles(tile).div_ceil(dev.sms) * tile.0 * tile.1 * weight;
-    let first = usize::from(d.k < SIMT_WIDE_MIN_K);
-    SIMT_TILES[first..2]
+    let candidates = if d.k < SIMT_WIDE_MIN_K { 1..4 } else { 0..2 };
+    SIMT_TILES[candidates.clone()]
         .iter()
         .copied()
-        .zip(SIMT_COST[first..2].iter().copied())
+        .zip(SIMT_COST[candidates].iter().copied())
         .filter(|&(tile, _)| tiles(tile) >= dev.sms)
         .min_by_key(|&c| cost(c))
         .map(|(tile, _)| tile)
@@ -1627,6 +1630,10 @@ mod tests {
         assert_eq!(plan(&dims(2048, 2048, 2048), &o, &H100), whole(GEMM_TILE_LARGE, 2048));
         let batched = Dims { batch: 132, ..dims(128, 128, 8192) };
         assert_eq!(plan(&batched, &o, &H100), whole(GEMM_TILE_LARGE, 8192));
+        // Short K, M = 147: the small tile pads M to 192 rows where the others pad it to 256
+        // (ResNet stem's `Wᵀ · dy` per image, 32 images).
+        let stem = Dims { batch: 32, ..dims(147, 12544, 64) };
+        assert_eq!(plan(&stem, &o, &H100), whole(GEMM_TILE_SMALL, 64));
         // Few tiles and short K: smaller tiles instead of a split.
         assert_eq!(plan(&dims(1000, 1000, 1000), &o, &H100), whole(GEMM_TILE_SMALL, 1000));
         assert_eq!(plan(&dims(1024, 2048, 1000), &o, &H100), whole(GEMM_TILE_MEDIUM, 1000));
