@@ -13,7 +13,8 @@
 //! whose rows are contiguous `[32][rows + 8]`: both paddings make the fragment reads hit 32
 //! banks. The fragments go to the MMA as raw f32 bits: the tensor cores read the top 19 (the
 //! low 13 mantissa bits ignored, TF32 by truncation, as `wgmma` and cuBLAS do); rounding each
-//! fragment first took a conversion per element, a third of a k-step's instructions. Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉, batch)`, dynamic shared memory
+//! fragment first took a conversion per element, a third of a k-step's instructions.
+//! Launch: block `MMA_THREADS`, grid `(⌈N/128⌉, ⌈M/128⌉, batch)`, dynamic shared memory
 //! `MMA_SHARED_BYTES`.
 use super::{mma_epilogue, mma_mainloop, warp_origin, WarpAcc, WARP_M as WM, WARP_N as WN};
 use crate::prelude::*;
@@ -112,7 +113,10 @@ pub(crate) unsafe fn mma_k_step(
         });
         unroll!(ni in [0, 1, 2, 3] => {
             let col = wn0 + ni * 8 + g;
-            fb[ni] = [f32::to_bits(*sb.add(op_b.offset(col, kk))), f32::to_bits(*sb.add(op_b.offset(col, kk + 4)))];
+            fb[ni] = [
+                f32::to_bits(*sb.add(op_b.offset(col, kk))),
+                f32::to_bits(*sb.add(op_b.offset(col, kk + 4))),
+            ];
         });
         unroll!(mi in [0, 1, 2, 3] => {
             unroll!(ni in [0, 1, 2, 3] => {

@@ -251,8 +251,10 @@ type ImplicitGemmArgs = (
     usize,
     usize,
 );
-/// One implicit-GEMM op's kernels: SIMT large, medium, small tiles, then TF32.
+/// One implicit-GEMM op's kernels: SIMT large, medium, small tiles (as `SIMT_TILES`), then TF32.
 type Kernels = [Kernel<ImplicitGemmArgs>; 4];
+/// The TF32 kernel's index in [`Kernels`].
+const TF32_KERNEL: usize = 3;
 const FORWARD: Kernels = [
     kernels::conv2d_fwd_f32_large,
     kernels::conv2d_fwd_f32_medium,
@@ -335,7 +337,7 @@ const FULL_RATE_WARPS: usize = 8;
 fn conv_plan((m, n, k): (usize, usize, usize), sms: usize, tf32: bool) -> ConvPlan {
     let tiles: &[ConvTile] = if tf32 { core::slice::from_ref(&TF32_TILE) } else { &SIMT_TILES };
     let most = k.div_ceil(4 * CONV_SPLIT_ALIGN).clamp(1, 65_535);
-    let mut best = (f64::INFINITY, ConvPlan { kernel: if tf32 { 3 } else { 0 }, k_chunk: k });
+    let mut best = (f64::INFINITY, ConvPlan { kernel: if tf32 { TF32_KERNEL } else { 0 }, k_chunk: k });
     for (index, t) in tiles.iter().enumerate() {
         let tile = t.shape;
         let blocks = m.div_ceil(tile.0) * n.div_ceil(tile.1);
@@ -355,7 +357,7 @@ fn conv_plan((m, n, k): (usize, usize, usize), sms: usize, tf32: bool) -> ConvPl
                 seconds += SPLIT_LAUNCH_SECONDS + (2 * splits * m * n * 4) as f64 / SPLIT_BYTES_PER_SECOND;
             }
             if seconds < best.0 {
-                best = (seconds, ConvPlan { kernel: if tf32 { 3 } else { index }, k_chunk });
+                best = (seconds, ConvPlan { kernel: if tf32 { TF32_KERNEL } else { index }, k_chunk });
             }
         }
     }
@@ -372,7 +374,7 @@ impl ImplicitGemm<'_> {
         let (_, _, k) = self.mnk;
         let ConvPlan { kernel, k_chunk } = conv_plan(self.mnk, sms, ctx.allow_tf32());
         let choice = match kernel {
-            3 => (self.kernels[3], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES),
+            TF32_KERNEL => (self.kernels[TF32_KERNEL], MMA_TILE, MMA_THREADS, MMA_SHARED_BYTES),
             simt => {
                 let tile = SIMT_TILES[simt].shape;
                 (self.kernels[simt], tile, gemm_threads(tile), gemm_shared_bytes(tile))
