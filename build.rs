@@ -65,8 +65,10 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 10] = [
+const MAX_THREADS: [(&str, usize); 12] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
+    ("conv2d_fwd_wgmma_", shapes::WGMMA_THREADS),
+    ("conv2d_bwd_weight_wgmma_", shapes::WGMMA_THREADS),
     ("attention_bwd_wgmma_", shapes::ATTN_WG_THREADS),
     // One block of LAYERNORM_FUSED_BLOCK threads an SM (its last block's fold would take more).
     ("layernorm_bwd_f", shapes::LAYERNORM_FUSED_BLOCK),

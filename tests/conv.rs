@@ -40,6 +40,20 @@ fn cases() -> Vec<ConvCase> {
         ([2, 7, 19, 29], [5, 7, 1, 1], p),
         // Stride 1, padding past the filter's reach: the data gradient's own kernels.
         ([2, 6, 9, 11], [4, 6, 3, 3], params((1, 1), (3, 1), (1, 1))),
+        // Under TF32 on Hopper, stride 1 and C a multiple of 4 run on `wgmma` (the data gradient
+        // too where K is a multiple of 4): C and K off every tile width, pixel boxes that
+        // overhang the image (13×29 in 8×32 or 4×32, 6×6 images two or more to a box, 300
+        // columns in boxes of 128), dilation, a 2×2 filter without padding.
+        ([3, 36, 13, 29], [70, 36, 3, 3], p.padding(1)),
+        ([2, 12, 17, 19], [24, 12, 3, 3], p.dilation(2).padding(2)),
+        ([5, 20, 6, 6], [40, 20, 5, 5], p.padding(2)),
+        ([1, 8, 3, 300], [12, 8, 1, 3], params((1, 1), (0, 1), (1, 1))),
+        ([2, 4, 9, 9], [8, 4, 2, 2], p),
+        // ... and the weight gradient where W and Q are multiples of 4: Q = 20, 16, 100 (32-column
+        // pieces that overhang the row), dilation, 1×1.
+        ([2, 8, 12, 20], [6, 8, 3, 5], params((1, 1), (1, 2), (1, 1))),
+        ([3, 5, 10, 16], [7, 5, 3, 3], p.dilation(2).padding(2)),
+        ([1, 4, 4, 100], [4, 4, 1, 1], p),
     ];
     if !sanitizer() {
         cases.push(([3, 37, 23, 29], [19, 37, 1, 1], p.dilation(2)));
@@ -84,7 +98,8 @@ fn all_ops_match_cpu(ctx: &Context, case: &ConvCase, seed: u64, tol: f64) {
     let (dy, dyc) = random(ctx, &ys, seed + 3);
     let check = |op: &str, got: Tensor, want: Tensor| {
         assert_eq!(got.shape(), want.shape(), "{op} {what}");
-        assert_close(&format!("{op} {what}"), &got.to_vec().unwrap(), &want.to_vec().unwrap(), tol);
+        let got = got.to_vec().unwrap_or_else(|e| panic!("{op} {what}: {e}"));
+        assert_close(&format!("{op} {what}"), &got, &want.to_vec().unwrap(), tol);
     };
 
     poison_pool(ctx, &ys);
@@ -138,6 +153,22 @@ fn tf32_matches_cpu(gpu: &Context) {
     let exact = conv2d(&x.to_context(&cpu).unwrap(), &w.to_context(&cpu).unwrap(), None, p).unwrap();
     let e = rel_err(&tf32, &exact.to_vec().unwrap());
     assert!(e > 1e-6 && e < TF32_TOL, "TF32 context policy: {e:.1e}");
+    if ctx.uses_sm90a_kernels() {
+        // On Hopper that forward, its data gradient (a forward with the flipped filters) and its
+        // weight gradient ran on `wgmma`.
+        let _on = ctx.profiler_guard().unwrap();
+        ctx.reset_profile().unwrap();
+        conv2d(&x, &w, None, p).unwrap();
+        let dy = ctx.randn(&[2, 32, 12, 12], 3).unwrap();
+        conv2d_backward_data(&dy, &w, &[2, 64, 12, 12], p).unwrap();
+        conv2d_backward_weight(&x, &dy, &[32, 64, 3, 3], p).unwrap();
+        let report = ctx.profile_report().unwrap();
+        let calls = |prefix: &str| -> usize {
+            report.kernels().iter().filter(|k| k.name.starts_with(prefix)).map(|k| k.calls).sum()
+        };
+        assert_eq!(calls("conv2d_fwd_wgmma_tf32"), 2, "the wgmma forward ran twice: {report}");
+        assert_eq!(calls("conv2d_bwd_weight_wgmma_tf32"), 1, "the wgmma weight gradient ran: {report}");
+    }
 }
 
 /// The CPU forward against a plain f64 loop over the definition.

@@ -44,6 +44,24 @@ kernel_table! {
                 cluster: u32
             );
         }
+        conv::forward_wgmma {
+            [conv2d_fwd_wgmma_tf32, conv2d_fwd_wgmma_tf32_256x128, conv2d_fwd_wgmma_tf32_128x64](
+                maps: *const u8, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
+                c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
+                padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32,
+                images: u32, channels: u32, rows: u32, cols: u32
+            );
+        }
+        conv::backward_weight_wgmma {
+            [
+                conv2d_bwd_weight_wgmma_tf32, conv2d_bwd_weight_wgmma_tf32_256x128,
+                conv2d_bwd_weight_wgmma_tf32_128x64
+            ](
+                maps: *const u8, out: *mut f32, ws: *mut f32, m: usize, n: usize, k: usize,
+                k_steps: usize, layers: usize, q_steps: u32, rows: u32, taps_s: u32, dilation_h: u32,
+                dilation_w: u32, padding_h: u32, padding_w: u32
+            );
+        }
     }
     module attention_sm90a("attention_sm90a", sm_90a) {
         attention::forward_wgmma {
@@ -233,6 +251,11 @@ kernel_table! {
         }
         conv::flip_weights {
             [conv2d_flip_weights_f32](w: *const f32, out: *mut f32, k: usize, c: usize, rs: usize);
+        }
+        conv::shift_rows {
+            [conv2d_shift_rows_f32](
+                x: *const f32, out: *mut f32, rows: usize, width: usize, pitch: usize, shifts: u32
+            );
         }
     }
     module rows("rows", portable) {

@@ -18,7 +18,7 @@ pub mod prelude;
 // families; helpers that another module's kernels share are unused there.
 #[cfg(any(feature = "attention", feature = "attention_sm90a", feature = "attention_bwd_sm90a"))]
 pub mod attention;
-#[cfg(feature = "conv")]
+#[cfg(any(feature = "conv", feature = "matmul_sm90a"))]
 pub mod conv;
 #[cfg(any(feature = "elementwise", feature = "nn"))]
 pub mod elementwise;

@@ -1,6 +1,9 @@
 //! 2-D convolution (NCHW, f32) as implicit GEMMs: each op gathers its GEMM operands straight from
 //! the convolution's tensors inside the tile loaders (no im2col buffer), on the SIMT f32 mainloop
-//! of `matmul::gemm_f32` or the TF32 `mma.sync` mainloop of `matmul::gemm_tf32`.
+//! of `matmul::gemm_f32` or the TF32 `mma.sync` mainloop of `matmul::gemm_tf32`. On Hopper, TF32
+//! at stride 1 runs instead on the `wgmma` GEMM's pipeline with TMA boxes read from the tensors
+//! (`forward_wgmma`: x in NHWC; `backward_weight_wgmma`: x and dy in NCHW; the data gradient as
+//! the forward with the flipped filters).
 //!
 //! | op | M | N | K (reduced) | A (gathered along M) | B (gathered along K) |
 //! | --- | --- | --- | --- | --- | --- |
@@ -21,12 +24,24 @@
 //! Launch (every implicit-GEMM kernel): grid `(⌈M/BM⌉, ⌈N/BN⌉, splits)`; SIMT kernels
 //! `gemm_threads(tile)` threads and `gemm_shared_bytes(tile)` bytes of dynamic shared memory,
 //! TF32 kernels `MMA_THREADS` and `MMA_SHARED_BYTES`.
+#[cfg(feature = "conv")]
 pub mod backward_bias;
+#[cfg(feature = "conv")]
 pub mod backward_data;
+#[cfg(feature = "conv")]
 pub mod backward_weight;
+#[cfg(feature = "matmul_sm90a")]
+pub mod backward_weight_wgmma;
+#[cfg(feature = "conv")]
 pub mod col2im;
+#[cfg(feature = "conv")]
 pub mod flip_weights;
+#[cfg(feature = "conv")]
 pub mod forward;
+#[cfg(feature = "matmul_sm90a")]
+pub mod forward_wgmma;
+#[cfg(feature = "conv")]
+pub mod shift_rows;
 
 use crate::matmul::gemm_f32::{simt_a_rows, simt_coords, simt_mainloop};
 use crate::matmul::gemm_tf32::{mma_k_step, Operand};

@@ -143,6 +143,65 @@ impl Schedule {
     }
 }
 
+/// What a `wgmma` launch multiplies: plain A and B matrices (`Matrices`), or a convolution's
+/// tensors walked tap by tap (`conv::forward_wgmma`, `conv::backward_weight_wgmma`), whose
+/// producer issues its own TMA copies and whose forward writes its own outputs.
+pub(crate) trait Operands: Copy {
+    /// The producer issues `load` instead of the matrices' copies.
+    const CONV: bool;
+    /// The consumers write through `store` instead of the GEMM's epilogue or split-K workspace.
+    const STORES: bool;
+    /// Tensor maps the producer reads (128 bytes apart from `maps`).
+    const MAPS: usize;
+    /// The producer's place in a unit's k-steps.
+    type Walk: Copy;
+    /// Where the unit of batch `batch` with its tile at `(m0, n0)` (`rows` tall) starts, at its
+    /// k-step `first_step`.
+    fn start(&self, batch: usize, first_step: usize, tile: (usize, usize, usize)) -> Self::Walk;
+    /// Issue the k-step at `walk`: A's piece into `dst.0`, B's into `dst.1` through the maps at
+    /// `maps`, both completing on `bar`; returns the next k-step's place.
+    ///
+    /// # Safety
+    /// As `tma_load_3d` for the `MAPS` maps at `maps`; the stage at `dst` is free.
+    unsafe fn load(&self, walk: Self::Walk, dst: (u32, u32), maps: *const u8, bar: u32) -> Self::Walk;
+    /// Write a consumer's finished sums: rows from `origin.0` of the tile at row `tile.0`
+    /// (`tile.1` tall), columns from `origin.1`, into `out.0` with `out.1` (a bias, or null).
+    ///
+    /// # Safety
+    /// `out` is as the operands' kernel documents.
+    unsafe fn store<const TILE: usize>(
+        &self,
+        acc: &WgmmaAcc,
+        out: (*mut f32, *const f32),
+        origin: (usize, usize),
+        tile: (usize, usize),
+    );
+}
+
+/// Plain A and B matrices, read and written by the GEMM's own code.
+#[derive(Clone, Copy)]
+pub(crate) struct Matrices;
+
+impl Operands for Matrices {
+    const CONV: bool = false;
+    const STORES: bool = false;
+    const MAPS: usize = 2;
+    type Walk = ();
+    #[inline(always)]
+    fn start(&self, _: usize, _: usize, _: (usize, usize, usize)) {}
+    #[inline(always)]
+    unsafe fn load(&self, _: (), _: (u32, u32), _: *const u8, _: u32) {}
+    #[inline(always)]
+    unsafe fn store<const TILE: usize>(
+        &self,
+        _: &WgmmaAcc,
+        _: (*mut f32, *const f32),
+        _: (usize, usize),
+        _: (usize, usize),
+    ) {
+    }
+}
+
 /// Layer z's k-steps: `(batch, first step, steps)` (split-K: layer z is (batch, slice); slice s
 /// runs k-steps [s·k_steps, (s+1)·k_steps)).
 #[inline(always)]
@@ -154,7 +213,7 @@ fn layer_steps(z: usize, all_steps: usize, k_steps: usize) -> (usize, usize, usi
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>(
+pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize, O: Operands>(
     maps: *const u8,
     (c, bias, out): (*const E::Elem, *const E::Elem, *mut E::Elem),
     (m, n, k): (usize, usize, usize),
@@ -163,6 +222,7 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
     (batched_a, batched_b): (u32, u32),
     (k_steps, ws): (usize, *mut f32),
     (layers, tma_store, cluster): (usize, bool, usize),
+    operands: O,
 ) {
     let (bm, bn) = tile(TILE);
     let t = thread_x();
@@ -203,6 +263,9 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
             // launch's maps had (the pool hands the block out again): see the module docs.
             tensormap_acquire(map_a);
             tensormap_acquire(map_b);
+            for extra in 2..O::MAPS {
+                tensormap_acquire(maps.add(128 * extra));
+            }
             // k-steps issued so far, over every tile of this block: stage and phase.
             let mut it = 0usize;
             let mut unit = first_unit;
@@ -210,6 +273,7 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
                 let (z, m0, n0) = sched.origin(unit);
                 let (batch, first_step, steps) = layer_steps(z, all_steps, k_steps);
                 let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
+                let mut walk = operands.start(batch, first_step, (m0, n0, bm));
                 for step in 0..steps {
                     let s = it % STAGES;
                     if it >= STAGES {
@@ -220,6 +284,11 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
                     mbarrier_arrive_expect_tx(full(s), ((bm + bn) * WGMMA_ROW_BYTES) as u32);
                     let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
                     let k0 = ((first_step + step) * bk) as i32;
+                    if O::CONV {
+                        walk = operands.load(walk, (a_dst, b_dst), maps, full(s));
+                        it += 1;
+                        continue;
+                    }
                     if TA {
                         for j in 0..bm / MN_BOX {
                             let at = ((m0 + j * MN_BOX) as i32, k0, za);
@@ -323,7 +392,9 @@ unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const TILE: usize>
             }
             let origin = (m0 + wg as usize * rows_wg, n0);
             let out_ctx = (alpha, beta, activation);
-            if !ws.is_null() {
+            if O::STORES {
+                operands.store::<TILE>(&acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm));
+            } else if !ws.is_null() {
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
                 let none = core::ptr::null::<E::Elem>();
@@ -387,7 +458,7 @@ const fn column_blocks(kind: usize) -> (usize, usize) {
 /// and (row, col + 1) of C, for the warpgroup's rows from `origin` (`m64` products below each
 /// other in the 256×128 tile).
 #[inline(always)]
-fn for_each_pair<const TILE: usize>(
+pub(crate) fn for_each_pair<const TILE: usize>(
     acc: &WgmmaAcc,
     origin: (usize, usize),
     mut f: impl FnMut(usize, usize, f32, f32),
@@ -566,9 +637,9 @@ macro_rules! wgmma_kernels {
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
             ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
-            gemm::<$e, $ta, $tb, $tile>(
+            gemm::<$e, $ta, $tb, $tile, Matrices>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
-                (k_steps, ws), (layers, tma_store != 0, cluster as usize),
+                (k_steps, ws), (layers, tma_store != 0, cluster as usize), Matrices,
             )
         }
     )*};

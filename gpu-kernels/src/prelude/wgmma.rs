@@ -101,6 +101,17 @@ pub unsafe fn tma_load_3d(dst: u32, map: *const u8, bar: u32, (c0, c1, c2): (i32
          options(nostack));
 }
 
+/// As [`tma_load_3d`], for a 4-D map (coordinates innermost first).
+///
+/// # Safety
+/// As [`tma_load_3d`].
+#[inline(always)]
+pub unsafe fn tma_load_4d(dst: u32, map: *const u8, bar: u32, (c0, c1, c2, c3): (i32, i32, i32, i32)) {
+    asm!("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{x}, {y}, {z}, {w}}}], [{b}];",
+         d = in(reg32) dst, m = in(reg64) map, b = in(reg32) bar, x = in(reg32) c0, y = in(reg32) c1, z = in(reg32) c2,
+         w = in(reg32) c3, options(nostack));
+}
+
 /// As [`tma_load_3d`], and the same bytes land at the same shared offsets `dst` of every block
 /// of the cluster named in `mask` (bit r: the block of rank r), each completing on its own
 /// `mbarrier` at offset `bar`.

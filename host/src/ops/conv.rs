@@ -14,17 +14,26 @@
 //! Each implicit GEMM takes the tile and the split of its reduction whose busiest SM has the
 //! least work (`conv_plan`); split partials are added in a fixed order, so every op here is
 //! deterministic.
+//! On Hopper under TF32, stride-1 convolutions run on the `wgmma` kernels instead
+//! (`WgmmaForward`: x transposed to NHWC and w to `[K, R·S, C]` first, C a multiple of 4, not the
+//! pointwise layers; `WgmmaWeight`: W and Q multiples of 4, split over the SMs; the data
+//! gradient through the flipped forward), each with its tile and split chosen the same way;
+//! `FERROCUDA_CONV_WGMMA=0` keeps them on the `mma.sync` kernels.
 use crate::kernels;
+use crate::ops::matmul::tensor_map_tiled;
 use crate::ops::matmul::Gemm;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::pool::DeviceBuffer;
 use crate::shapes::{
-    gemm_shared_bytes, gemm_threads, CONV_BIAS_BLOCK, CONV_COL2IM_BLOCK, CONV_MEDIUM_BLOCKS_PER_SM,
-    CONV_SPLIT_ALIGN, ELEMENTWISE_BLOCK, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL,
-    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, ACTIVATION_NONE, CONV_BIAS_BLOCK,
+    CONV_COL2IM_BLOCK, CONV_MEDIUM_BLOCKS_PER_SM, CONV_SPLIT_ALIGN, ELEMENTWISE_BLOCK, GEMM_REDUCE_THREADS,
+    GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
+    WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILES,
 };
 use crate::tensor::{Storage, Tensor};
+use crate::DType;
 use rayon::prelude::*;
 
 /// Stride, padding and dilation of a 2-D convolution, as `(height, width)`.
@@ -504,6 +513,9 @@ fn forward_cuda(
     w: &Tensor,
     bias: Option<&Tensor>,
 ) -> Result<Tensor> {
+    if let Some(plan) = WgmmaForward::plan(op, g, x)? {
+        return plan.run(op, x, w, bias);
+    }
     if g.pointwise() && x.context().allow_tf32() {
         let x_planes = x.reshape(&[g.n, g.c, g.h * g.w])?;
         let planes = Gemm::new(&w.reshape(&[g.k, g.c])?, &x_planes).run()?.reshape(&g.y_shape())?;
@@ -524,6 +536,412 @@ fn forward_cuda(
     }
     .run(&y)?;
     Ok(y)
+}
+
+/// The `wgmma` forward's tiles (pixels × channels, from `WGMMA_TILES`), kernels and cost weights:
+/// the 128×64 tile's `m64n64` products read more shared memory per flop.
+const WGMMA_FORWARD_TILES: [(usize, f64, Kernel<WgmmaForwardArgs>); 3] = [
+    (0, 1.0, kernels::conv2d_fwd_wgmma_tf32),
+    (1, 1.0, kernels::conv2d_fwd_wgmma_tf32_256x128),
+    (3, 1.2, kernels::conv2d_fwd_wgmma_tf32_128x64),
+];
+
+/// `conv2d_fwd_wgmma_tf32*(maps, bias, out, m, n, k, c_steps, taps_s, dilation_h, dilation_w,
+/// padding_h, padding_w, box_q_shift, box_p_shift, boxes_q, boxes_p, images, channels, rows,
+/// cols)`.
+type WgmmaForwardArgs = (
+    DevPtr<u8>,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+);
+
+/// Channels of one `wgmma` k-step (a 128-byte row of f32).
+const WGMMA_CHANNELS: usize = WGMMA_ROW_BYTES / 4;
+
+/// The TF32 forward on Hopper's `wgmma` (`gpu-kernels/src/conv/forward_wgmma.rs`): output pixels
+/// in boxes of `images × 2^box_shift.1 × 2^box_shift.0` (images × rows × columns), one box per
+/// tile row block, channels along the tile's columns.
+#[derive(Clone, Copy, Debug)]
+struct WgmmaForward {
+    geometry: Geometry,
+    /// Index in `WGMMA_FORWARD_TILES`.
+    tile: usize,
+    box_shift: (u32, u32),
+    images: usize,
+    /// Boxes along Q, P and the images.
+    boxes: (usize, usize, usize),
+    sms: usize,
+}
+
+impl WgmmaForward {
+    /// The plan for `g` on `x`'s device, if the `wgmma` forward takes it: TF32 allowed, the sm_90a
+    /// kernels loaded, stride 1, C a multiple of 4 (TMA reads NHWC rows of 16-byte multiples),
+    /// N and K within a grid's z extent (the layout transposes), and not turned off by
+    /// `FERROCUDA_CONV_WGMMA=0`.
+    fn plan(op: &'static str, g: &Geometry, x: &Tensor) -> Result<Option<Self>> {
+        if !wgmma_allowed(x) {
+            return Ok(None);
+        }
+        // Pointwise layers stay per-image GEMMs: the transpose of x costs more than the product
+        // (32×256×56×56 ⊛ 64×256×1×1: 70 µs of transposes, 55 µs of `wgmma`, against 99 µs).
+        let fits = g.params.stride == (1, 1)
+            && !g.pointwise()
+            && g.c % 4 == 0
+            && g.n.max(g.k) <= 65_535
+            && Tensor::transpose_fits(g.c);
+        let sms = x.context().stream(op)?.device.info.sm_count as usize;
+        Ok(fits.then(|| Self::for_sms(g, sms)))
+    }
+
+    /// The tile and pixel boxes whose busiest SM has the least work (tiles per SM, rounded up,
+    /// × the tile's area × its cost weight), on `sms` SMs.
+    fn for_sms(g: &Geometry, sms: usize) -> Self {
+        let mut best = (f64::INFINITY, None);
+        for (index, &(kind, weight, _)) in WGMMA_FORWARD_TILES.iter().enumerate() {
+            let (rows, cols) = WGMMA_TILES[kind];
+            let box_q = g.q.next_power_of_two().min(rows);
+            let box_p = g.p.next_power_of_two().min(rows / box_q);
+            let images = rows / (box_q * box_p);
+            let boxes = (g.q.div_ceil(box_q), g.p.div_ceil(box_p), g.n.div_ceil(images));
+            let tiles = boxes.0 * boxes.1 * boxes.2 * g.k.div_ceil(cols);
+            let cost = tiles.div_ceil(sms) as f64 * (rows * cols) as f64 * weight;
+            if cost < best.0 {
+                let box_shift = (box_q.trailing_zeros(), box_p.trailing_zeros());
+                best = (cost, Some(Self { geometry: *g, tile: index, box_shift, images, boxes, sms }));
+            }
+        }
+        best.1.expect("at least one tile")
+    }
+
+    /// The output tiles: pixel boxes × channel blocks.
+    fn units(&self) -> usize {
+        let cols = WGMMA_TILES[WGMMA_FORWARD_TILES[self.tile].0].1;
+        self.boxes.0 * self.boxes.1 * self.boxes.2 * self.geometry.k.div_ceil(cols)
+    }
+
+    /// x to NHWC, w to `[K, R·S, C]`, their tensor maps to the device, then the launch.
+    fn run(&self, op: &'static str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let g = &self.geometry;
+        let (kind, _, kernel) = WGMMA_FORWARD_TILES[self.tile];
+        let (rows, cols) = WGMMA_TILES[kind];
+        let x_nhwc = x.transpose_planes(op, (g.n, g.c, g.h * g.w))?;
+        let w_taps = w.transpose_planes(op, (g.k, g.c, g.r * g.s))?;
+        let (c, taps) = (g.c as u64, (g.r * g.s) as u64);
+        let row = c * 4;
+        let (box_q, box_p) = (1u32 << self.box_shift.0, 1u32 << self.box_shift.1);
+        let map_x = tensor_map_tiled(
+            DType::F32,
+            x_nhwc.device_ptr(),
+            &[c, g.w as u64, g.h as u64, g.n as u64],
+            &[row, row * g.w as u64, row * (g.w * g.h) as u64],
+            &[WGMMA_CHANNELS as u32, box_q, box_p, self.images as u32],
+        )?;
+        let map_w = tensor_map_tiled(
+            DType::F32,
+            w_taps.device_ptr(),
+            &[c, taps, g.k as u64],
+            &[row, row * taps],
+            &[WGMMA_CHANNELS as u32, 1, cols as u32],
+        )?;
+        let ctx = x.context();
+        let stream = ctx.stream(op)?;
+        let maps: Vec<u64> = [map_x, map_w].iter().flat_map(|map| map.opaque).collect();
+        let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
+        // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
+        // padding); the launch below is ordered after the copy on this stream.
+        unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+        let y = Tensor::uninit(ctx, &g.y_shape(), op)?;
+        let units = self.units();
+        let cfg = LaunchConfig {
+            grid: (units.min(self.sms) as u32, 1, 1),
+            block: (WGMMA_THREADS as u32, 1, 1),
+            shared_bytes: WGMMA_SHARED_BYTES as u32,
+        };
+        let c_steps = g.c.div_ceil(WGMMA_CHANNELS);
+        let Conv2dParams { dilation, padding, .. } = g.params;
+        let u = |v: usize| v as u32;
+        let args = (
+            maps_dev.dev_ptr(),
+            Tensor::ptr_or_null(bias),
+            y.ptr_mut(),
+            units / g.k.div_ceil(cols) * rows,
+            g.k,
+            g.r * g.s * c_steps * WGMMA_CHANNELS,
+            u(c_steps),
+            u(g.s),
+            u(dilation.0),
+            u(dilation.1),
+            u(padding.0),
+            u(padding.1),
+            self.box_shift.0,
+            self.box_shift.1,
+            u(self.boxes.0),
+            u(self.boxes.1),
+            u(g.n),
+            u(g.k),
+            u(g.p),
+            u(g.q),
+        );
+        // SAFETY: `conv2d_fwd_wgmma_tf32*` as documented in its file: `maps` holds the tensor maps
+        // of the live NHWC copy of x and of w as [K, R·S, C], both fresh buffers of this stream
+        // with the dims, 16-byte-multiple strides (C % 4 == 0) and boxes the kernel's tile reads
+        // (32 channels × the pixel box of `rows` pixels; 32 channels × 1 tap × `cols` channels);
+        // m is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32; `bias` is null or K floats (checked
+        // by `conv2d`) and `y` the fresh [N, K, P, Q] output, on this stream; `Geometry::check`
+        // bounded every extent below 2^31, so the kernel's 32-bit coordinates hold; block, grid
+        // (at most one block an SM, no clusters) and dynamic shared memory are the kernel's.
+        // `maps_dev`, `x_nhwc` and `w_taps` return to the stream-ordered pool after this call,
+        // so no later work reuses them before the kernel ends; pool blocks are 256-byte aligned,
+        // so both maps are 64-byte aligned, and the kernel fences the tensor-map proxy before
+        // its first TMA copy.
+        unsafe { kernel.launch(stream, cfg, args)? };
+        Ok(y)
+    }
+}
+
+/// The `wgmma` weight gradient's tiles (output channels × input channels, from `WGMMA_TILES`),
+/// kernels and cost weights (as `WGMMA_FORWARD_TILES`).
+const WGMMA_WEIGHT_TILES: [(usize, f64, Kernel<WgmmaWeightArgs>); 3] = [
+    (0, 1.0, kernels::conv2d_bwd_weight_wgmma_tf32),
+    (1, 1.0, kernels::conv2d_bwd_weight_wgmma_tf32_256x128),
+    (3, 1.2, kernels::conv2d_bwd_weight_wgmma_tf32_128x64),
+];
+
+/// `conv2d_bwd_weight_wgmma_tf32*(maps, out, ws, m, n, k, k_steps, layers, q_steps, rows, taps_s,
+/// dilation_h, dilation_w, padding_h, padding_w)`.
+type WgmmaWeightArgs = (
+    DevPtr<u8>,
+    DevPtrMut<f32>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+);
+
+/// The fewest k-steps a slice of the weight gradient's reduction takes.
+const WGMMA_WEIGHT_MIN_SLICE: usize = 16;
+
+/// Whether the `wgmma` convolutions may run (`FERROCUDA_CONV_WGMMA=0` turns them off, for
+/// measuring the difference) on `x`'s context: TF32 allowed and the sm_90a kernels loaded.
+fn wgmma_allowed(x: &Tensor) -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let enabled = *ENABLED.get_or_init(|| std::env::var("FERROCUDA_CONV_WGMMA").map_or(true, |v| v != "0"));
+    enabled && x.context().allow_tf32() && x.context().uses_sm90a_kernels()
+}
+
+/// The TF32 weight gradient on Hopper's `wgmma` (`gpu-kernels/src/conv/backward_weight_wgmma.rs`):
+/// one GEMM a tap over the output pixels, each split into `slices` parts of `k_steps` k-steps.
+#[derive(Clone, Copy, Debug)]
+struct WgmmaWeight {
+    geometry: Geometry,
+    /// Index in `WGMMA_WEIGHT_TILES`.
+    tile: usize,
+    slices: usize,
+    k_steps: usize,
+    sms: usize,
+}
+
+impl WgmmaWeight {
+    /// The plan for `g` on `x`'s device, if the `wgmma` weight gradient takes it: as
+    /// `wgmma_allowed`, stride 1, and rows of x and dy of 16-byte multiples (W, Q multiples of 4).
+    fn plan(op: &'static str, g: &Geometry, x: &Tensor) -> Result<Option<Self>> {
+        if !wgmma_allowed(x) {
+            return Ok(None);
+        }
+        let fits = g.params.stride == (1, 1)
+            && g.w % 4 == 0
+            && g.q % 4 == 0
+            && g.r * g.s <= 65_535
+            && Tensor::transpose_fits(g.r * g.s);
+        let sms = x.context().stream(op)?.device.info.sm_count as usize;
+        Ok(fits.then(|| Self::for_sms(g, sms)))
+    }
+
+    /// k-steps of one tap's reduction: images × output rows × 32-column pieces.
+    fn steps(g: &Geometry) -> usize {
+        g.n * g.p * g.q.div_ceil(WGMMA_CHANNELS)
+    }
+
+    /// The tile and split whose busiest SM has the least work: each tile's output tiles
+    /// (× taps) split into as many slices as fill the SMs once, at least `WGMMA_WEIGHT_MIN_SLICE`
+    /// k-steps each; work = units per SM (rounded up) × k-steps per slice × the tile's area × its
+    /// weight.
+    fn for_sms(g: &Geometry, sms: usize) -> Self {
+        let steps = Self::steps(g);
+        let mut best = (f64::INFINITY, None);
+        for (index, &(kind, weight, _)) in WGMMA_WEIGHT_TILES.iter().enumerate() {
+            let (rows, cols) = WGMMA_TILES[kind];
+            let tiles = g.k.div_ceil(rows) * g.c.div_ceil(cols) * g.r * g.s;
+            let wanted = (sms / tiles).min(steps / WGMMA_WEIGHT_MIN_SLICE).max(1);
+            let k_steps = steps.div_ceil(wanted);
+            let slices = steps.div_ceil(k_steps);
+            let cost = (tiles * slices).div_ceil(sms) as f64 * k_steps as f64 * (rows * cols) as f64 * weight;
+            if cost < best.0 {
+                best = (cost, Some(Self { geometry: *g, tile: index, slices, k_steps, sms }));
+            }
+        }
+        best.1.expect("at least one tile")
+    }
+
+    /// dy's and x's tensor maps to the device, the launch, the slices added in order, and the
+    /// `[R·S, K·C]` sums transposed to `[K, C, R, S]`.
+    fn run(&self, op: &'static str, x: &Tensor, dy: &Tensor) -> Result<Tensor> {
+        let g = &self.geometry;
+        let (kind, _, kernel) = WGMMA_WEIGHT_TILES[self.tile];
+        let (rows, cols) = WGMMA_TILES[kind];
+        let taps = g.r * g.s;
+        // A 4-D map of NCHW rows `pitch` floats apart (`width` of them the tensor's), boxes of 32
+        // columns of one row of `tile` channels.
+        let map = |ptr: u64, (width, pitch, height, channels): (usize, usize, usize, usize), tile: usize| {
+            let row = pitch as u64 * 4;
+            let plane = row * height as u64;
+            tensor_map_tiled(
+                DType::F32,
+                ptr,
+                &[width as u64, height as u64, channels as u64, g.n as u64],
+                &[row, plane, plane * channels as u64],
+                &[WGMMA_CHANNELS as u32, 1, tile as u32, 1],
+            )
+        };
+        let map_dy = map(dy.device_ptr(), (g.q, g.q, g.p, g.k), rows)?;
+        let ctx = x.context();
+        let stream = ctx.stream(op)?;
+        // x's map for the taps whose column shift is a multiple of 4; shifted copies for the
+        // others (see `conv2d_shift_rows_f32`), each read through its own map.
+        let mut maps_x = [map(x.device_ptr(), (g.w, g.w, g.h, g.c), cols)?; 4];
+        let (dilation, padding) = (g.params.dilation.1 as isize, g.params.padding.1 as isize);
+        let shifts =
+            (0..g.s as isize).fold(0u32, |set, s| set | 1 << (s * dilation - padding).rem_euclid(4)) & !1;
+        let (pitch, x_rows) = (g.w + 4, g.n * g.c * g.h);
+        let copies = Tensor::uninit(ctx, &[shifts.count_ones() as usize, x_rows, pitch], op)?;
+        if shifts != 0 {
+            let cfg =
+                LaunchConfig::grid_stride(&stream.device.info, x_rows * pitch / 4, ELEMENTWISE_BLOCK, 1);
+            // SAFETY: `conv2d_shift_rows_f32(x, out, rows, width, pitch, shifts)`: `x` holds
+            // N·C·H rows of W floats (checked by `conv2d_backward_weight`), `copies` is a fresh
+            // buffer of one copy per shift of the set, each as many rows of `pitch` (a multiple
+            // of 4) floats, both on this stream.
+            unsafe {
+                kernels::conv2d_shift_rows_f32.launch(
+                    stream,
+                    cfg,
+                    (x.ptr(), copies.ptr_mut(), x_rows, g.w, pitch, shifts),
+                )?
+            };
+        }
+        let mut copy = copies.device_ptr();
+        for (shift, map_x) in maps_x.iter_mut().enumerate().skip(1) {
+            if shifts & 1 << shift != 0 {
+                *map_x = map(copy, (pitch, pitch, g.h, g.c), cols)?;
+                copy += (x_rows * pitch * 4) as u64;
+            }
+        }
+        let maps: Vec<u64> = [map_dy].iter().chain(&maps_x).flat_map(|map| map.opaque).collect();
+        let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
+        // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
+        // padding); the launch below is ordered after the copy on this stream.
+        unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+        let sums = Tensor::uninit(ctx, &[taps, g.k, g.c], op)?;
+        let layers = taps * self.slices;
+        let ws = if self.slices > 1 {
+            Some(stream.device.pool.alloc(stream, layers * g.k * g.c * 4, op)?)
+        } else {
+            None
+        };
+        let units = g.k.div_ceil(rows) * g.c.div_ceil(cols) * layers;
+        let cfg = LaunchConfig {
+            grid: (units.min(self.sms) as u32, 1, 1),
+            block: (WGMMA_THREADS as u32, 1, 1),
+            shared_bytes: WGMMA_SHARED_BYTES as u32,
+        };
+        let Conv2dParams { dilation, padding, .. } = g.params;
+        let u = |v: usize| v as u32;
+        let args = (
+            maps_dev.dev_ptr(),
+            sums.ptr_mut(),
+            ws.as_ref().map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut),
+            g.k,
+            g.c,
+            Self::steps(g) * WGMMA_CHANNELS,
+            self.k_steps,
+            layers,
+            u(g.q.div_ceil(WGMMA_CHANNELS)),
+            u(g.p),
+            u(g.s),
+            u(dilation.0),
+            u(dilation.1),
+            u(padding.0),
+            u(padding.1),
+        );
+        // SAFETY: `conv2d_bwd_weight_wgmma_tf32*` as documented in its file: `maps` holds the
+        // tensor maps of the live dy [N, K, P, Q], x [N, C, H, W] (shapes `conv2d_backward_weight`
+        // checked) and x's shifted copies (fresh, written above on this stream; x's map where no
+        // tap needs one), with 16-byte-multiple strides (Q, W multiples of 4) and the boxes of the
+        // kernel's tile (32 columns × 1 row × the tile's K or C × 1 image); m = K, n = C, k = the
+        // k-steps × 32, `k_steps` per slice and layers = taps × slices; `ws` is null (one slice:
+        // `sums` gets [R·S, K, C]) or a fresh buffer of layers·K·C floats, `sums` a fresh
+        // [R·S, K, C] buffer, all on this stream; `Geometry::check` bounded every extent below
+        // 2^31, so the kernel's 32-bit coordinates hold; block, grid (at most one block an SM, no
+        // clusters) and dynamic shared memory are the kernel's. `maps_dev`, `copies` and `ws`
+        // return to the stream-ordered pool after the launches here, so no later work reuses them
+        // before the kernels end; pool blocks are 256-byte aligned, so every map is 64-byte
+        // aligned, and the kernel fences the tensor-map proxy on each before its first TMA copy.
+        unsafe { kernel.launch(stream, cfg, args)? };
+        if let Some(ws) = &ws {
+            let outputs = g.k * g.c;
+            let per_thread = gemm_reduce_per_thread(outputs, sums.device_ptr(), 4);
+            let cfg = LaunchConfig {
+                grid: (outputs.div_ceil(per_thread * GEMM_REDUCE_THREADS) as u32, 1, taps as u32),
+                block: (GEMM_REDUCE_THREADS as u32, 1, 1),
+                shared_bytes: 0,
+            };
+            let args = (
+                ws.dev_ptr(),
+                DevPtr::null(),
+                DevPtr::null(),
+                sums.ptr_mut(),
+                g.k,
+                g.c,
+                self.slices,
+                0,
+                1.0f32,
+                0.0f32,
+                ACTIVATION_NONE,
+            );
+            // SAFETY: `gemm_reduce_f32(ws, c, bias, out, m, n, slices, stride_c, alpha, beta,
+            // activation)` over `taps` grid layers: `ws` holds taps·slices·K·C floats written by
+            // the launch above on this stream, `sums` taps·K·C; no C, no bias; one thread per
+            // `per_thread` outputs of each layer (K·C < 2^31: `Geometry::check`).
+            unsafe { kernels::gemm_reduce_f32.launch(stream, cfg, args)? };
+        }
+        sums.transpose_planes(op, (1, taps, g.k * g.c))?.reshape(&g.w_shape())
+    }
 }
 
 /// The gradient of [`conv2d`] with respect to x: dy `[N, K, P, Q]`, w `[K, C, R, S]` →
@@ -624,6 +1042,9 @@ pub fn conv2d_backward_weight(x: &Tensor, dy: &Tensor, w_shape: &[usize], p: Con
             cpu_backward_weight(&g, &x.to_vec()?, &dy.to_vec()?),
         )),
         Storage::Cuda(_) => {
+            if let Some(plan) = WgmmaWeight::plan(OP, &g, x)? {
+                return plan.run(OP, x, dy);
+            }
             let dw = Tensor::uninit(x.context(), &g.w_shape(), OP)?;
             let mnk = (g.c * g.r * g.s, g.k, g.n * g.p * g.q);
             ImplicitGemm { op: OP, kernels: BACKWARD_WEIGHT, a: x, b: dy, g, mnk, bias: None }.run(&dw)?;
@@ -774,7 +1195,11 @@ fn cpu_backward_weight(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{conv_plan, Conv2dParams, ConvPlan, Geometry};
+    use super::{
+        conv_plan, Conv2dParams, ConvPlan, Geometry, WgmmaForward, WgmmaWeight, WGMMA_FORWARD_TILES,
+        WGMMA_WEIGHT_TILES,
+    };
+    use crate::shapes::WGMMA_TILES;
 
     /// Plans on an H100 (132 SMs), as (kernel, splits); (M, N, K) of the benchmarks' shapes.
     #[test]
@@ -852,6 +1277,38 @@ mod tests {
         assert!(!g([2, 3, 9, 9], [4, 3, 3, 3], p.stride(2).padding(1)).flips_to_forward());
         assert!(!g([2, 3, 9, 9], [4, 3, 3, 3], p.padding(3)).flips_to_forward());
         assert!(!g([2, 3, 9, 9], [4, 3, 1, 3], p.padding(1)).flips_to_forward());
+    }
+
+    /// The `wgmma` plans on an H100 (132 SMs) for the benchmarks' stride-1 layers: the forward's
+    /// tile (pixels × channels) and pixel box (columns, rows, images); the weight gradient's
+    /// tile (K × C) and slices.
+    #[test]
+    fn wgmma_plans_by_busiest_sm() {
+        let p = Conv2dParams::new().padding(1);
+        let g = |x: [usize; 4], w: [usize; 4]| Geometry::check("test", &x, &w, p).unwrap();
+        let forward = |x, w| {
+            let plan = WgmmaForward::for_sms(&g(x, w), 132);
+            let tile = WGMMA_TILES[WGMMA_FORWARD_TILES[plan.tile].0];
+            (tile, (1 << plan.box_shift.0, 1 << plan.box_shift.1, plan.images), plan.units())
+        };
+        // The seed layer: 256 pixels (two rows of 128) × 128 channels, 2048 tiles.
+        assert_eq!(forward([32, 64, 128, 128], [128, 64, 3, 3]), ((256, 128), (128, 2, 1), 2048));
+        // 28×28: boxes of 8 rows of 32 columns (28 used), 128 tiles, one wave.
+        assert_eq!(forward([32, 128, 28, 28], [128, 128, 3, 3]), ((256, 128), (32, 8, 1), 128));
+        // 64 channels: the 128×64 tile; 56 columns in boxes of 64.
+        assert_eq!(forward([32, 64, 56, 56], [64, 64, 3, 3]), ((128, 64), (64, 2, 1), 896));
+        // 7×7 with 512 channels: two images a box; 128 narrow tiles fill the SMs where 128×256
+        // would leave 100 of them idle.
+        assert_eq!(forward([32, 512, 7, 7], [512, 512, 3, 3]), ((128, 64), (8, 8, 2), 128));
+        let weight = |x, w| {
+            let plan = WgmmaWeight::for_sms(&g(x, w), 132);
+            (WGMMA_TILES[WGMMA_WEIGHT_TILES[plan.tile].0], plan.slices, plan.k_steps)
+        };
+        // 9 taps of one 128×64 tile each, 14 slices of 32·128·4 = 16384 k-steps: 126 units.
+        assert_eq!(weight([32, 64, 128, 128], [128, 64, 3, 3]), ((128, 64), 14, 1171));
+        assert_eq!(weight([32, 64, 56, 56], [64, 64, 3, 3]), ((128, 64), 14, 256));
+        // Few k-steps: slices of at least 16.
+        assert_eq!(weight([1, 8, 8, 8], [8, 8, 3, 3]), ((128, 64), 1, 8));
     }
 
     fn col2im_wins(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> bool {

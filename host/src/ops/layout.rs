@@ -136,34 +136,48 @@ impl Tensor {
                 }
                 Ok(Tensor::from_cpu(self.context(), &[cols, rows], out))
             }
-            Storage::Cuda(_) => {
-                let out = Tensor::uninit(self.context(), &[cols, rows], OP)?;
-                if out.is_empty() {
-                    return Ok(out);
-                }
-                let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
-                if !Self::transpose_fits(rows) || grid_x > i32::MAX as usize {
-                    return Err(Error::InvalidArgument {
-                        op: OP,
-                        shape: self.shape().to_vec(),
-                        reason: format!("at most {} rows", 65_535 * TRANSPOSE_TILE),
-                    });
-                }
-                let cfg = LaunchConfig {
-                    grid: (grid_x as u32, grid_y as u32, 1),
-                    block: (TRANSPOSE_BLOCK as u32, 1, 1),
-                    shared_bytes: (TRANSPOSE_TILE_WORDS * 4) as u32,
-                };
-                let stream = self.context().stream(OP)?;
-                // SAFETY: `transpose_f32(x, rows, cols, out)`: `x` and `out` hold rows·cols
-                // floats; TRANSPOSE_BLOCK threads, a grid of tiles covering the matrix, and
-                // TRANSPOSE_TILE_WORDS floats of dynamic shared memory, as the kernel asks.
-                unsafe {
-                    kernels::transpose_f32.launch(stream, cfg, (self.ptr(), rows, cols, out.ptr_mut()))?
-                };
-                Ok(out)
-            }
+            Storage::Cuda(_) => self.transpose_planes(OP, (1, rows, cols))?.reshape(&[cols, rows]),
         }
+    }
+
+    /// The transposes of `batch` row-major `[rows, cols]` matrices laid end to end (this CUDA
+    /// tensor's `batch·rows·cols` values): `[batch, cols, rows]`.
+    pub(crate) fn transpose_planes(
+        &self,
+        op: &'static str,
+        (batch, rows, cols): (usize, usize, usize),
+    ) -> Result<Tensor> {
+        let out = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
+        if self.len() != batch * rows * cols {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: vec![batch, rows, cols],
+            });
+        }
+        if !Self::transpose_fits(rows) || grid_x > i32::MAX as usize || batch > 65_535 {
+            return Err(Error::InvalidArgument {
+                op,
+                shape: vec![batch, rows, cols],
+                reason: format!("at most {} rows and 65535 matrices", 65_535 * TRANSPOSE_TILE),
+            });
+        }
+        let cfg = LaunchConfig {
+            grid: (grid_x as u32, grid_y as u32, batch as u32),
+            block: (TRANSPOSE_BLOCK as u32, 1, 1),
+            shared_bytes: (TRANSPOSE_TILE_WORDS * 4) as u32,
+        };
+        let stream = self.context().stream(op)?;
+        // SAFETY: `transpose_f32(x, rows, cols, out)` over `batch` grid layers: `x` (this tensor)
+        // and `out` hold batch·rows·cols floats; TRANSPOSE_BLOCK threads, a grid of tiles covering
+        // each matrix, and TRANSPOSE_TILE_WORDS floats of dynamic shared memory, as the kernel
+        // asks.
+        unsafe { kernels::transpose_f32.launch(stream, cfg, (self.ptr(), rows, cols, out.ptr_mut()))? };
+        Ok(out)
     }
 }
 

@@ -1333,24 +1333,45 @@ fn tensor_map_pitched(
     (pitch, batch_stride): (usize, usize),
     boxed: (usize, usize),
 ) -> Result<sys::CUtensorMap> {
+    let (batch, batch_stride) = if batch_stride == 0 { (1, rows * pitch) } else { (batch, batch_stride) };
+    let size = dtype.size_bytes() as u64;
+    tensor_map_tiled(
+        dtype,
+        ptr,
+        &[inner as u64, rows as u64, batch as u64],
+        &[pitch as u64 * size, batch_stride as u64 * size],
+        &[boxed.0 as u32, boxed.1 as u32, 1],
+    )
+}
+
+/// A tiled TMA tensor map of rank `dims.len()` (at most 5): `dims` innermost first, `strides` in
+/// bytes between consecutive entries of each outer dimension (16-byte multiples), boxes of
+/// `box_dims`, 128-byte swizzle, zero fill outside the tensor.
+pub(crate) fn tensor_map_tiled(
+    dtype: DType,
+    ptr: u64,
+    dims: &[u64],
+    strides: &[u64],
+    box_dims: &[u32],
+) -> Result<sys::CUtensorMap> {
     let data_type = match dtype {
         DType::F32 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         _ => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
     };
-    let (batch, batch_stride) = if batch_stride == 0 { (1, rows * pitch) } else { (batch, batch_stride) };
-    let dims = [inner as u64, rows as u64, batch as u64];
-    let size = dtype.size_bytes() as u64;
-    let strides = [pitch as u64 * size, batch_stride as u64 * size];
-    let box_dims = [boxed.0 as u32, boxed.1 as u32, 1];
-    let element_strides = [1u32; 3];
+    assert!(
+        dims.len() <= 5 && strides.len() + 1 == dims.len() && box_dims.len() == dims.len(),
+        "a tensor map's rank"
+    );
+    let element_strides = [1u32; 5];
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    // SAFETY: every array has the rank's length (strides one less); `map` is written by the call.
+    // SAFETY: `dims`, `box_dims` and `element_strides` hold the rank's entries (checked above),
+    // `strides` one less; `map` is written by the call.
     unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
             data_type,
-            3,
+            dims.len() as u32,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
             strides.as_ptr(),
