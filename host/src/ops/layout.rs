@@ -147,11 +147,6 @@ impl Tensor {
         op: &'static str,
         (batch, rows, cols): (usize, usize, usize),
     ) -> Result<Tensor> {
-        let out = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
-        if out.is_empty() {
-            return Ok(out);
-        }
-        let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
         if self.len() != batch * rows * cols {
             return Err(Error::ShapeMismatch {
                 op,
@@ -159,6 +154,11 @@ impl Tensor {
                 rhs: vec![batch, rows, cols],
             });
         }
+        let out = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
         if !Self::transpose_fits(rows) || grid_x > i32::MAX as usize || batch > 65_535 {
             return Err(Error::InvalidArgument {
                 op,
