@@ -45,8 +45,12 @@ kernel_table! {
             );
         }
         conv::forward_wgmma {
-            [conv2d_fwd_wgmma_tf32, conv2d_fwd_wgmma_tf32_256x128, conv2d_fwd_wgmma_tf32_128x64](
+            [
+                conv2d_fwd_wgmma_tf32, conv2d_fwd_wgmma_tf32_256x128, conv2d_fwd_wgmma_tf32_128x64,
+                conv2d_fwd_wgmma_f32x3, conv2d_fwd_wgmma_f32x3_256x128, conv2d_fwd_wgmma_f32x3_128x64
+            ](
                 maps: *const u8, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
+                k_steps: usize, slices: usize,
                 c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
                 padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32,
                 images: u32, channels: u32, rows: u32, cols: u32
@@ -576,6 +580,7 @@ kernel_table! {
         }
         layout::transpose {
             [transpose_f32](x: *const f32, rows: usize, cols: usize, out: *mut f32);
+            [transpose_split_f32](x: *const f32, rows: usize, cols: usize, hi: *mut f32, lo: *mut f32);
         }
     }
     module random("random", portable) {

@@ -62,6 +62,7 @@ impl Operands for WeightTaps {
     const STORES: bool = false;
     /// dy's, then x's and its three shifted copies' (see the module documentation).
     const MAPS: usize = 5;
+    const SPLIT: bool = false;
     type Walk = WeightWalk;
 
     #[inline(always)]
@@ -111,7 +112,7 @@ impl Operands for WeightTaps {
         _: &WgmmaAcc,
         _: (*mut f32, *const f32),
         _: (usize, usize),
-        _: (usize, usize),
+        _: (usize, usize, usize),
     ) {
     }
 }

@@ -17,23 +17,35 @@
 //! must be 16-byte multiples for TMA) and pixel count work at stride 1. Pixels of a box past the
 //! output's P × Q are computed from real inputs and dropped at the store.
 //!
-//! Floor: 2·N·K·P·Q·C·R·S flops at the H100's ~495 TFLOP/s dense TF32; boxes that overhang the
+//! f32 (`_f32x3`) runs as 3xTF32: the host splits x and w into their TF32 roundings and the
+//! remainders (`transpose_split_f32`), and each k-step multiplies x_lo·w + x·w_lo + x·w (the
+//! remainders' own product, below 2^-22 of the terms', dropped): f32 accuracy at three TF32
+//! products' cost, in half the pipeline stages.
+//!
+//! Floor: 2·N·K·P·Q·C·R·S flops at the H100's ~495 TFLOP/s dense TF32 (three times that for
+//! f32); boxes that overhang the
 //! output (Q = 56 in boxes of 64: 12.5%) spend their share of it for nothing.
 //!
 //! Epilogue: straight from registers, `out[n, k, p, q] = acc + bias[k]` (bias may be null): a
 //! warp's store covers 8 consecutive pixels of 4 channels, four 32-byte runs.
+//! The reduction may be split into `slices` parts of `k_steps` k-steps (layers of the GEMM):
+//! 3xTF32 sums of more than 576 products lose f32 accuracy in the tensor cores' accumulation
+//! (measured 1.4e-5 relative at 2304), so the host gives each part at most 576 and adds the
+//! parts' raw outputs in f32 (`conv2d_split_sum_f32`).
 //! Launch: as the `wgmma` GEMM (block `WGMMA_THREADS`, dynamic shared memory
 //! `WGMMA_SHARED_BYTES`, a persistent grid of at most one block an SM, no clusters); `maps` holds
 //! A's and B's tensor maps; m = boxes × tile rows, n = K, k = R·S·⌈C/32⌉·32.
 use crate::matmul::gemm_wgmma::{for_each_pair, gemm, Operands};
 use crate::prelude::*;
+use crate::shapes::WGMMA_STAGE_BYTES as STAGE_BYTES;
 
 /// Channels per k-step: one 128-byte row of f32.
 pub const CHANNELS: u32 = 32;
 
-/// A forward convolution as the `wgmma` pipeline's operands (see the module documentation).
+/// A forward convolution as the `wgmma` pipeline's operands (see the module documentation);
+/// `SPLIT`: 3xTF32 (f32), with the low parts' maps after x's and w's.
 #[derive(Clone, Copy)]
-pub struct ForwardTaps {
+pub struct ForwardTaps<const SPLIT: bool> {
     /// k-steps per tap (⌈C / 32⌉) and taps per filter row (S).
     c_steps: u32,
     taps_s: u32,
@@ -45,6 +57,9 @@ pub struct ForwardTaps {
     boxes: (u32, u32),
     /// The output: images N, channels K, rows P, columns Q.
     out: (u32, u32, u32, u32),
+    /// Parts of the reduction (layers): with more than one, layer z writes its raw sums to
+    /// `out[z]` (N·K·P·Q floats each), and the host adds them and the bias.
+    slices: u32,
 }
 
 /// Where the producer stands in a tile's k-steps: the tile's first pixel (n, p, q) and output
@@ -58,7 +73,7 @@ pub struct ForwardWalk {
     c_step: u32,
 }
 
-impl ForwardTaps {
+impl<const SPLIT: bool> ForwardTaps<SPLIT> {
     /// The first output pixel (n, p, q) of box `tile` of a tile of `rows` pixels.
     #[inline(always)]
     fn pixel_origin(&self, tile: u32, rows: u32) -> (u32, u32, u32) {
@@ -70,16 +85,20 @@ impl ForwardTaps {
     }
 }
 
-impl Operands for ForwardTaps {
+impl<const SPLIT: bool> Operands for ForwardTaps<SPLIT> {
     const CONV: bool = true;
     const STORES: bool = true;
-    const MAPS: usize = 2;
+    const MAPS: usize = if SPLIT { 4 } else { 2 };
+    const SPLIT: bool = SPLIT;
     type Walk = ForwardWalk;
 
+    /// The tile's pixels and channels, at the tap and channels of k-step `first_step`.
     #[inline(always)]
-    fn start(&self, _: usize, _: usize, (m0, n0, rows): (usize, usize, usize)) -> ForwardWalk {
+    fn start(&self, _: usize, first_step: usize, (m0, n0, rows): (usize, usize, usize)) -> ForwardWalk {
         let pixel = self.pixel_origin((m0 / rows) as u32, rows as u32);
-        ForwardWalk { pixel, k0: n0 as u32, r: 0, s: 0, c_step: 0 }
+        let first = first_step as u32;
+        let (tap, c_step) = (first / self.c_steps, first % self.c_steps);
+        ForwardWalk { pixel, k0: n0 as u32, r: tap / self.taps_s, s: tap % self.taps_s, c_step }
     }
 
     /// A's box of x at the tap's offset from the tile's pixels; B's box of w at the tap; then
@@ -91,8 +110,14 @@ impl Operands for ForwardTaps {
         let c0 = (w.c_step * CHANNELS) as i32;
         let q = (q0 + w.s * self.dilation.1) as i32 - self.padding.1 as i32;
         let p = (p0 + w.r * self.dilation.0) as i32 - self.padding.0 as i32;
+        let tap = (w.r * self.taps_s + w.s) as i32;
         tma_load_4d(dst.0, map_a, bar, (c0, q, p, n0 as i32));
-        tma_load_3d(dst.1, map_b, bar, (c0, (w.r * self.taps_s + w.s) as i32, w.k0 as i32));
+        tma_load_3d(dst.1, map_b, bar, (c0, tap, w.k0 as i32));
+        if SPLIT {
+            let lo = STAGE_BYTES as u32;
+            tma_load_4d(dst.0 + lo, maps.add(256), bar, (c0, q, p, n0 as i32));
+            tma_load_3d(dst.1 + lo, maps.add(384), bar, (c0, tap, w.k0 as i32));
+        }
         let mut next = w;
         next.c_step += 1;
         if next.c_step == self.c_steps {
@@ -106,19 +131,25 @@ impl Operands for ForwardTaps {
         next
     }
 
-    /// `out[n, k, p, q] = acc + bias[k]` for the pixels inside the output.
+    /// `out[n, k, p, q] = acc + bias[k]` for the pixels inside the output (with slices, layer
+    /// z's raw sums into `out[z]`).
     #[inline(always)]
     unsafe fn store<const TILE: usize>(
         &self,
         acc: &WgmmaAcc,
         (out, bias): (*mut f32, *const f32),
         origin: (usize, usize),
-        (m0, rows): (usize, usize),
+        (m0, rows, layer): (usize, usize, usize),
     ) {
         let (n0, p0, q0) = self.pixel_origin((m0 / rows) as u32, rows as u32);
         let (qs, ps) = self.box_shift;
         let (images, channels, height, width) = self.out;
         let plane = (height * width) as usize;
+        let (out, bias) = if self.slices > 1 {
+            (out.add(layer * images as usize * channels as usize * plane), core::ptr::null())
+        } else {
+            (out, bias)
+        };
         for_each_pair::<TILE>(acc, origin, |row, col, a0, a1| {
             let i = (row - m0) as u32;
             let (n, p, q) =
@@ -138,17 +169,19 @@ impl Operands for ForwardTaps {
 }
 
 macro_rules! conv_wgmma_kernels {
-    ($($name:ident: $tile:literal;)*) => {$(
-        /// TF32 convolution forward at stride 1 on `wgmma` (see the module documentation): `maps`
-        /// holds x's NHWC map and w's `[K, R·S, C]` map; `bias` may be null.
+    ($($name:ident: $tile:literal, $split:literal;)*) => {$(
+        /// Convolution forward at stride 1 on `wgmma`, TF32 or 3xTF32 (see the module
+        /// documentation): `maps` holds x's NHWC map and w's `[K, R·S, C]` map (for 3xTF32, those
+        /// of x's and w's rounded TF32 values, then of their low parts); `bias` may be null.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             maps: *const u8, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
+            k_steps: usize, slices: usize,
             c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
             padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32,
             images: u32, channels: u32, rows: u32, cols: u32,
         ) {
-            let taps = ForwardTaps {
+            let taps = ForwardTaps::<$split> {
                 c_steps,
                 taps_s,
                 dilation: (dilation_h, dilation_w),
@@ -156,18 +189,22 @@ macro_rules! conv_wgmma_kernels {
                 box_shift: (box_q_shift, box_p_shift),
                 boxes: (boxes_q, boxes_p),
                 out: (images, channels, rows, cols),
+                slices: slices as u32,
             };
             let none = core::ptr::null::<f32>();
-            gemm::<Tf32, false, true, $tile, ForwardTaps>(
+            gemm::<Tf32, false, true, $tile, ForwardTaps<$split>>(
                 maps, (none, bias, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0),
-                (k.div_ceil(CHANNELS as usize), core::ptr::null_mut()), (1, false, 1), taps,
+                (k_steps, core::ptr::null_mut()), (slices, false, 1), taps,
             )
         }
     )*};
 }
 
 conv_wgmma_kernels! {
-    conv2d_fwd_wgmma_tf32: 0;
-    conv2d_fwd_wgmma_tf32_256x128: 1;
-    conv2d_fwd_wgmma_tf32_128x64: 3;
+    conv2d_fwd_wgmma_tf32: 0, false;
+    conv2d_fwd_wgmma_tf32_256x128: 1, false;
+    conv2d_fwd_wgmma_tf32_128x64: 3, false;
+    conv2d_fwd_wgmma_f32x3: 0, true;
+    conv2d_fwd_wgmma_f32x3_256x128: 1, true;
+    conv2d_fwd_wgmma_f32x3_128x64: 3, true;
 }

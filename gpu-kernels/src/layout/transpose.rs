@@ -1,5 +1,6 @@
 //! `transpose_f32`: `out[c, r] = x[r, c]` for a row-major `[rows, cols]` matrix, or for each of a
-//! batch of them (`blockIdx.z`, matrices `rows·cols` apart in both).
+//! batch of them (`blockIdx.z`, matrices `rows·cols` apart in both); `transpose_split_f32` writes
+//! each value's TF32 rounding and its remainder to two outputs.
 //!
 //! Floor: 4 B read and 4 B written per element; 4096² (128 MiB moved) at ~3.0 TB/s is ~45 µs.
 //! A block moves one TILE×TILE tile: 16-byte loads along the input rows into shared memory, then
@@ -18,7 +19,30 @@ const STEPS: usize = TILE * VECS_PER_ROW / BLOCK;
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn transpose_f32(x: *const f32, rows: usize, cols: usize, out: *mut f32) {
     grid_dependency_sync();
-    let (x, out) = (x.add(block_z() * rows * cols), out.add(block_z() * rows * cols));
+    transpose::<false>(x, rows, cols, (out, core::ptr::null_mut()));
+}
+
+/// `transpose_f32` into two outputs: `hi[c, r]` = x[r, c] rounded to TF32, `lo[c, r]` = x[r, c] −
+/// hi[c, r] (exact), the operands of a 3xTF32 product (`conv2d_fwd_wgmma_f32x3*`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn transpose_split_f32(
+    x: *const f32,
+    rows: usize,
+    cols: usize,
+    hi: *mut f32,
+    lo: *mut f32,
+) {
+    grid_dependency_sync();
+    transpose::<true>(x, rows, cols, (hi, lo));
+}
+
+/// The transpose of this block's tile into `out.0` (`SPLIT`: its TF32 roundings, and the
+/// remainders into `out.1`).
+#[inline(always)]
+unsafe fn transpose<const SPLIT: bool>(x: *const f32, rows: usize, cols: usize, out: (*mut f32, *mut f32)) {
+    let offset = block_z() * rows * cols;
+    let (x, out, lo) = (x.add(offset), out.0.add(offset), out.1.wrapping_add(offset));
+    let split = |v: f32| if SPLIT { round_tf32(v) } else { v };
     let tile = dynamic_shared::<f32>();
     let (col0, row0) = (block_x() * TILE, block_y() * TILE);
     let t = thread_x();
@@ -48,13 +72,21 @@ pub unsafe extern "ptx-kernel" fn transpose_f32(x: *const f32, rows: usize, cols
         let (c, v) = ((t + k * BLOCK) / VECS_PER_ROW, (t + k * BLOCK) % VECS_PER_ROW);
         let dst = out.add((col0 + c) * rows + row0 + 4 * v);
         let src = tile.add(4 * v * STRIDE + c);
+        let low = lo.wrapping_add((col0 + c) * rows + row0 + 4 * v);
         if vector_path {
             let e = [*src, *src.add(STRIDE), *src.add(2 * STRIDE), *src.add(3 * STRIDE)];
-            store_f32x4(dst, F32x4(e));
+            store_f32x4(dst, F32x4(e.map(split)));
+            if SPLIT {
+                store_f32x4(low, F32x4(e.map(|v| v - split(v))));
+            }
         } else {
             for j in 0..4 {
                 if col0 + c < cols && row0 + 4 * v + j < rows {
-                    store_f32(dst.add(j), *src.add(j * STRIDE));
+                    let v = *src.add(j * STRIDE);
+                    store_f32(dst.add(j), split(v));
+                    if SPLIT {
+                        store_f32(low.add(j), v - split(v));
+                    }
                 }
             }
         }

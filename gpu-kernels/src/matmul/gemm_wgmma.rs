@@ -153,6 +153,10 @@ pub(crate) trait Operands: Copy {
     const STORES: bool;
     /// Tensor maps the producer reads (128 bytes apart from `maps`).
     const MAPS: usize;
+    /// 3xTF32 (f32 products from TF32 ones): `load` also brings each piece's low part (the value
+    /// less its TF32 rounding) into the stage's second half, `STAGE_BYTES` on, and the consumers
+    /// add A_lo·B and A·B_lo to A·B. A stage then takes two stages' room.
+    const SPLIT: bool;
     /// The producer's place in a unit's k-steps.
     type Walk: Copy;
     /// Where the unit of batch `batch` with its tile at `(m0, n0)` (`rows` tall) starts, at its
@@ -164,8 +168,9 @@ pub(crate) trait Operands: Copy {
     /// # Safety
     /// As `tma_load_3d` for the `MAPS` maps at `maps`; the stage at `dst` is free.
     unsafe fn load(&self, walk: Self::Walk, dst: (u32, u32), maps: *const u8, bar: u32) -> Self::Walk;
-    /// Write a consumer's finished sums: rows from `origin.0` of the tile at row `tile.0`
-    /// (`tile.1` tall), columns from `origin.1`, into `out.0` with `out.1` (a bias, or null).
+    /// Write a consumer's finished sums of layer `tile.2`: rows from `origin.0` of the tile at
+    /// row `tile.0` (`tile.1` tall), columns from `origin.1`, into `out.0` with `out.1` (a bias,
+    /// or null).
     ///
     /// # Safety
     /// `out` is as the operands' kernel documents.
@@ -174,7 +179,7 @@ pub(crate) trait Operands: Copy {
         acc: &WgmmaAcc,
         out: (*mut f32, *const f32),
         origin: (usize, usize),
-        tile: (usize, usize),
+        tile: (usize, usize, usize),
     );
 }
 
@@ -186,6 +191,7 @@ impl Operands for Matrices {
     const CONV: bool = false;
     const STORES: bool = false;
     const MAPS: usize = 2;
+    const SPLIT: bool = false;
     type Walk = ();
     #[inline(always)]
     fn start(&self, _: usize, _: usize, _: (usize, usize, usize)) {}
@@ -197,7 +203,7 @@ impl Operands for Matrices {
         _: &WgmmaAcc,
         _: (*mut f32, *const f32),
         _: (usize, usize),
-        _: (usize, usize),
+        _: (usize, usize, usize),
     ) {
     }
 }
@@ -232,7 +238,9 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
     let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
     let all_steps = k.div_ceil(bk);
     let base = (shared_addr(dynamic_shared::<u8>()) + ATOM_BYTES - 1) & !(ATOM_BYTES - 1);
-    let stage = |s: usize| base + (s * STAGE_BYTES) as u32;
+    // 3xTF32 operands take two stages' room: the values, then their low parts.
+    let (stages, stage_bytes) = if O::SPLIT { (STAGES / 2, 2 * STAGE_BYTES) } else { (STAGES, STAGE_BYTES) };
+    let stage = |s: usize| base + (s * stage_bytes) as u32;
     let chunk_buf =
         |wg: u32, b: usize| base + (STAGES * STAGE_BYTES) as u32 + (2 * wg + b as u32) * CHUNK_BYTES;
     let barriers = base + (STAGES * STAGE_BYTES + OUT_BYTES) as u32;
@@ -275,13 +283,15 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
                 let mut walk = operands.start(batch, first_step, (m0, n0, bm));
                 for step in 0..steps {
-                    let s = it % STAGES;
-                    if it >= STAGES {
-                        // The consumers are done with what this stage held STAGES steps ago.
-                        mbarrier_wait(empty(s), ((it / STAGES - 1) & 1) as u32);
+                    let s = it % stages;
+                    if it >= stages {
+                        // The consumers are done with what this stage held `stages` steps ago.
+                        mbarrier_wait(empty(s), ((it / stages - 1) & 1) as u32);
                     }
-                    // A's and B's pieces (less than the stage holds for the 128×192 tile).
-                    mbarrier_arrive_expect_tx(full(s), ((bm + bn) * WGMMA_ROW_BYTES) as u32);
+                    // A's and B's pieces (less than the stage holds for the 128×192 tile), and
+                    // their low parts for 3xTF32.
+                    let pieces = if O::SPLIT { 2 } else { 1 };
+                    mbarrier_arrive_expect_tx(full(s), (pieces * (bm + bn) * WGMMA_ROW_BYTES) as u32);
                     let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
                     let k0 = ((first_step + step) * bk) as i32;
                     if O::CONV {
@@ -347,53 +357,64 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let (batch, _, steps) = layer_steps(z, all_steps, k_steps);
             let mut acc: WgmmaAcc = [0.0; 128];
             for step in 0..steps {
-                let s = it % STAGES;
-                mbarrier_wait(full(s), ((it / STAGES) & 1) as u32);
+                let s = it % stages;
+                mbarrier_wait(full(s), ((it / stages) & 1) as u32);
                 let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
                 wgmma_fence(&mut acc);
-                unroll!(kk in [0, 1, 2, 3] => {
-                    let kk = kk as u32;
-                    // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows
-                    // the absolute address), 16 rows = 2 atoms down an M/N-major box. Rows `row`
-                    // to `row + 63` of the tile: one `m64` product.
-                    let a = |row: u32| if TA {
-                        sw128_descriptor(a_s + row / 64 * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
-                    } else {
-                        sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
-                    };
-                    let b = if TB {
-                        sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
-                    } else {
-                        sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
-                    };
-                    let row = wg * rows_wg as u32;
-                    match TILE {
-                        0 => E::wgmma_k32_bytes(&mut acc, a(row), b, TA, !TB),
-                        1 => {
-                            E::wgmma_n128_k32_bytes::<0>(&mut acc, a(row), b, TA, !TB);
-                            E::wgmma_n128_k32_bytes::<1>(&mut acc, a(row + 64), b, TA, !TB);
+                // A · B over the k-step, from A's and B's pieces at `a_s` and `b_s`.
+                let product = #[inline(always)]
+                |acc: &mut WgmmaAcc, a_s: u32, b_s: u32| {
+                    unroll!(kk in [0, 1, 2, 3] => {
+                        let kk = kk as u32;
+                        // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows
+                        // the absolute address), 16 rows = 2 atoms down an M/N-major box. Rows `row`
+                        // to `row + 63` of the tile: one `m64` product.
+                        let a = |row: u32| if TA {
+                            sw128_descriptor(a_s + row / 64 * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                        } else {
+                            sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
+                        };
+                        let b = if TB {
+                            sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
+                        } else {
+                            sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                        };
+                        let row = wg * rows_wg as u32;
+                        match TILE {
+                            0 => E::wgmma_k32_bytes(acc, a(row), b, TA, !TB),
+                            1 => {
+                                E::wgmma_n128_k32_bytes::<0>(acc, a(row), b, TA, !TB);
+                                E::wgmma_n128_k32_bytes::<1>(acc, a(row + 64), b, TA, !TB);
+                            }
+                            2 => E::wgmma_n192_k32_bytes(acc, a(row), b, TA, !TB),
+                            _ => E::wgmma_n64_k32_bytes(acc, a(row), b, TA, !TB),
                         }
-                        2 => E::wgmma_n192_k32_bytes(&mut acc, a(row), b, TA, !TB),
-                        _ => E::wgmma_n64_k32_bytes(&mut acc, a(row), b, TA, !TB),
-                    }
-                });
+                    });
+                };
+                if O::SPLIT {
+                    // 3xTF32: A_lo·B and A·B_lo (each low part in its half of the stage) before
+                    // A·B, the small terms first.
+                    product(&mut acc, a_s + STAGE_BYTES as u32, b_s);
+                    product(&mut acc, a_s, b_s + STAGE_BYTES as u32);
+                }
+                product(&mut acc, a_s, b_s);
                 wgmma_commit();
                 // The previous k-step's wgmma have finished: its stage may be refilled.
                 wgmma_wait::<1>(&mut acc);
                 if step > 0 && leader {
-                    release((it - 1) % STAGES);
+                    release((it - 1) % stages);
                 }
                 it += 1;
             }
             wgmma_wait::<0>(&mut acc);
             if leader {
                 // This tile's last stage (the loop released the ones before it).
-                release((it - 1) % STAGES);
+                release((it - 1) % stages);
             }
             let origin = (m0 + wg as usize * rows_wg, n0);
             let out_ctx = (alpha, beta, activation);
             if O::STORES {
-                operands.store::<TILE>(&acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm));
+                operands.store::<TILE>(&acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm, z));
             } else if !ws.is_null() {
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.

@@ -64,6 +64,17 @@ pub fn sqrt_rn(x: f32) -> f32 {
     r
 }
 
+/// `x` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero), as an f32.
+#[inline(always)]
+pub fn round_tf32(x: f32) -> f32 {
+    let r: u32;
+    // SAFETY: pure conversion instruction.
+    unsafe {
+        core::arch::asm!("cvt.rna.tf32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
+    f32::from_bits(r)
+}
+
 /// Fused multiply-add `a * b + c`, one rounding.
 #[inline(always)]
 pub fn fma(a: f32, b: f32, c: f32) -> f32 {

@@ -14,7 +14,7 @@
 //! Each implicit GEMM takes the tile and the split of its reduction whose busiest SM has the
 //! least work (`conv_plan`); split partials are added in a fixed order, so every op here is
 //! deterministic.
-//! On Hopper under TF32, stride-1 convolutions run on the `wgmma` kernels instead
+//! On Hopper, stride-1 convolutions run on the `wgmma` kernels instead (f32 forwards as 3xTF32:
 //! (`WgmmaForward`: x transposed to NHWC and w to `[K, R·S, C]` first, C a multiple of 4, not the
 //! pointwise layers; `WgmmaWeight`: W and Q multiples of 4, split over the SMs; the data
 //! gradient through the flipped forward), each with its tile and split chosen the same way;
@@ -538,21 +538,23 @@ fn forward_cuda(
     Ok(y)
 }
 
-/// The `wgmma` forward's tiles (pixels × channels, from `WGMMA_TILES`), kernels and cost weights:
-/// the 128×64 tile's `m64n64` products read more shared memory per flop.
-const WGMMA_FORWARD_TILES: [(usize, f64, Kernel<WgmmaForwardArgs>); 3] = [
-    (0, 1.0, kernels::conv2d_fwd_wgmma_tf32),
-    (1, 1.0, kernels::conv2d_fwd_wgmma_tf32_256x128),
-    (3, 1.2, kernels::conv2d_fwd_wgmma_tf32_128x64),
+/// The `wgmma` forward's tiles (pixels × channels, from `WGMMA_TILES`), cost weights (the
+/// 128×64 tile's `m64n64` products read more shared memory per flop) and kernels (TF32, 3xTF32).
+const WGMMA_FORWARD_TILES: [(usize, f64, [Kernel<WgmmaForwardArgs>; 2]); 3] = [
+    (0, 1.0, [kernels::conv2d_fwd_wgmma_tf32, kernels::conv2d_fwd_wgmma_f32x3]),
+    (1, 1.0, [kernels::conv2d_fwd_wgmma_tf32_256x128, kernels::conv2d_fwd_wgmma_f32x3_256x128]),
+    (3, 1.2, [kernels::conv2d_fwd_wgmma_tf32_128x64, kernels::conv2d_fwd_wgmma_f32x3_128x64]),
 ];
 
-/// `conv2d_fwd_wgmma_tf32*(maps, bias, out, m, n, k, c_steps, taps_s, dilation_h, dilation_w,
+/// `conv2d_fwd_wgmma_{tf32,f32x3}*(maps, bias, out, m, n, k, k_steps, slices, c_steps, taps_s, dilation_h, dilation_w,
 /// padding_h, padding_w, box_q_shift, box_p_shift, boxes_q, boxes_p, images, channels, rows,
 /// cols)`.
 type WgmmaForwardArgs = (
     DevPtr<u8>,
     DevPtr<f32>,
     DevPtrMut<f32>,
+    usize,
+    usize,
     usize,
     usize,
     usize,
@@ -574,13 +576,23 @@ type WgmmaForwardArgs = (
 
 /// Channels of one `wgmma` k-step (a 128-byte row of f32).
 const WGMMA_CHANNELS: usize = WGMMA_ROW_BYTES / 4;
+/// The most k-steps (of 32 products each) one part of a 3xTF32 forward's reduction takes: the
+/// tensor cores' accumulation loses f32 accuracy over longer sums (1.4e-5 relative measured at
+/// 72 k-steps, 2304 products), so longer reductions are split and their parts added in f32.
+const F32X3_MAX_STEPS: usize = 18;
 
-/// The TF32 forward on Hopper's `wgmma` (`gpu-kernels/src/conv/forward_wgmma.rs`): output pixels
-/// in boxes of `images × 2^box_shift.1 × 2^box_shift.0` (images × rows × columns), one box per
-/// tile row block, channels along the tile's columns.
+/// The forward on Hopper's `wgmma` (`gpu-kernels/src/conv/forward_wgmma.rs`), TF32 or, for exact
+/// f32, 3xTF32: output pixels in boxes of `images × 2^box_shift.1 × 2^box_shift.0` (images × rows
+/// × columns), one box per tile row block, channels along the tile's columns.
 #[derive(Clone, Copy, Debug)]
 struct WgmmaForward {
     geometry: Geometry,
+    /// 3xTF32: the context does not allow TF32.
+    split: bool,
+    /// Parts of the reduction (at most `F32X3_MAX_STEPS` k-steps each for 3xTF32; 1 for TF32),
+    /// of `k_steps` k-steps.
+    slices: usize,
+    k_steps: usize,
     /// Index in `WGMMA_FORWARD_TILES`.
     tile: usize,
     box_shift: (u32, u32),
@@ -591,12 +603,11 @@ struct WgmmaForward {
 }
 
 impl WgmmaForward {
-    /// The plan for `g` on `x`'s device, if the `wgmma` forward takes it: TF32 allowed, the sm_90a
-    /// kernels loaded, stride 1, C a multiple of 4 (TMA reads NHWC rows of 16-byte multiples),
-    /// N and K within a grid's z extent (the layout transposes), and not turned off by
-    /// `FERROCUDA_CONV_WGMMA=0`.
+    /// The plan for `g` on `x`'s device, if the `wgmma` forward takes it: as `wgmma_enabled`,
+    /// stride 1, C a multiple of 4 (TMA reads NHWC rows of 16-byte multiples), N and K within a
+    /// grid's z extent (the layout transposes).
     fn plan(op: &'static str, g: &Geometry, x: &Tensor) -> Result<Option<Self>> {
-        if !wgmma_allowed(x) {
+        if !wgmma_enabled(x) {
             return Ok(None);
         }
         // Pointwise layers stay per-image GEMMs: the transpose of x costs more than the product
@@ -607,11 +618,27 @@ impl WgmmaForward {
             && g.n.max(g.k) <= 65_535
             && Tensor::transpose_fits(g.c);
         let sms = x.context().stream(op)?.device.info.sm_count as usize;
-        Ok(fits.then(|| Self::for_sms(g, sms)))
+        let plan = Self::for_sms(g, sms);
+        if x.context().allow_tf32() {
+            return Ok(fits.then_some(plan));
+        }
+        let (slices, k_steps) = Self::f32x3_slices(g);
+        // The parts' outputs, added by `conv2d_split_sum_f32`, index below 2^31.
+        let partials_fit = slices == 1 || slices * g.y_shape().iter().product::<usize>() <= MAX_ELEMENTS;
+        Ok((fits && partials_fit).then_some(Self { split: true, slices, k_steps, ..plan }))
+    }
+
+    /// The parts of a 3xTF32 reduction (as many as keep each within `F32X3_MAX_STEPS` k-steps,
+    /// evened out) and their k-steps.
+    fn f32x3_slices(g: &Geometry) -> (usize, usize) {
+        let steps = g.r * g.s * g.c.div_ceil(WGMMA_CHANNELS);
+        let k_steps = steps.div_ceil(steps.div_ceil(F32X3_MAX_STEPS));
+        (steps.div_ceil(k_steps), k_steps)
     }
 
     /// The tile and pixel boxes whose busiest SM has the least work (tiles per SM, rounded up,
-    /// × the tile's area × its cost weight), on `sms` SMs.
+    /// × the tile's area × its cost weight), on `sms` SMs (TF32: the 3xTF32 products cost three
+    /// times as much on every tile).
     fn for_sms(g: &Geometry, sms: usize) -> Self {
         let mut best = (f64::INFINITY, None);
         for (index, &(kind, weight, _)) in WGMMA_FORWARD_TILES.iter().enumerate() {
@@ -624,7 +651,19 @@ impl WgmmaForward {
             let cost = tiles.div_ceil(sms) as f64 * (rows * cols) as f64 * weight;
             if cost < best.0 {
                 let box_shift = (box_q.trailing_zeros(), box_p.trailing_zeros());
-                best = (cost, Some(Self { geometry: *g, tile: index, box_shift, images, boxes, sms }));
+                let steps = g.r * g.s * g.c.div_ceil(WGMMA_CHANNELS);
+                let plan = Self {
+                    geometry: *g,
+                    split: false,
+                    slices: 1,
+                    k_steps: steps,
+                    tile: index,
+                    box_shift,
+                    images,
+                    boxes,
+                    sms,
+                };
+                best = (cost, Some(plan));
             }
         }
         best.1.expect("at least one tile")
@@ -636,39 +675,57 @@ impl WgmmaForward {
         self.boxes.0 * self.boxes.1 * self.boxes.2 * self.geometry.k.div_ceil(cols)
     }
 
-    /// x to NHWC, w to `[K, R·S, C]`, their tensor maps to the device, then the launch.
+    /// x to NHWC, w to `[K, R·S, C]` (for 3xTF32, each as its TF32 rounding and remainder),
+    /// their tensor maps to the device, then the launch.
     fn run(&self, op: &'static str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let g = &self.geometry;
-        let (kind, _, kernel) = WGMMA_FORWARD_TILES[self.tile];
+        let (kind, _, kernels) = WGMMA_FORWARD_TILES[self.tile];
+        let kernel = kernels[usize::from(self.split)];
         let (rows, cols) = WGMMA_TILES[kind];
-        let x_nhwc = x.transpose_planes(op, (g.n, g.c, g.h * g.w))?;
-        let w_taps = w.transpose_planes(op, (g.k, g.c, g.r * g.s))?;
+        let (x_dims, w_dims) = ((g.n, g.c, g.h * g.w), (g.k, g.c, g.r * g.s));
+        let (x_nhwc, w_taps, low) = if self.split {
+            let ((x_hi, x_lo), (w_hi, w_lo)) =
+                (x.transpose_planes_split(op, x_dims)?, w.transpose_planes_split(op, w_dims)?);
+            (x_hi, w_hi, Some((x_lo, w_lo)))
+        } else {
+            (x.transpose_planes(op, x_dims)?, w.transpose_planes(op, w_dims)?, None)
+        };
         let (c, taps) = (g.c as u64, (g.r * g.s) as u64);
         let row = c * 4;
         let (box_q, box_p) = (1u32 << self.box_shift.0, 1u32 << self.box_shift.1);
-        let map_x = tensor_map_tiled(
-            DType::F32,
-            x_nhwc.device_ptr(),
-            &[c, g.w as u64, g.h as u64, g.n as u64],
-            &[row, row * g.w as u64, row * (g.w * g.h) as u64],
-            &[WGMMA_CHANNELS as u32, box_q, box_p, self.images as u32],
-        )?;
-        let map_w = tensor_map_tiled(
-            DType::F32,
-            w_taps.device_ptr(),
-            &[c, taps, g.k as u64],
-            &[row, row * taps],
-            &[WGMMA_CHANNELS as u32, 1, cols as u32],
-        )?;
+        let map_x = |t: &Tensor| {
+            tensor_map_tiled(
+                DType::F32,
+                t.device_ptr(),
+                &[c, g.w as u64, g.h as u64, g.n as u64],
+                &[row, row * g.w as u64, row * (g.w * g.h) as u64],
+                &[WGMMA_CHANNELS as u32, box_q, box_p, self.images as u32],
+            )
+        };
+        let map_w = |t: &Tensor| {
+            tensor_map_tiled(
+                DType::F32,
+                t.device_ptr(),
+                &[c, taps, g.k as u64],
+                &[row, row * taps],
+                &[WGMMA_CHANNELS as u32, 1, cols as u32],
+            )
+        };
+        let mut maps = vec![map_x(&x_nhwc)?, map_w(&w_taps)?];
+        if let Some((x_lo, w_lo)) = &low {
+            maps.extend([map_x(x_lo)?, map_w(w_lo)?]);
+        }
         let ctx = x.context();
         let stream = ctx.stream(op)?;
-        let maps: Vec<u64> = [map_x, map_w].iter().flat_map(|map| map.opaque).collect();
+        let maps: Vec<u64> = maps.iter().flat_map(|map| map.opaque).collect();
         let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
         // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
         // padding); the launch below is ordered after the copy on this stream.
         unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
         let y = Tensor::uninit(ctx, &g.y_shape(), op)?;
-        let units = self.units();
+        let partials =
+            if self.slices > 1 { Some(Tensor::uninit(ctx, &[self.slices * y.len()], op)?) } else { None };
+        let units = self.units() * self.slices;
         let cfg = LaunchConfig {
             grid: (units.min(self.sms) as u32, 1, 1),
             block: (WGMMA_THREADS as u32, 1, 1),
@@ -680,10 +737,12 @@ impl WgmmaForward {
         let args = (
             maps_dev.dev_ptr(),
             Tensor::ptr_or_null(bias),
-            y.ptr_mut(),
-            units / g.k.div_ceil(cols) * rows,
+            partials.as_ref().unwrap_or(&y).ptr_mut(),
+            self.units() / g.k.div_ceil(cols) * rows,
             g.k,
             g.r * g.s * c_steps * WGMMA_CHANNELS,
+            self.k_steps,
+            self.slices,
             u(c_steps),
             u(g.s),
             u(dilation.0),
@@ -699,19 +758,24 @@ impl WgmmaForward {
             u(g.p),
             u(g.q),
         );
-        // SAFETY: `conv2d_fwd_wgmma_tf32*` as documented in its file: `maps` holds the tensor maps
-        // of the live NHWC copy of x and of w as [K, R·S, C], both fresh buffers of this stream
-        // with the dims, 16-byte-multiple strides (C % 4 == 0) and boxes the kernel's tile reads
+        // SAFETY: `conv2d_fwd_wgmma_{tf32,f32x3}*` as documented in its file: `maps` holds the
+        // tensor maps of the live NHWC copy of x and of w as [K, R·S, C] (for 3xTF32, of their
+        // roundings, then of their remainders), all fresh buffers of this stream with the dims, 16-byte-multiple strides (C % 4 == 0) and boxes the kernel's tile reads
         // (32 channels × the pixel box of `rows` pixels; 32 channels × 1 tap × `cols` channels);
-        // m is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32; `bias` is null or K floats (checked
-        // by `conv2d`) and `y` the fresh [N, K, P, Q] output, on this stream; `Geometry::check`
+        // m is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32 in `slices` parts of `k_steps`
+        // k-steps; `bias` is null or K floats (checked by `conv2d`) and the output the fresh
+        // [N, K, P, Q] `y`, or with slices the fresh `partials` of as many outputs a slice,
+        // on this stream; `Geometry::check`
         // bounded every extent below 2^31, so the kernel's 32-bit coordinates hold; block, grid
         // (at most one block an SM, no clusters) and dynamic shared memory are the kernel's.
-        // `maps_dev`, `x_nhwc` and `w_taps` return to the stream-ordered pool after this call,
+        // `maps_dev`, `x_nhwc`, `w_taps` and `low` return to the stream-ordered pool after this call,
         // so no later work reuses them before the kernel ends; pool blocks are 256-byte aligned,
         // so both maps are 64-byte aligned, and the kernel fences the tensor-map proxy before
         // its first TMA copy.
         unsafe { kernel.launch(stream, cfg, args)? };
+        if let Some(partials) = &partials {
+            add_splits(op, (partials, self.slices), bias, &y, (g.p * g.q, g.k))?;
+        }
         Ok(y)
     }
 }
@@ -747,12 +811,12 @@ type WgmmaWeightArgs = (
 /// The fewest k-steps a slice of the weight gradient's reduction takes.
 const WGMMA_WEIGHT_MIN_SLICE: usize = 16;
 
-/// Whether the `wgmma` convolutions may run (`FERROCUDA_CONV_WGMMA=0` turns them off, for
-/// measuring the difference) on `x`'s context: TF32 allowed and the sm_90a kernels loaded.
-fn wgmma_allowed(x: &Tensor) -> bool {
+/// Whether the `wgmma` convolutions may run on `x`'s context: the sm_90a kernels loaded, and not
+/// turned off by `FERROCUDA_CONV_WGMMA=0` (for measuring the difference).
+fn wgmma_enabled(x: &Tensor) -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let enabled = *ENABLED.get_or_init(|| std::env::var("FERROCUDA_CONV_WGMMA").map_or(true, |v| v != "0"));
-    enabled && x.context().allow_tf32() && x.context().uses_sm90a_kernels()
+    enabled && x.context().uses_sm90a_kernels()
 }
 
 /// The TF32 weight gradient on Hopper's `wgmma` (`gpu-kernels/src/conv/backward_weight_wgmma.rs`):
@@ -768,10 +832,11 @@ struct WgmmaWeight {
 }
 
 impl WgmmaWeight {
-    /// The plan for `g` on `x`'s device, if the `wgmma` weight gradient takes it: as
-    /// `wgmma_allowed`, stride 1, and rows of x and dy of 16-byte multiples (W, Q multiples of 4).
+    /// The plan for `g` on `x`'s device, if the `wgmma` weight gradient takes it: TF32 allowed,
+    /// as `wgmma_enabled`, stride 1, and rows of x and dy of 16-byte multiples (W, Q multiples
+    /// of 4).
     fn plan(op: &'static str, g: &Geometry, x: &Tensor) -> Result<Option<Self>> {
-        if !wgmma_allowed(x) {
+        if !wgmma_enabled(x) || !x.context().allow_tf32() {
             return Ok(None);
         }
         let fits = g.params.stride == (1, 1)
@@ -1300,6 +1365,13 @@ mod tests {
         // 7×7 with 512 channels: two images a box; 128 narrow tiles fill the SMs where 128×256
         // would leave 100 of them idle.
         assert_eq!(forward([32, 512, 7, 7], [512, 512, 3, 3]), ((128, 64), (8, 8, 2), 128));
+        // 3xTF32 sums at most 18 k-steps (576 products) a part: one part for 64 channels × 9
+        // taps, two for 128, eight for 512; 5 × 3 taps of 40 channels: 30 steps in 2 × 15.
+        let slices = |x, w| WgmmaForward::f32x3_slices(&g(x, w));
+        assert_eq!(slices([32, 64, 128, 128], [128, 64, 3, 3]), (1, 18));
+        assert_eq!(slices([32, 128, 28, 28], [128, 128, 3, 3]), (2, 18));
+        assert_eq!(slices([32, 512, 7, 7], [512, 512, 3, 3]), (8, 18));
+        assert_eq!(slices([2, 40, 9, 9], [8, 40, 5, 3]), (2, 15));
         let weight = |x, w| {
             let plan = WgmmaWeight::for_sms(&g(x, w), 132);
             (WGMMA_TILES[WGMMA_WEIGHT_TILES[plan.tile].0], plan.slices, plan.k_steps)

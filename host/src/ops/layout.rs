@@ -147,6 +147,32 @@ impl Tensor {
         op: &'static str,
         (batch, rows, cols): (usize, usize, usize),
     ) -> Result<Tensor> {
+        let out = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
+        self.launch_transpose(op, (batch, rows, cols), (&out, None))?;
+        Ok(out)
+    }
+
+    /// [`Tensor::transpose_planes`] split for 3xTF32 products: each value's TF32 rounding, and
+    /// the remainders (the value less its rounding, exact).
+    pub(crate) fn transpose_planes_split(
+        &self,
+        op: &'static str,
+        (batch, rows, cols): (usize, usize, usize),
+    ) -> Result<(Tensor, Tensor)> {
+        let hi = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
+        let lo = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
+        self.launch_transpose(op, (batch, rows, cols), (&hi, Some(&lo)))?;
+        Ok((hi, lo))
+    }
+
+    /// `transpose_f32` (or, with a second output, `transpose_split_f32`) of this tensor's
+    /// `batch` matrices into the fresh `[batch, cols, rows]` outputs.
+    fn launch_transpose(
+        &self,
+        op: &'static str,
+        (batch, rows, cols): (usize, usize, usize),
+        (out, lo): (&Tensor, Option<&Tensor>),
+    ) -> Result<()> {
         if self.len() != batch * rows * cols {
             return Err(Error::ShapeMismatch {
                 op,
@@ -154,9 +180,8 @@ impl Tensor {
                 rhs: vec![batch, rows, cols],
             });
         }
-        let out = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
         if out.is_empty() {
-            return Ok(out);
+            return Ok(());
         }
         let (grid_x, grid_y) = (cols.div_ceil(TRANSPOSE_TILE), rows.div_ceil(TRANSPOSE_TILE));
         if !Self::transpose_fits(rows) || grid_x > i32::MAX as usize || batch > 65_535 {
@@ -172,12 +197,24 @@ impl Tensor {
             shared_bytes: (TRANSPOSE_TILE_WORDS * 4) as u32,
         };
         let stream = self.context().stream(op)?;
-        // SAFETY: `transpose_f32(x, rows, cols, out)` over `batch` grid layers: `x` (this tensor)
-        // and `out` hold batch·rows·cols floats; TRANSPOSE_BLOCK threads, a grid of tiles covering
-        // each matrix, and TRANSPOSE_TILE_WORDS floats of dynamic shared memory, as the kernel
-        // asks.
-        unsafe { kernels::transpose_f32.launch(stream, cfg, (self.ptr(), rows, cols, out.ptr_mut()))? };
-        Ok(out)
+        // SAFETY: `transpose_f32(x, rows, cols, out)` / `transpose_split_f32(x, rows, cols, hi,
+        // lo)` over `batch` grid layers: `x` (this tensor, length checked above) and the fresh
+        // outputs (the callers' `[batch, cols, rows]` buffers) hold batch·rows·cols floats;
+        // TRANSPOSE_BLOCK threads, a grid of tiles covering each matrix, and TRANSPOSE_TILE_WORDS
+        // floats of dynamic shared memory, as the kernels ask.
+        unsafe {
+            match lo {
+                None => {
+                    kernels::transpose_f32.launch(stream, cfg, (self.ptr(), rows, cols, out.ptr_mut()))?
+                }
+                Some(lo) => kernels::transpose_split_f32.launch(
+                    stream,
+                    cfg,
+                    (self.ptr(), rows, cols, out.ptr_mut(), lo.ptr_mut()),
+                )?,
+            }
+        };
+        Ok(())
     }
 }
 

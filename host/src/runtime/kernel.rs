@@ -168,7 +168,7 @@ macro_rules! kernel_args_for_tuples {
         }
     };
 }
-kernel_args_for_tuples!(A B C D E F G H I J K L M N O P Q R S T);
+kernel_args_for_tuples!(A B C D E F G H I J K L M N O P Q R S T U V W X);
 
 /// What identifies a kernel at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
