@@ -105,16 +105,6 @@ impl Operands for WeightTaps {
         }
         next
     }
-
-    #[inline(always)]
-    unsafe fn store<const TILE: usize>(
-        &self,
-        _: &WgmmaAcc,
-        _: (*mut f32, *const f32),
-        _: (usize, usize),
-        _: (usize, usize, usize),
-    ) {
-    }
 }
 
 macro_rules! conv_wgmma_weight_kernels {

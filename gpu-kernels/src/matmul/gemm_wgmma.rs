@@ -174,13 +174,15 @@ pub(crate) trait Operands: Copy {
     ///
     /// # Safety
     /// `out` is as the operands' kernel documents.
+    #[inline(always)]
     unsafe fn store<const TILE: usize>(
         &self,
-        acc: &WgmmaAcc,
-        out: (*mut f32, *const f32),
-        origin: (usize, usize),
-        tile: (usize, usize, usize),
-    );
+        _acc: &WgmmaAcc,
+        _out: (*mut f32, *const f32),
+        _origin: (usize, usize),
+        _tile: (usize, usize, usize),
+    ) {
+    }
 }
 
 /// Plain A and B matrices, read and written by the GEMM's own code.
@@ -197,15 +199,6 @@ impl Operands for Matrices {
     fn start(&self, _: usize, _: usize, _: (usize, usize, usize)) {}
     #[inline(always)]
     unsafe fn load(&self, _: (), _: (u32, u32), _: *const u8, _: u32) {}
-    #[inline(always)]
-    unsafe fn store<const TILE: usize>(
-        &self,
-        _: &WgmmaAcc,
-        _: (*mut f32, *const f32),
-        _: (usize, usize),
-        _: (usize, usize, usize),
-    ) {
-    }
 }
 
 /// Layer z's k-steps: `(batch, first step, steps)` (split-K: layer z is (batch, slice); slice s
