@@ -1,6 +1,7 @@
 //! 2-D convolution on the GPU against the CPU backend (f64 accumulation): forward with bias,
 //! data, weight and bias gradients at odd shapes, strides, paddings and dilations, exact f32 and
-//! TF32; the CPU backend against plain loops and finite differences; typed errors.
+//! TF32, by default and with the Hopper `wgmma` kernels forced at every size; the CPU backend
+//! against plain loops and finite differences; typed errors.
 mod common;
 use common::*;
 use ferrocuda::{
@@ -153,21 +154,54 @@ fn tf32_matches_cpu(gpu: &Context) {
     let exact = conv2d(&x.to_context(&cpu).unwrap(), &w.to_context(&cpu).unwrap(), None, p).unwrap();
     let e = rel_err(&tf32, &exact.to_vec().unwrap());
     assert!(e > 1e-6 && e < TF32_TOL, "TF32 context policy: {e:.1e}");
-    if ctx.uses_sm90a_kernels() {
-        // On Hopper that forward, its data gradient (a forward with the flipped filters) and its
-        // weight gradient ran on `wgmma`.
+}
+
+/// `FERROCUDA_CONV_WGMMA=1` until dropped: the `wgmma` convolutions at any size.
+struct ForceWgmma;
+
+impl ForceWgmma {
+    fn on() -> Self {
+        std::env::set_var("FERROCUDA_CONV_WGMMA", "1");
+        ForceWgmma
+    }
+}
+
+impl Drop for ForceWgmma {
+    fn drop(&mut self) {
+        std::env::remove_var("FERROCUDA_CONV_WGMMA");
+    }
+}
+
+/// The Hopper `wgmma` convolutions, which the test shapes are too small to take by default, on
+/// every case in f32 (3xTF32) and TF32; on Hopper, the kernels that ran.
+fn wgmma_matches_cpu(gpu: &Context) {
+    let _forced = ForceWgmma::on();
+    f32_matches_cpu(gpu);
+    tf32_matches_cpu(gpu);
+    if !gpu.uses_sm90a_kernels() {
+        return;
+    }
+    // The forward, the data gradient (a forward with the flipped filters) and, in TF32, the
+    // weight gradient ran on `wgmma`.
+    let p = Conv2dParams::new().padding(1);
+    for (tf32, kernel) in [(false, "conv2d_fwd_wgmma_f32x3"), (true, "conv2d_fwd_wgmma_tf32")] {
+        // The ops follow their inputs' context.
+        let ctx = gpu.new_stream().unwrap();
+        ctx.set_allow_tf32(tf32);
+        let (x, w) = (ctx.randn(&[2, 64, 12, 12], 1).unwrap(), ctx.randn(&[32, 64, 3, 3], 2).unwrap());
+        let dy = ctx.randn(&[2, 32, 12, 12], 3).unwrap();
         let _on = ctx.profiler_guard().unwrap();
         ctx.reset_profile().unwrap();
         conv2d(&x, &w, None, p).unwrap();
-        let dy = ctx.randn(&[2, 32, 12, 12], 3).unwrap();
         conv2d_backward_data(&dy, &w, &[2, 64, 12, 12], p).unwrap();
         conv2d_backward_weight(&x, &dy, &[32, 64, 3, 3], p).unwrap();
         let report = ctx.profile_report().unwrap();
         let calls = |prefix: &str| -> usize {
             report.kernels().iter().filter(|k| k.name.starts_with(prefix)).map(|k| k.calls).sum()
         };
-        assert_eq!(calls("conv2d_fwd_wgmma_tf32"), 2, "the wgmma forward ran twice: {report}");
-        assert_eq!(calls("conv2d_bwd_weight_wgmma_tf32"), 1, "the wgmma weight gradient ran: {report}");
+        assert_eq!(calls(kernel), 2, "{kernel} ran twice: {report}");
+        let weight = calls("conv2d_bwd_weight_wgmma_tf32");
+        assert_eq!(weight, usize::from(tf32), "the wgmma weight gradient in TF32 only: {report}");
     }
 }
 
@@ -392,6 +426,7 @@ fn main() {
     run(&[
         ("gpu_f32_matches_cpu", Case::Gpu(f32_matches_cpu)),
         ("gpu_tf32_matches_cpu", Case::Gpu(tf32_matches_cpu)),
+        ("gpu_wgmma_matches_cpu", Case::Gpu(wgmma_matches_cpu)),
         ("gpu_bad_inputs", Case::Gpu(gpu_bad_inputs)),
         ("cpu_bad_inputs", Case::Cpu(cpu_bad_inputs)),
         ("cpu_forward_matches_loops", Case::Cpu(cpu_forward_matches_loops)),

@@ -7,18 +7,21 @@
 //! 1 without padding, planes of at least `POINTWISE_MIN_PLANE` pixels): a plain GEMM batched over
 //! the images with W shared (`[K, C] · [C, H·W]` per image) on matmul's TF32 tensor-core kernel.
 //! In exact f32 the implicit GEMM's SIMT tiles, whose M is N·P·Q rather than K, are faster there.
-//! Precision as in matmul: exact f32 on the SIMT kernels by default, TF32 tensor cores when the
-//! context allows TF32 ([`Context::set_allow_tf32`](crate::Context::set_allow_tf32)).
+//! Precision as in matmul: f32 by default, TF32 tensor cores when the context allows TF32
+//! ([`Context::set_allow_tf32`](crate::Context::set_allow_tf32)).
 //! The data gradient of a stride-1 convolution is the forward of dy with the filter bank
 //! transposed and flipped (`conv2d_flip_weights_f32`), and runs on the forward's kernels.
 //! Each implicit GEMM takes the tile and the split of its reduction whose busiest SM has the
 //! least work (`conv_plan`); split partials are added in a fixed order, so every op here is
 //! deterministic.
-//! On Hopper, stride-1 convolutions run on the `wgmma` kernels instead (f32 forwards as 3xTF32:
-//! (`WgmmaForward`: x transposed to NHWC and w to `[K, R·S, C]` first, C a multiple of 4, not the
-//! pointwise layers; `WgmmaWeight`: W and Q multiples of 4, split over the SMs; the data
-//! gradient through the flipped forward), each with its tile and split chosen the same way;
-//! `FERROCUDA_CONV_WGMMA=0` keeps them on the `mma.sync` kernels.
+//! On Hopper, stride-1 convolutions of at least `WGMMA_MIN_FLOPS` run on the `wgmma` kernels
+//! instead: `WgmmaForward` (x transposed to NHWC and w to `[K, R·S, C]` first, C a multiple of 4,
+//! not the pointwise layers; in f32 as 3xTF32 from `F32X3_MIN_FLOPS`, sums of at most 576
+//! products added in f32, 3.8e-6 relative error against 2e-7 on the FMA kernels), `WgmmaWeight`
+//! (TF32 only; W and Q multiples of 4, split over the SMs), the data gradient through the
+//! flipped forward; each with its tile and split chosen the same way. `FERROCUDA_CONV_WGMMA=0`
+//! keeps every convolution on the FMA and `mma.sync` kernels, `=1` takes the `wgmma` ones at any
+//! size (tests).
 use crate::kernels;
 use crate::ops::matmul::tensor_map_tiled;
 use crate::ops::matmul::Gemm;
@@ -163,6 +166,14 @@ impl Geometry {
             ));
         }
         Ok(g)
+    }
+
+    /// Multiplies and adds of the forward (and of each gradient): 2·N·K·P·Q·C·R·S.
+    fn flops(&self) -> f64 {
+        2.0 * [self.n, self.k, self.p, self.q, self.c, self.r, self.s]
+            .iter()
+            .map(|&d| d as f64)
+            .product::<f64>()
     }
 
     fn x_shape(&self) -> [usize; 4] {
@@ -580,6 +591,14 @@ const WGMMA_CHANNELS: usize = WGMMA_ROW_BYTES / 4;
 /// tensor cores' accumulation loses f32 accuracy over longer sums (1.4e-5 relative measured at
 /// 72 k-steps, 2304 products), so longer reductions are split and their parts added in f32.
 const F32X3_MAX_STEPS: usize = 18;
+/// The fewest flops (2·N·K·P·Q·C·R·S) a convolution takes to the `wgmma` kernels: below, their
+/// extra launches (the layout transposes, the parts' sum) cost more than the faster product
+/// saves. (1,32,64,64)⊛(64,32,3,3), 151 MFLOP: 0.019–0.025 ms in TF32 against 0.020–0.022 on
+/// `mma.sync`, 0.027–0.030 in 3xTF32 against 0.025–0.026 on the FMA kernels; train_cnn's layers
+/// (at most 29 MFLOP) ran 17% slower on `wgmma`.
+const WGMMA_MIN_FLOPS: f64 = (1u64 << 28) as f64;
+/// As `WGMMA_MIN_FLOPS` for 3xTF32 (three products, two outputs a transpose).
+const F32X3_MIN_FLOPS: f64 = (1u64 << 30) as f64;
 
 /// The forward on Hopper's `wgmma` (`gpu-kernels/src/conv/forward_wgmma.rs`), TF32 or, for exact
 /// f32, 3xTF32: output pixels in boxes of `images × 2^box_shift.1 × 2^box_shift.0` (images × rows
@@ -607,7 +626,8 @@ impl WgmmaForward {
     /// stride 1, C a multiple of 4 (TMA reads NHWC rows of 16-byte multiples), N and K within a
     /// grid's z extent (the layout transposes).
     fn plan(op: &'static str, g: &Geometry, x: &Tensor) -> Result<Option<Self>> {
-        if !wgmma_enabled(x) {
+        let min_flops = if x.context().allow_tf32() { WGMMA_MIN_FLOPS } else { F32X3_MIN_FLOPS };
+        if !wgmma_enabled(x, g, min_flops) {
             return Ok(None);
         }
         // Pointwise layers stay per-image GEMMs: the transpose of x costs more than the product
@@ -811,12 +831,14 @@ type WgmmaWeightArgs = (
 /// The fewest k-steps a slice of the weight gradient's reduction takes.
 const WGMMA_WEIGHT_MIN_SLICE: usize = 16;
 
-/// Whether the `wgmma` convolutions may run on `x`'s context: the sm_90a kernels loaded, and not
-/// turned off by `FERROCUDA_CONV_WGMMA=0` (for measuring the difference).
-fn wgmma_enabled(x: &Tensor) -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let enabled = *ENABLED.get_or_init(|| std::env::var("FERROCUDA_CONV_WGMMA").map_or(true, |v| v != "0"));
-    enabled && x.context().uses_sm90a_kernels()
+/// Whether the `wgmma` convolutions may run on `x`'s context (the sm_90a kernels loaded, and not
+/// turned off by `FERROCUDA_CONV_WGMMA=0`, for measuring the difference), and the fewest flops
+/// they take: `min_flops`, or any with `FERROCUDA_CONV_WGMMA=1` (for tests at small sizes).
+/// Read at each call, so that a test may switch it.
+fn wgmma_enabled(x: &Tensor, g: &Geometry, min_flops: f64) -> bool {
+    let setting = std::env::var("FERROCUDA_CONV_WGMMA");
+    let large = setting.as_deref() == Ok("1") || g.flops() >= min_flops;
+    setting.as_deref() != Ok("0") && large && x.context().uses_sm90a_kernels()
 }
 
 /// The TF32 weight gradient on Hopper's `wgmma` (`gpu-kernels/src/conv/backward_weight_wgmma.rs`):
@@ -836,7 +858,7 @@ impl WgmmaWeight {
     /// as `wgmma_enabled`, stride 1, and rows of x and dy of 16-byte multiples (W, Q multiples
     /// of 4).
     fn plan(op: &'static str, g: &Geometry, x: &Tensor) -> Result<Option<Self>> {
-        if !wgmma_enabled(x) || !x.context().allow_tf32() {
+        if !wgmma_enabled(x, g, WGMMA_MIN_FLOPS) || !x.context().allow_tf32() {
             return Ok(None);
         }
         let fits = g.params.stride == (1, 1)
