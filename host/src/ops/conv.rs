@@ -657,8 +657,8 @@ impl WgmmaForward {
     }
 
     /// The tile and pixel boxes whose busiest SM has the least work (tiles per SM, rounded up,
-    /// × the tile's area × its cost weight), on `sms` SMs (TF32: the 3xTF32 products cost three
-    /// times as much on every tile).
+    /// × the tile's area × its cost weight), on `sms` SMs; the same for 3xTF32, whose products
+    /// cost three times as much on every tile.
     fn for_sms(g: &Geometry, sms: usize) -> Self {
         let mut best = (f64::INFINITY, None);
         for (index, &(kind, weight, _)) in WGMMA_FORWARD_TILES.iter().enumerate() {
