@@ -16,7 +16,7 @@
 //! modules are loaded (compute capability 9.0, `FERROCUDA_DISABLE_SM90A` unset) the backward at
 //! D = 64 and 128 runs the `wgmma` kernels of `backward_wgmma.rs`, with the same contract.
 use crate::kernels;
-use crate::ops::matmul::tensor_map;
+use crate::ops::matmul::{tensor_map, upload_tensor_maps};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
@@ -219,11 +219,7 @@ fn forward_wgmma(
     let boxed = (ATTN_WGMMA_PANEL, ATTN_WGMMA_BLOCK_N);
     let map_k = tensor_map(dtype, k.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
     let map_v = tensor_map(dtype, v.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
-    let maps: Vec<u64> = [map_q, map_k, map_v].iter().flat_map(|m| m.opaque).collect();
-    let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, OP)?;
-    // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
-    // padding); the launch below is ordered after the copy on this stream.
-    unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+    let maps_dev = upload_tensor_maps(stream, &[map_q, map_k, map_v], OP)?;
     let mut cfg = block_grid(OP, &d, d.sq.div_ceil(ATTN_WGMMA_BLOCK_M), attn_wgmma_shared_bytes(d.d))?;
     cfg.block = (ATTN_WGMMA_THREADS as u32, 1, 1);
     let kernel = FWD_WGMMA_KERNELS[dtype.index() - 1][usize::from(d.d == 128)];
@@ -434,15 +430,11 @@ fn gpu_backward_wgmma(
     unsafe { STATS_KERNELS[di].launch(stream, cfg, args)? };
 
     // q, k, v, dout: (D, sequence, batch · heads), boxes of 64 columns × 64 rows.
-    let mut maps = Vec::with_capacity(64);
+    let mut maps = Vec::with_capacity(4);
     for (t, s, h) in [(q, d.sq, d.hq), (k, d.sk, d.hkv), (v, d.sk, d.hkv), (dout, d.sq, d.hq)] {
-        let map = tensor_map(dtype, t.device_ptr(), (d.d, s, d.b * h), s * d.d, (64, ATTN_WG_ROWS))?;
-        maps.extend_from_slice(&map.opaque);
+        maps.push(tensor_map(dtype, t.device_ptr(), (d.d, s, d.b * h), s * d.d, (64, ATTN_WG_ROWS))?);
     }
-    let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, OP)?;
-    // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
-    // padding); the launches below are ordered after the copy on this stream.
-    unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+    let maps_dev = upload_tensor_maps(stream, &maps, OP)?;
     let maps = maps_dev.dev_ptr();
 
     let block_rows = ATTN_WG_ROWS * ATTN_WG_CONSUMERS;

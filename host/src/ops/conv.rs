@@ -23,8 +23,8 @@
 //! keeps every convolution on the FMA and `mma.sync` kernels, `=1` takes the `wgmma` ones at any
 //! size (tests).
 use crate::kernels;
-use crate::ops::matmul::tensor_map_tiled;
 use crate::ops::matmul::Gemm;
+use crate::ops::matmul::{tensor_map_tiled, upload_tensor_maps};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
@@ -557,9 +557,9 @@ const WGMMA_FORWARD_TILES: [(usize, f64, [Kernel<WgmmaForwardArgs>; 2]); 3] = [
     (3, 1.2, [kernels::conv2d_fwd_wgmma_tf32_128x64, kernels::conv2d_fwd_wgmma_f32x3_128x64]),
 ];
 
-/// `conv2d_fwd_wgmma_{tf32,f32x3}*(maps, bias, out, m, n, k, k_steps, slices, c_steps, taps_s, dilation_h, dilation_w,
-/// padding_h, padding_w, box_q_shift, box_p_shift, boxes_q, boxes_p, images, channels, rows,
-/// cols)`.
+/// `conv2d_fwd_wgmma_{tf32,f32x3}*(maps, bias, out, m, n, k, k_steps, slices, c_steps, taps_s,
+/// dilation_h, dilation_w, padding_h, padding_w, box_q_shift, box_p_shift, boxes_q, boxes_p,
+/// images, channels, rows, cols)`.
 type WgmmaForwardArgs = (
     DevPtr<u8>,
     DevPtr<f32>,
@@ -637,21 +637,28 @@ impl WgmmaForward {
             && g.c % 4 == 0
             && g.n.max(g.k) <= 65_535
             && Tensor::transpose_fits(g.c);
-        let sms = x.context().stream(op)?.device.info.sm_count as usize;
-        let plan = Self::for_sms(g, sms);
+        if !fits {
+            return Ok(None);
+        }
+        let plan = Self::for_sms(g, x.context().stream(op)?.device.info.sm_count as usize);
         if x.context().allow_tf32() {
-            return Ok(fits.then_some(plan));
+            return Ok(Some(plan));
         }
         let (slices, k_steps) = Self::f32x3_slices(g);
         // The parts' outputs, added by `conv2d_split_sum_f32`, index below 2^31.
         let partials_fit = slices == 1 || slices * g.y_shape().iter().product::<usize>() <= MAX_ELEMENTS;
-        Ok((fits && partials_fit).then_some(Self { split: true, slices, k_steps, ..plan }))
+        Ok(partials_fit.then_some(Self { split: true, slices, k_steps, ..plan }))
+    }
+
+    /// k-steps of the reduction: taps × 32-channel pieces of C.
+    fn steps(g: &Geometry) -> usize {
+        g.r * g.s * g.c.div_ceil(WGMMA_CHANNELS)
     }
 
     /// The parts of a 3xTF32 reduction (as many as keep each within `F32X3_MAX_STEPS` k-steps,
     /// evened out) and their k-steps.
     fn f32x3_slices(g: &Geometry) -> (usize, usize) {
-        let steps = g.r * g.s * g.c.div_ceil(WGMMA_CHANNELS);
+        let steps = Self::steps(g);
         let k_steps = steps.div_ceil(steps.div_ceil(F32X3_MAX_STEPS));
         (steps.div_ceil(k_steps), k_steps)
     }
@@ -671,12 +678,11 @@ impl WgmmaForward {
             let cost = tiles.div_ceil(sms) as f64 * (rows * cols) as f64 * weight;
             if cost < best.0 {
                 let box_shift = (box_q.trailing_zeros(), box_p.trailing_zeros());
-                let steps = g.r * g.s * g.c.div_ceil(WGMMA_CHANNELS);
                 let plan = Self {
                     geometry: *g,
                     split: false,
                     slices: 1,
-                    k_steps: steps,
+                    k_steps: Self::steps(g),
                     tile: index,
                     box_shift,
                     images,
@@ -692,7 +698,12 @@ impl WgmmaForward {
     /// The output tiles: pixel boxes × channel blocks.
     fn units(&self) -> usize {
         let cols = WGMMA_TILES[WGMMA_FORWARD_TILES[self.tile].0].1;
-        self.boxes.0 * self.boxes.1 * self.boxes.2 * self.geometry.k.div_ceil(cols)
+        self.pixel_boxes() * self.geometry.k.div_ceil(cols)
+    }
+
+    /// Pixel boxes over the output: along Q × along P × image groups.
+    fn pixel_boxes(&self) -> usize {
+        self.boxes.0 * self.boxes.1 * self.boxes.2
     }
 
     /// x to NHWC, w to `[K, R·S, C]` (for 3xTF32, each as its TF32 rounding and remainder),
@@ -737,11 +748,7 @@ impl WgmmaForward {
         }
         let ctx = x.context();
         let stream = ctx.stream(op)?;
-        let maps: Vec<u64> = maps.iter().flat_map(|map| map.opaque).collect();
-        let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
-        // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
-        // padding); the launch below is ordered after the copy on this stream.
-        unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+        let maps_dev = upload_tensor_maps(stream, &maps, op)?;
         let y = Tensor::uninit(ctx, &g.y_shape(), op)?;
         let partials =
             if self.slices > 1 { Some(Tensor::uninit(ctx, &[self.slices * y.len()], op)?) } else { None };
@@ -758,9 +765,9 @@ impl WgmmaForward {
             maps_dev.dev_ptr(),
             Tensor::ptr_or_null(bias),
             partials.as_ref().unwrap_or(&y).ptr_mut(),
-            self.units() / g.k.div_ceil(cols) * rows,
+            self.pixel_boxes() * rows,
             g.k,
-            g.r * g.s * c_steps * WGMMA_CHANNELS,
+            Self::steps(g) * WGMMA_CHANNELS,
             self.k_steps,
             self.slices,
             u(c_steps),
@@ -780,18 +787,18 @@ impl WgmmaForward {
         );
         // SAFETY: `conv2d_fwd_wgmma_{tf32,f32x3}*` as documented in its file: `maps` holds the
         // tensor maps of the live NHWC copy of x and of w as [K, R·S, C] (for 3xTF32, of their
-        // roundings, then of their remainders), all fresh buffers of this stream with the dims, 16-byte-multiple strides (C % 4 == 0) and boxes the kernel's tile reads
-        // (32 channels × the pixel box of `rows` pixels; 32 channels × 1 tap × `cols` channels);
-        // m is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32 in `slices` parts of `k_steps`
+        // roundings, then of their remainders), all fresh buffers of this stream, with the
+        // dims, 16-byte-multiple strides (C % 4 == 0) and boxes the kernel's tile reads (32
+        // channels × the pixel box of `rows` pixels; 32 channels × 1 tap × `cols` channels); m
+        // is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32 in `slices` parts of `k_steps`
         // k-steps; `bias` is null or K floats (checked by `conv2d`) and the output the fresh
-        // [N, K, P, Q] `y`, or with slices the fresh `partials` of as many outputs a slice,
-        // on this stream; `Geometry::check`
-        // bounded every extent below 2^31, so the kernel's 32-bit coordinates hold; block, grid
-        // (at most one block an SM, no clusters) and dynamic shared memory are the kernel's.
-        // `maps_dev`, `x_nhwc`, `w_taps` and `low` return to the stream-ordered pool after this call,
-        // so no later work reuses them before the kernel ends; pool blocks are 256-byte aligned,
-        // so both maps are 64-byte aligned, and the kernel fences the tensor-map proxy before
-        // its first TMA copy.
+        // [N, K, P, Q] `y`, or with slices the fresh `partials` of as many outputs a slice, on
+        // this stream; `Geometry::check` bounded every extent below 2^31, so the kernel's 32-bit
+        // coordinates hold; block, grid (at most one block an SM, no clusters) and dynamic
+        // shared memory are the kernel's. `maps_dev`, `x_nhwc`, `w_taps` and `low` return to the
+        // stream-ordered pool after this call, so no later work reuses them before the kernel
+        // ends; `upload_tensor_maps` aligned the maps, and the kernel fences the tensor-map
+        // proxy before its first TMA copy.
         unsafe { kernel.launch(stream, cfg, args)? };
         if let Some(partials) = &partials {
             add_splits(op, (partials, self.slices), bias, &y, (g.p * g.q, g.k))?;
@@ -949,11 +956,7 @@ impl WgmmaWeight {
                 copy += (x_rows * pitch * 4) as u64;
             }
         }
-        let maps: Vec<u64> = [map_dy].iter().chain(&maps_x).flat_map(|map| map.opaque).collect();
-        let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
-        // SAFETY: the fresh buffer of this stream holds exactly the copied words (u64 has no
-        // padding); the launch below is ordered after the copy on this stream.
-        unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+        let maps_dev = upload_tensor_maps(stream, &[map_dy, maps_x[0], maps_x[1], maps_x[2], maps_x[3]], op)?;
         let sums = Tensor::uninit(ctx, &[taps, g.k, g.c], op)?;
         let layers = taps * self.slices;
         let ws = if self.slices > 1 {

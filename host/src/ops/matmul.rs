@@ -593,11 +593,7 @@ impl<'a> Gemm<'a> {
         } else {
             sys::CUtensorMap { opaque: [0; 16] }
         };
-        let maps: Vec<u64> = [map_a, map_b, map_out].iter().flat_map(|map| map.opaque).collect();
-        let maps_dev = stream.device.pool.alloc(stream, maps.len() * 8, op)?;
-        // SAFETY: the fresh buffer of this stream holds exactly the copied words (see `copy_htod`
-        // on the pageable source; u64 has no padding); the launch below is ordered after the copy on this stream.
-        unsafe { stream.copy_htod_const(maps_dev.ptr(), &maps) }?;
+        let maps_dev = upload_tensor_maps(stream, &[map_a, map_b, map_out], op)?;
 
         let layers = d.batch * plan.slices;
         let units = d.m.div_ceil(tile.0).div_ceil(cluster) * d.n.div_ceil(tile.1) * layers;
@@ -1342,6 +1338,23 @@ fn tensor_map_pitched(
         &[pitch as u64 * size, batch_stride as u64 * size],
         &[boxed.0 as u32, boxed.1 as u32, 1],
     )
+}
+
+/// `maps` copied in order, 128 bytes apart, into a fresh pool block of `stream`, ordered before
+/// whatever the stream queues next. Pool blocks are 256-byte aligned, so every map is 64-byte
+/// aligned, as TMA needs; the block may have held an earlier launch's maps, so the kernels that
+/// read them fence the tensor-map proxy first.
+pub(crate) fn upload_tensor_maps(
+    stream: &Arc<Stream>,
+    maps: &[sys::CUtensorMap],
+    op: &'static str,
+) -> Result<DeviceBuffer> {
+    let words: Vec<u64> = maps.iter().flat_map(|map| map.opaque).collect();
+    let buffer = stream.device.pool.alloc(stream, words.len() * 8, op)?;
+    // SAFETY: the fresh buffer of this stream holds exactly the copied words (see `copy_htod` on
+    // the pageable source; u64 has no padding); later work on this stream is ordered after it.
+    unsafe { stream.copy_htod_const(buffer.ptr(), &words) }?;
+    Ok(buffer)
 }
 
 /// A tiled TMA tensor map of rank `dims.len()` (at most 5): `dims` innermost first, `strides` in
