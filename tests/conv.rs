@@ -173,7 +173,8 @@ impl Drop for ForceWgmma {
 }
 
 /// The Hopper `wgmma` convolutions, which the test shapes are too small to take by default, on
-/// every case in f32 (3xTF32) and TF32; on Hopper, the kernels that ran.
+/// every case in f32 (3xTF32) and TF32; on Hopper, the kernels that ran, and 3xTF32's accuracy
+/// on a long sum against the FMA kernels'.
 fn wgmma_matches_cpu(gpu: &Context) {
     let _forced = ForceWgmma::on();
     f32_matches_cpu(gpu);
@@ -184,7 +185,7 @@ fn wgmma_matches_cpu(gpu: &Context) {
     // The forward, the data gradient (a forward with the flipped filters) and, in TF32, the
     // weight gradient ran on `wgmma`.
     let p = Conv2dParams::new().padding(1);
-    for (tf32, kernel) in [(false, "conv2d_fwd_wgmma_f32x3"), (true, "conv2d_fwd_wgmma_tf32")] {
+    for (tf32, kind) in [(false, "f32x3"), (true, "tf32")] {
         // The ops follow their inputs' context.
         let ctx = gpu.new_stream().unwrap();
         ctx.set_allow_tf32(tf32);
@@ -199,10 +200,30 @@ fn wgmma_matches_cpu(gpu: &Context) {
         let calls = |prefix: &str| -> usize {
             report.kernels().iter().filter(|k| k.name.starts_with(prefix)).map(|k| k.calls).sum()
         };
-        assert_eq!(calls(kernel), 2, "{kernel} ran twice: {report}");
-        let weight = calls("conv2d_bwd_weight_wgmma_tf32");
+        let kernel = format!("conv2d_fwd_wgmma_{kind}");
+        assert_eq!(calls(&kernel), 2, "{kernel} ran twice: {report}");
+        let weight = calls("conv2d_bwd_weight_wgmma_");
         assert_eq!(weight, usize::from(tf32), "the wgmma weight gradient in TF32 only: {report}");
     }
+    // 3xTF32 over long sums (512 channels × 9 taps: 4608 products an output) against the FMA
+    // kernels: the kernel adds each k-step's sums to f32 registers, so its error does not grow
+    // with the sum's length as the tensor cores' accumulation would (2.9e-5 measured at 4608 in
+    // the fifteenth session, in one part).
+    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let cpu = Context::cpu();
+    let (x, w) = (gpu.randn(&[2, 512, 14, 14], 11).unwrap(), gpu.randn(&[64, 512, 3, 3], 12).unwrap());
+    let exact = conv2d(&x.to_context(&cpu).unwrap(), &w.to_context(&cpu).unwrap(), None, p).unwrap();
+    let exact = exact.to_vec().unwrap();
+    let x3 = conv2d(&x, &w, None, p).unwrap().to_vec().unwrap();
+    drop(_forced);
+    std::env::set_var("FERROCUDA_CONV_WGMMA", "0");
+    let fma = conv2d(&x, &w, None, p).unwrap().to_vec().unwrap();
+    std::env::remove_var("FERROCUDA_CONV_WGMMA");
+    let (e_x3, e_fma) = (rel_err(&x3, &exact), rel_err(&fma, &exact));
+    println!("(2,512,14,14)⊛(64,512,3,3): relative error 3xTF32 {e_x3:.2e}, FMA kernels {e_fma:.2e}");
+    assert!(e_x3 <= 2e-6, "3xTF32 conv over 4608 products: relative error {e_x3:.2e} (FMA {e_fma:.2e})");
 }
 
 /// The CPU forward against a plain f64 loop over the definition.

@@ -600,6 +600,88 @@ fn half_precision_staged_operands(gpu: &Context) {
     }
 }
 
+/// Sets `FERROCUDA_MATMUL_F32X3` (`1`: exact f32 products take 3xTF32 on `wgmma` wherever it
+/// can run, `0`: never) until dropped.
+struct F32x3Setting;
+
+impl F32x3Setting {
+    fn set(value: &str) -> Self {
+        std::env::set_var("FERROCUDA_MATMUL_F32X3", value);
+        F32x3Setting
+    }
+}
+
+impl Drop for F32x3Setting {
+    fn drop(&mut self) {
+        std::env::remove_var("FERROCUDA_MATMUL_F32X3");
+    }
+}
+
+/// Exact f32 as 3xTF32 on `wgmma`, forced at sizes it would not take by default: every transpose
+/// at odd sizes with and without the epilogue, tiles partly outside, K off 16-byte rows, split K (a
+/// thin output over a long K), batches with a shared and a batched B (K aligned and not); its accuracy on a long sum against the FMA
+/// kernels; on Hopper, the kernel that ran.
+fn f32x3_matches_cpu(gpu: &Context) {
+    let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let forced = F32x3Setting::set("1");
+    // K off 16-byte rows too ((17, 33, 65), (1001, 1003, 999)): the operands are then copied with
+    // padded rows.
+    let shapes: &[(usize, usize, usize)] = if small {
+        &[(17, 33, 68), (130, 257, 301)]
+    } else {
+        &[
+            (17, 33, 68),
+            (17, 33, 65),
+            (129, 257, 300),
+            (1000, 1000, 1000),
+            (1001, 1003, 999),
+            (4097, 4095, 1024),
+            (130, 129, 4100),
+            (300, 8, 2056),
+        ]
+    };
+    let mut seed = 900;
+    for &shape in shapes {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            check_product(gpu, DType::F32, shape, (ta, tb), (1, false), seed % 8 == 0, seed);
+            seed += 4;
+        }
+    }
+    let batch_shape = if small { (40, 36, 300) } else { (300, 260, 1000) };
+    check_product(gpu, DType::F32, (40, 36, 299), (false, true), (3, true), true, seed);
+    for batch_b in [false, true] {
+        check_product(gpu, DType::F32, batch_shape, (false, true), (3, batch_b), batch_b, seed);
+        check_product(gpu, DType::F32, batch_shape, (false, false), (3, batch_b), !batch_b, seed + 4);
+        seed += 8;
+    }
+    if small || !gpu.uses_sm90a_kernels() {
+        return;
+    }
+    // A long sum: the tensor cores truncate every addition to their accumulators, so without the
+    // kernel's promotion of each k-step's sums to f32 registers the error would grow with K
+    // (3.8e-6 at 576 products in the fifteenth session's conv measurements, ~1e-4 here).
+    let k = 16384;
+    // The ops follow their inputs' context: a stream of its own for the profile.
+    let ctx = gpu.new_stream().unwrap();
+    let (ag, ac) = operand(&ctx, 256, k, 950);
+    let (bg, bc) = operand(&ctx, k, 256, 951);
+    let want = ac.matmul(&bc).unwrap().to_vec().unwrap();
+    let _on = ctx.profiler_guard().unwrap();
+    ctx.reset_profile().unwrap();
+    let x3 = ag.matmul(&bg).unwrap().to_vec().unwrap();
+    let report = ctx.profile_report().unwrap();
+    let calls = |prefix: &str| -> usize {
+        report.kernels().iter().filter(|k| k.name.starts_with(prefix)).map(|k| k.calls).sum()
+    };
+    assert_eq!(calls("gemm_wgmma_f32x3_nt"), 1, "the 3xTF32 kernel ran: {report}");
+    drop(forced);
+    let _off = F32x3Setting::set("0");
+    let fma = ag.matmul(&bg).unwrap().to_vec().unwrap();
+    let (e_x3, e_fma) = (rel_err(&x3, &want), rel_err(&fma, &want));
+    println!("(256, 256, {k}): relative error 3xTF32 {e_x3:.2e}, FMA kernels {e_fma:.2e}");
+    assert!(e_x3 <= 2e-6, "3xTF32 over K = {k}: relative error {e_x3:.2e} (FMA {e_fma:.2e})");
+}
+
 fn main() {
     run(&[
         ("gpu_every_transpose_matches_cpu", Case::Gpu(every_transpose_matches_cpu)),
@@ -621,5 +703,6 @@ fn main() {
         ("gpu_tf32_long_k_falls_back", Case::Gpu(tf32_long_k_falls_back)),
         ("gpu_wgmma_maps_change_every_call", Case::Gpu(wgmma_maps_change_every_call)),
         ("gpu_every_dispatch_branch", Case::Gpu(every_dispatch_branch)),
+        ("gpu_f32x3_matches_cpu", Case::Gpu(f32x3_matches_cpu)),
     ]);
 }

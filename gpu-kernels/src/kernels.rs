@@ -37,7 +37,7 @@ kernel_table! {
                 batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
                 cluster: u32
             );
-            [gemm_wgmma_tf32_nt](
+            [gemm_wgmma_tf32_nt, gemm_wgmma_f32x3_nt](
                 maps: *const u8, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
                 batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
@@ -47,10 +47,9 @@ kernel_table! {
         conv::forward_wgmma {
             [
                 conv2d_fwd_wgmma_tf32, conv2d_fwd_wgmma_tf32_256x128, conv2d_fwd_wgmma_tf32_128x64,
-                conv2d_fwd_wgmma_f32x3, conv2d_fwd_wgmma_f32x3_256x128, conv2d_fwd_wgmma_f32x3_128x64
+                conv2d_fwd_wgmma_f32x3_128x128, conv2d_fwd_wgmma_f32x3_128x64
             ](
                 maps: *const u8, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
-                k_steps: usize, slices: usize,
                 c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
                 padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32,
                 images: u32, channels: u32, rows: u32, cols: u32
@@ -484,6 +483,7 @@ kernel_table! {
             [convert_f32_f16, convert_f32_bf16](x: *const f32, out: *mut u16, n: usize);
             [convert_f16_f32, convert_bf16_f32](x: *const u16, out: *mut f32, n: usize);
             [convert_f16_bf16, convert_bf16_f16](x: *const u16, out: *mut u16, n: usize);
+            [tf32_low_f32](x: *const f32, out: *mut f32, n: usize);
         }
     }
     module pool("pool", portable) {
@@ -579,8 +579,10 @@ kernel_table! {
             );
         }
         layout::transpose {
-            [transpose_f32](x: *const f32, rows: usize, cols: usize, out: *mut f32);
-            [transpose_split_f32](x: *const f32, rows: usize, cols: usize, hi: *mut f32, lo: *mut f32);
+            [transpose_f32](x: *const f32, rows: usize, cols: usize, pitch: usize, out: *mut f32);
+            [transpose_split_f32, pad_split_f32](
+                x: *const f32, rows: usize, cols: usize, pitch: usize, hi: *mut f32, lo: *mut f32
+            );
         }
     }
     module random("random", portable) {

@@ -84,7 +84,7 @@ impl Operands for WeightTaps {
     /// from shifted copy b at 4(a + 1): TMA boxes start on 16-byte boundaries); then the next
     /// piece, row or image.
     #[inline(always)]
-    unsafe fn load(&self, w: WeightWalk, dst: (u32, u32), maps: *const u8, bar: u32) -> WeightWalk {
+    unsafe fn load(&self, w: WeightWalk, dst: (u32, u32, u32), maps: *const u8, bar: u32) -> WeightWalk {
         let q0 = (w.q_step * COLUMNS) as i32;
         tma_load_4d(dst.0, maps, bar, (q0, w.p as i32, w.k0 as i32, w.n as i32));
         let shift = (w.s * self.dilation.1) as i32 - self.padding.1 as i32;

@@ -19,8 +19,10 @@
 //!
 //! f32 (`_f32x3`) runs as 3xTF32: the host splits x and w into their TF32 roundings and the
 //! remainders (`transpose_split_f32`), and each k-step multiplies x_lo·w + x·w_lo + x·w (the
-//! remainders' own product, below 2^-22 of the terms', dropped): f32 accuracy at three TF32
-//! products' cost, in half the pipeline stages.
+//! remainders' own product, below 2^-22 of the terms', dropped) into fresh accumulators, which
+//! the consumers add to the sums in f32 (`Operands::PROMOTE`: the tensor cores truncate each
+//! addition to their accumulators): f32 accuracy at three TF32 products' cost, in stages twice
+//! the size, on the tiles with registers for both sets of sums (128×128 and 128×64).
 //!
 //! Floor: 2·N·K·P·Q·C·R·S flops at the H100's ~495 TFLOP/s dense TF32 (three times that for
 //! f32); boxes that overhang the
@@ -28,16 +30,11 @@
 //!
 //! Epilogue: straight from registers, `out[n, k, p, q] = acc + bias[k]` (bias may be null): a
 //! warp's store covers 8 consecutive pixels of 4 channels, four 32-byte runs.
-//! The reduction may be split into `slices` parts of `k_steps` k-steps (layers of the GEMM):
-//! 3xTF32 sums of more than 576 products lose f32 accuracy in the tensor cores' accumulation
-//! (measured 1.4e-5 relative at 2304), so the host gives each part at most 576 and adds the
-//! parts' raw outputs in f32 (`conv2d_split_sum_f32`).
 //! Launch: as the `wgmma` GEMM (block `WGMMA_THREADS`, dynamic shared memory
 //! `WGMMA_SHARED_BYTES`, a persistent grid of at most one block an SM, no clusters); `maps` holds
 //! A's and B's tensor maps; m = boxes × tile rows, n = K, k = R·S·⌈C/32⌉·32.
 use crate::matmul::gemm_wgmma::{for_each_pair, gemm, Operands};
 use crate::prelude::*;
-use crate::shapes::WGMMA_STAGE_BYTES as STAGE_BYTES;
 
 /// Channels per k-step: one 128-byte row of f32.
 pub const CHANNELS: u32 = 32;
@@ -57,9 +54,6 @@ pub struct ForwardTaps<const SPLIT: bool> {
     boxes: (u32, u32),
     /// The output: images N, channels K, rows P, columns Q.
     out: (u32, u32, u32, u32),
-    /// Parts of the reduction (layers): with more than one, layer z writes its raw sums to
-    /// `out[z]` (N·K·P·Q floats each), and the host adds them and the bias.
-    slices: u32,
 }
 
 /// Where the producer stands in a tile's k-steps: the tile's first pixel (n, p, q) and output
@@ -90,6 +84,7 @@ impl<const SPLIT: bool> Operands for ForwardTaps<SPLIT> {
     const STORES: bool = true;
     const MAPS: usize = if SPLIT { 4 } else { 2 };
     const SPLIT: bool = SPLIT;
+    const PROMOTE: bool = SPLIT;
     type Walk = ForwardWalk;
 
     /// The tile's pixels and channels, at the tap and channels of k-step `first_step`.
@@ -104,7 +99,7 @@ impl<const SPLIT: bool> Operands for ForwardTaps<SPLIT> {
     /// A's box of x at the tap's offset from the tile's pixels; B's box of w at the tap; then
     /// the next 32 channels, or the next tap.
     #[inline(always)]
-    unsafe fn load(&self, w: ForwardWalk, dst: (u32, u32), maps: *const u8, bar: u32) -> ForwardWalk {
+    unsafe fn load(&self, w: ForwardWalk, dst: (u32, u32, u32), maps: *const u8, bar: u32) -> ForwardWalk {
         let (map_a, map_b) = (maps, maps.add(128));
         let (n0, p0, q0) = w.pixel;
         let c0 = (w.c_step * CHANNELS) as i32;
@@ -114,7 +109,7 @@ impl<const SPLIT: bool> Operands for ForwardTaps<SPLIT> {
         tma_load_4d(dst.0, map_a, bar, (c0, q, p, n0 as i32));
         tma_load_3d(dst.1, map_b, bar, (c0, tap, w.k0 as i32));
         if SPLIT {
-            let lo = STAGE_BYTES as u32;
+            let lo = dst.2;
             tma_load_4d(dst.0 + lo, maps.add(256), bar, (c0, q, p, n0 as i32));
             tma_load_3d(dst.1 + lo, maps.add(384), bar, (c0, tap, w.k0 as i32));
         }
@@ -131,25 +126,19 @@ impl<const SPLIT: bool> Operands for ForwardTaps<SPLIT> {
         next
     }
 
-    /// `out[n, k, p, q] = acc + bias[k]` for the pixels inside the output (with slices, layer
-    /// z's raw sums into `out[z]`).
+    /// `out[n, k, p, q] = acc + bias[k]` for the pixels inside the output.
     #[inline(always)]
     unsafe fn store<const TILE: usize>(
         &self,
         acc: &WgmmaAcc,
         (out, bias): (*mut f32, *const f32),
         origin: (usize, usize),
-        (m0, rows, layer): (usize, usize, usize),
+        (m0, rows, _): (usize, usize, usize),
     ) {
         let (n0, p0, q0) = self.pixel_origin((m0 / rows) as u32, rows as u32);
         let (qs, ps) = self.box_shift;
         let (images, channels, height, width) = self.out;
         let plane = (height * width) as usize;
-        let (out, bias) = if self.slices > 1 {
-            (out.add(layer * images as usize * channels as usize * plane), core::ptr::null())
-        } else {
-            (out, bias)
-        };
         for_each_pair::<TILE>(acc, origin, |row, col, a0, a1| {
             let i = (row - m0) as u32;
             let (n, p, q) =
@@ -176,7 +165,6 @@ macro_rules! conv_wgmma_kernels {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             maps: *const u8, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
-            k_steps: usize, slices: usize,
             c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
             padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32,
             images: u32, channels: u32, rows: u32, cols: u32,
@@ -189,12 +177,11 @@ macro_rules! conv_wgmma_kernels {
                 box_shift: (box_q_shift, box_p_shift),
                 boxes: (boxes_q, boxes_p),
                 out: (images, channels, rows, cols),
-                slices: slices as u32,
             };
             let none = core::ptr::null::<f32>();
             gemm::<Tf32, false, true, $tile, ForwardTaps<$split>>(
                 maps, (none, bias, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0),
-                (k_steps, core::ptr::null_mut()), (slices, false, 1), taps,
+                (k.div_ceil(CHANNELS as usize), core::ptr::null_mut()), (1, false, 1), taps,
             )
         }
     )*};
@@ -204,7 +191,6 @@ conv_wgmma_kernels! {
     conv2d_fwd_wgmma_tf32: 0, false;
     conv2d_fwd_wgmma_tf32_256x128: 1, false;
     conv2d_fwd_wgmma_tf32_128x64: 3, false;
-    conv2d_fwd_wgmma_f32x3: 0, true;
-    conv2d_fwd_wgmma_f32x3_256x128: 1, true;
+    conv2d_fwd_wgmma_f32x3_128x128: 4, true;
     conv2d_fwd_wgmma_f32x3_128x64: 3, true;
 }

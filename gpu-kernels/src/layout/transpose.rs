@@ -1,6 +1,8 @@
 //! `transpose_f32`: `out[c, r] = x[r, c]` for a row-major `[rows, cols]` matrix, or for each of a
-//! batch of them (`blockIdx.z`, matrices `rows·cols` apart in both); `transpose_split_f32` writes
-//! each value's TF32 rounding and its remainder to two outputs.
+//! batch of them (`blockIdx.z`, matrices `rows·cols` apart in the input, `cols·pitch` in the
+//! output), output rows `pitch` ≥ `rows` apart (TMA reads rows of 16-byte multiples: the 3xTF32
+//! GEMM pads them); `transpose_split_f32` writes each value's TF32 rounding and its remainder to
+//! two outputs, and `pad_split_f32` the same without the transpose.
 //!
 //! Floor: 4 B read and 4 B written per element; 4096² (128 MiB moved) at ~3.0 TB/s is ~45 µs.
 //! A block moves one TILE×TILE tile: 16-byte loads along the input rows into shared memory, then
@@ -17,36 +19,76 @@ const VECS_PER_ROW: usize = TILE / 4;
 const STEPS: usize = TILE * VECS_PER_ROW / BLOCK;
 
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn transpose_f32(x: *const f32, rows: usize, cols: usize, out: *mut f32) {
+pub unsafe extern "ptx-kernel" fn transpose_f32(
+    x: *const f32,
+    rows: usize,
+    cols: usize,
+    pitch: usize,
+    out: *mut f32,
+) {
     grid_dependency_sync();
-    transpose::<false>(x, rows, cols, (out, core::ptr::null_mut()));
+    transpose::<false>(x, (rows, cols, pitch), (out, core::ptr::null_mut()));
 }
 
 /// `transpose_f32` into two outputs: `hi[c, r]` = x[r, c] rounded to TF32, `lo[c, r]` = x[r, c] −
-/// hi[c, r] (exact), the operands of a 3xTF32 product (`conv2d_fwd_wgmma_f32x3*`).
+/// hi[c, r] (exact), the operands of a 3xTF32 product (`conv2d_fwd_wgmma_f32x3*`,
+/// `gemm_wgmma_f32x3_nt`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn transpose_split_f32(
     x: *const f32,
     rows: usize,
     cols: usize,
+    pitch: usize,
     hi: *mut f32,
     lo: *mut f32,
 ) {
     grid_dependency_sync();
-    transpose::<true>(x, rows, cols, (hi, lo));
+    transpose::<true>(x, (rows, cols, pitch), (hi, lo));
+}
+
+/// `hi[r, c]` = x[r, c] rounded to TF32 and `lo[r, c]` = x[r, c] − hi[r, c] for a row-major
+/// `[rows, cols]` x, into rows `pitch` ≥ `cols` apart: the 3xTF32 GEMM's K-major operands whose
+/// rows TMA cannot read in place. One value a thread along x; rows `gridDim.y` apart along y.
+/// Launch: `gridDim = (⌈cols/blockDim.x⌉, any, 1)`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn pad_split_f32(
+    x: *const f32,
+    rows: usize,
+    cols: usize,
+    pitch: usize,
+    hi: *mut f32,
+    lo: *mut f32,
+) {
+    grid_dependency_sync();
+    let c = global_x();
+    if c >= cols {
+        return;
+    }
+    let mut r = block_y();
+    while r < rows {
+        let v = load_f32(x.add(r * cols + c));
+        let h = round_tf32(v);
+        store_f32(hi.add(r * pitch + c), h);
+        store_f32(lo.add(r * pitch + c), v - h);
+        r += grid_dim_y();
+    }
 }
 
 /// The transpose of this block's tile into `out.0` (`SPLIT`: its TF32 roundings, and the
 /// remainders into `out.1`).
 #[inline(always)]
-unsafe fn transpose<const SPLIT: bool>(x: *const f32, rows: usize, cols: usize, out: (*mut f32, *mut f32)) {
-    let offset = block_z() * rows * cols;
-    let (x, out, lo) = (x.add(offset), out.0.add(offset), out.1.wrapping_add(offset));
+unsafe fn transpose<const SPLIT: bool>(
+    x: *const f32,
+    (rows, cols, pitch): (usize, usize, usize),
+    out: (*mut f32, *mut f32),
+) {
+    let (x, out_offset) = (x.add(block_z() * rows * cols), block_z() * cols * pitch);
+    let (out, lo) = (out.0.add(out_offset), out.1.wrapping_add(out_offset));
     let split = |v: f32| if SPLIT { round_tf32(v) } else { v };
     let tile = dynamic_shared::<f32>();
     let (col0, row0) = (block_x() * TILE, block_y() * TILE);
     let t = thread_x();
-    let vector_path = rows % 4 == 0 && cols % 4 == 0 && row0 + TILE <= rows && col0 + TILE <= cols;
+    let vector_path = pitch % 4 == 0 && cols % 4 == 0 && row0 + TILE <= rows && col0 + TILE <= cols;
 
     // In: tile row `r`, vector `v` of it (columns 4v..4v+4).
     for k in 0..STEPS {
@@ -70,9 +112,9 @@ unsafe fn transpose<const SPLIT: bool>(x: *const f32, rows: usize, cols: usize, 
     // Out: output row `c` (= input column), vector `v` of it (input rows 4v..4v+4).
     for k in 0..STEPS {
         let (c, v) = ((t + k * BLOCK) / VECS_PER_ROW, (t + k * BLOCK) % VECS_PER_ROW);
-        let dst = out.add((col0 + c) * rows + row0 + 4 * v);
+        let dst = out.add((col0 + c) * pitch + row0 + 4 * v);
         let src = tile.add(4 * v * STRIDE + c);
-        let low = lo.wrapping_add((col0 + c) * rows + row0 + 4 * v);
+        let low = lo.wrapping_add((col0 + c) * pitch + row0 + 4 * v);
         if vector_path {
             let e = [*src, *src.add(STRIDE), *src.add(2 * STRIDE), *src.add(3 * STRIDE)];
             store_f32x4(dst, F32x4(e.map(split)));

@@ -153,21 +153,28 @@ pub(crate) trait Operands: Copy {
     const STORES: bool;
     /// Tensor maps the producer reads (128 bytes apart from `maps`).
     const MAPS: usize;
-    /// 3xTF32 (f32 products from TF32 ones): `load` also brings each piece's low part (the value
-    /// less its TF32 rounding) into the stage's second half, `STAGE_BYTES` on, and the consumers
-    /// add A_lo·B and A·B_lo to A·B. A stage then takes two stages' room.
+    /// 3xTF32 (f32 products from TF32 ones): each piece's low part (what the tensor cores drop
+    /// of it) also comes into the stage, `dst.2` bytes after the piece, and the consumers add
+    /// A_lo·B and A·B_lo to A·B. A stage then takes twice the room.
     const SPLIT: bool;
+    /// Every k-step's products go into fresh accumulators, which the consumers then add to a
+    /// second set of sums in f32 (round to nearest): the tensor cores truncate each addition to
+    /// their accumulators, an error that grows with the sum's length (3xTF32 loses its f32
+    /// accuracy past a few hundred products, perf-notes), while the k-step's own error stays
+    /// that of 32 products. Twice the accumulator registers: the 128×128 tile only.
+    const PROMOTE: bool = false;
     /// The producer's place in a unit's k-steps.
     type Walk: Copy;
     /// Where the unit of batch `batch` with its tile at `(m0, n0)` (`rows` tall) starts, at its
     /// k-step `first_step`.
     fn start(&self, batch: usize, first_step: usize, tile: (usize, usize, usize)) -> Self::Walk;
-    /// Issue the k-step at `walk`: A's piece into `dst.0`, B's into `dst.1` through the maps at
-    /// `maps`, both completing on `bar`; returns the next k-step's place.
+    /// Issue the k-step at `walk`: A's piece into `dst.0`, B's into `dst.1` (with `SPLIT`, their
+    /// low parts `dst.2` bytes after each) through the maps at `maps`, all completing on `bar`;
+    /// returns the next k-step's place.
     ///
     /// # Safety
     /// As `tma_load_3d` for the `MAPS` maps at `maps`; the stage at `dst` is free.
-    unsafe fn load(&self, walk: Self::Walk, dst: (u32, u32), maps: *const u8, bar: u32) -> Self::Walk;
+    unsafe fn load(&self, walk: Self::Walk, dst: (u32, u32, u32), maps: *const u8, bar: u32) -> Self::Walk;
     /// Write a consumer's finished sums of layer `tile.2`: rows from `origin.0` of the tile at
     /// row `tile.0` (`tile.1` tall), columns from `origin.1`, into `out.0` with `out.1` (a bias,
     /// or null).
@@ -185,20 +192,23 @@ pub(crate) trait Operands: Copy {
     }
 }
 
-/// Plain A and B matrices, read and written by the GEMM's own code.
+/// Plain A and B matrices, read and written by the GEMM's own code; `SPLIT`: f32 ones as
+/// 3xTF32, their low parts through the fourth and fifth maps (after the output's), every k-step's
+/// sums promoted to f32 registers.
 #[derive(Clone, Copy)]
-pub(crate) struct Matrices;
+pub(crate) struct Matrices<const SPLIT: bool>;
 
-impl Operands for Matrices {
+impl<const SPLIT: bool> Operands for Matrices<SPLIT> {
     const CONV: bool = false;
     const STORES: bool = false;
-    const MAPS: usize = 2;
-    const SPLIT: bool = false;
+    const MAPS: usize = if SPLIT { 5 } else { 2 };
+    const SPLIT: bool = SPLIT;
+    const PROMOTE: bool = SPLIT;
     type Walk = ();
     #[inline(always)]
     fn start(&self, _: usize, _: usize, _: (usize, usize, usize)) {}
     #[inline(always)]
-    unsafe fn load(&self, _: (), _: (u32, u32), _: *const u8, _: u32) {}
+    unsafe fn load(&self, _: (), _: (u32, u32, u32), _: *const u8, _: u32) {}
 }
 
 /// Layer z's k-steps: `(batch, first step, steps)` (split-K: layer z is (batch, slice); slice s
@@ -223,6 +233,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
     (layers, tma_store, cluster): (usize, bool, usize),
     operands: O,
 ) {
+    // The promoted sums fit the registers beside the k-step's (64 a thread, the 128×128 tile).
+    const { assert!(!O::PROMOTE || column_blocks(TILE).1 <= 16) };
     let (bm, bn) = tile(TILE);
     let t = thread_x();
     let rank = if cluster > 1 { cluster_rank() } else { 0 };
@@ -231,8 +243,14 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
     let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
     let all_steps = k.div_ceil(bk);
     let base = (shared_addr(dynamic_shared::<u8>()) + ATOM_BYTES - 1) & !(ATOM_BYTES - 1);
-    // 3xTF32 operands take two stages' room: the values, then their low parts.
-    let (stages, stage_bytes) = if O::SPLIT { (STAGES / 2, 2 * STAGE_BYTES) } else { (STAGES, STAGE_BYTES) };
+    // 3xTF32 operands take twice the tile's pieces: the values, then (`lo` on) their low parts,
+    // in as many stages as fit the room of `STAGES` plain ones.
+    let lo = ((bm + bn) * WGMMA_ROW_BYTES) as u32;
+    let (stages, stage_bytes) = if O::SPLIT {
+        (STAGES * STAGE_BYTES / (2 * lo as usize), 2 * lo as usize)
+    } else {
+        (STAGES, STAGE_BYTES)
+    };
     let stage = |s: usize| base + (s * stage_bytes) as u32;
     let chunk_buf =
         |wg: u32, b: usize| base + (STAGES * STAGE_BYTES) as u32 + (2 * wg + b as u32) * CHUNK_BYTES;
@@ -288,35 +306,43 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
                     let k0 = ((first_step + step) * bk) as i32;
                     if O::CONV {
-                        walk = operands.load(walk, (a_dst, b_dst), maps, full(s));
+                        walk = operands.load(walk, (a_dst, b_dst, lo), maps, full(s));
                         it += 1;
                         continue;
                     }
-                    if TA {
-                        for j in 0..bm / MN_BOX {
-                            let at = ((m0 + j * MN_BOX) as i32, k0, za);
-                            tma_load_3d(a_dst + j as u32 * MN_BOX_BYTES, map_a, full(s), at);
-                        }
-                    } else {
-                        tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
-                    }
-                    // B: this block's share (all of it, or half for both blocks of the cluster).
-                    let share = bn / cluster;
-                    let first_row = rank as usize * share;
-                    let load_b = |dst: u32, at: (i32, i32, i32)| {
-                        if cluster > 1 {
-                            tma_load_3d_multicast(dst, map_b, full(s), at, 0b11);
+                    // A's and B's pieces through `map_a` and `map_b`, into the stage at `offset`.
+                    let pieces = |map_a: *const u8, map_b: *const u8, offset: u32| {
+                        let (a_dst, b_dst) = (a_dst + offset, b_dst + offset);
+                        if TA {
+                            for j in 0..bm / MN_BOX {
+                                let at = ((m0 + j * MN_BOX) as i32, k0, za);
+                                tma_load_3d(a_dst + j as u32 * MN_BOX_BYTES, map_a, full(s), at);
+                            }
                         } else {
-                            tma_load_3d(dst, map_b, full(s), at);
+                            tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
+                        }
+                        // B: this block's share (all of it, or half for both blocks of the cluster).
+                        let share = bn / cluster;
+                        let first_row = rank as usize * share;
+                        let load_b = |dst: u32, at: (i32, i32, i32)| {
+                            if cluster > 1 {
+                                tma_load_3d_multicast(dst, map_b, full(s), at, 0b11);
+                            } else {
+                                tma_load_3d(dst, map_b, full(s), at);
+                            }
+                        };
+                        if TB {
+                            let at = (k0, (n0 + first_row) as i32, zb);
+                            load_b(b_dst + (first_row * WGMMA_ROW_BYTES) as u32, at);
+                        } else {
+                            for j in first_row / MN_BOX..(first_row + share) / MN_BOX {
+                                load_b(b_dst + j as u32 * MN_BOX_BYTES, ((n0 + j * MN_BOX) as i32, k0, zb));
+                            }
                         }
                     };
-                    if TB {
-                        let at = (k0, (n0 + first_row) as i32, zb);
-                        load_b(b_dst + (first_row * WGMMA_ROW_BYTES) as u32, at);
-                    } else {
-                        for j in first_row / MN_BOX..(first_row + share) / MN_BOX {
-                            load_b(b_dst + j as u32 * MN_BOX_BYTES, ((n0 + j * MN_BOX) as i32, k0, zb));
-                        }
+                    pieces(map_a, map_b, 0);
+                    if O::SPLIT {
+                        pieces(maps.add(3 * 128), maps.add(4 * 128), lo);
                     }
                     it += 1;
                 }
@@ -349,6 +375,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let (z, m0, n0) = sched.origin(unit);
             let (batch, _, steps) = layer_steps(z, all_steps, k_steps);
             let mut acc: WgmmaAcc = [0.0; 128];
+            // With `PROMOTE`, the tile's sums; `acc` then holds one k-step's.
+            let mut sums: WgmmaAcc = [0.0; 128];
             for step in 0..steps {
                 let s = it % stages;
                 mbarrier_wait(full(s), ((it / stages) & 1) as u32);
@@ -380,40 +408,60 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                                 E::wgmma_n128_k32_bytes::<1>(acc, a(row + 64), b, TA, !TB);
                             }
                             2 => E::wgmma_n192_k32_bytes(acc, a(row), b, TA, !TB),
-                            _ => E::wgmma_n64_k32_bytes(acc, a(row), b, TA, !TB),
+                            3 => E::wgmma_n64_k32_bytes(acc, a(row), b, TA, !TB),
+                            _ => E::wgmma_n128_k32_bytes::<0>(acc, a(row), b, TA, !TB),
                         }
                     });
                 };
                 if O::SPLIT {
                     // 3xTF32: A_lo·B and A·B_lo (each low part in its half of the stage) before
                     // A·B, the small terms first.
-                    product(&mut acc, a_s + STAGE_BYTES as u32, b_s);
-                    product(&mut acc, a_s, b_s + STAGE_BYTES as u32);
+                    product(&mut acc, a_s + lo, b_s);
+                    product(&mut acc, a_s, b_s + lo);
                 }
                 product(&mut acc, a_s, b_s);
                 wgmma_commit();
-                // The previous k-step's wgmma have finished: its stage may be refilled.
-                wgmma_wait::<1>(&mut acc);
-                if step > 0 && leader {
-                    release((it - 1) % stages);
+                if O::PROMOTE {
+                    // This k-step's sums, added in f32; its stage is free once they are final.
+                    wgmma_wait::<0>(&mut acc);
+                    if leader {
+                        release(s);
+                    }
+                    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                        if i < column_blocks(TILE).1 {
+                            unroll!(e in [0, 1, 2, 3] => {
+                                sums[4 * i + e] += acc[4 * i + e];
+                                acc[4 * i + e] = 0.0;
+                            });
+                        }
+                    });
+                } else {
+                    // The previous k-step's wgmma have finished: its stage may be refilled.
+                    wgmma_wait::<1>(&mut acc);
+                    if step > 0 && leader {
+                        release((it - 1) % stages);
+                    }
                 }
                 it += 1;
             }
-            wgmma_wait::<0>(&mut acc);
-            if leader {
-                // This tile's last stage (the loop released the ones before it).
-                release((it - 1) % stages);
+            if !O::PROMOTE {
+                wgmma_wait::<0>(&mut acc);
+                if leader {
+                    // This tile's last stage (the loop released the ones before it).
+                    release((it - 1) % stages);
+                }
             }
+            let acc = if O::PROMOTE { &sums } else { &acc };
             let origin = (m0 + wg as usize * rows_wg, n0);
             let out_ctx = (alpha, beta, activation);
             if O::STORES {
-                operands.store::<TILE>(&acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm, z));
+                operands.store::<TILE>(acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm, z));
             } else if !ws.is_null() {
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
                 let none = core::ptr::null::<E::Elem>();
                 store_direct::<E, TILE, true>(
-                    &acc,
+                    acc,
                     ws.add(z * m * n),
                     (none, none),
                     (m, n),
@@ -429,18 +477,18 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
                     let args = ((c, bias), (m, n), origin, out_ctx, staged);
                     match activation {
-                        _ if plain => store_staged::<E, TILE, true, ACTIVATION_NONE>(&acc, args, &mut chunks),
+                        _ if plain => store_staged::<E, TILE, true, ACTIVATION_NONE>(acc, args, &mut chunks),
                         ACTIVATION_RELU => {
-                            store_staged::<E, TILE, false, ACTIVATION_RELU>(&acc, args, &mut chunks)
+                            store_staged::<E, TILE, false, ACTIVATION_RELU>(acc, args, &mut chunks)
                         }
                         ACTIVATION_GELU => {
-                            store_staged::<E, TILE, false, ACTIVATION_GELU>(&acc, args, &mut chunks)
+                            store_staged::<E, TILE, false, ACTIVATION_GELU>(acc, args, &mut chunks)
                         }
-                        _ => store_staged::<E, TILE, false, ACTIVATION_NONE>(&acc, args, &mut chunks),
+                        _ => store_staged::<E, TILE, false, ACTIVATION_NONE>(acc, args, &mut chunks),
                     }
                 } else {
                     store_direct::<E, TILE, false>(
-                        &acc,
+                        acc,
                         out.add(batch * m * n),
                         (c, bias),
                         (m, n),
@@ -634,7 +682,7 @@ unsafe fn store_staged<E: WgmmaInput, const TILE: usize, const PLAIN: bool, cons
 }
 
 macro_rules! wgmma_kernels {
-    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal;)*) => {$(
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal;)*) => {$(
         /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps, the other arguments
         /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
         /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension; `layers` is
@@ -651,7 +699,7 @@ macro_rules! wgmma_kernels {
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
             ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
-            gemm::<$e, $ta, $tb, $tile, Matrices>(
+            gemm::<$e, $ta, $tb, $tile, Matrices<$split>>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
                 (k_steps, ws), (layers, tma_store != 0, cluster as usize), Matrices,
             )
@@ -660,37 +708,38 @@ macro_rules! wgmma_kernels {
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, u16, false, false, 0;
-    gemm_wgmma_f16_nt: F16, u16, false, true, 0;
-    gemm_wgmma_f16_tn: F16, u16, true, false, 0;
-    gemm_wgmma_f16_tt: F16, u16, true, true, 0;
-    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0;
-    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0;
-    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0;
-    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0;
-    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1;
-    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1;
-    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1;
-    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1;
-    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1;
-    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1;
-    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1;
-    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1;
-    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2;
-    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2;
-    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2;
-    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2;
-    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2;
-    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2;
-    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2;
-    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2;
-    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3;
-    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3;
-    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3;
-    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3;
-    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3;
-    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3;
-    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3;
-    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3;
-    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0;
+    gemm_wgmma_f16_nn: F16, u16, false, false, 0, false;
+    gemm_wgmma_f16_nt: F16, u16, false, true, 0, false;
+    gemm_wgmma_f16_tn: F16, u16, true, false, 0, false;
+    gemm_wgmma_f16_tt: F16, u16, true, true, 0, false;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0, false;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0, false;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0, false;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0, false;
+    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1, false;
+    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1, false;
+    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1, false;
+    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1, false;
+    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1, false;
+    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1, false;
+    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1, false;
+    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1, false;
+    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2, false;
+    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2, false;
+    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2, false;
+    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2, false;
+    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2, false;
+    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false;
+    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false;
+    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false;
+    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false;
+    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false;
+    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false;
+    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3, false;
+    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3, false;
+    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3, false;
+    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3, false;
+    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3, false;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0, false;
+    gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true;
 }

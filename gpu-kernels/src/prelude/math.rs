@@ -75,6 +75,14 @@ pub fn round_tf32(x: f32) -> f32 {
     f32::from_bits(r)
 }
 
+/// What a TF32 tensor core leaves of `x`'s low part when it reads `x` itself: `x` less its
+/// truncation to TF32 (the tensor cores drop the low 13 mantissa bits), rounded to TF32, so that
+/// `x`·b + low·b is a 3xTF32 product with `x` read unchanged.
+#[inline(always)]
+pub fn tf32_low(x: f32) -> f32 {
+    round_tf32(x - f32::from_bits(x.to_bits() & 0xffff_e000))
+}
+
 /// Fused multiply-add `a * b + c`, one rounding.
 #[inline(always)]
 pub fn fma(a: f32, b: f32, c: f32) -> f32 {

@@ -16,8 +16,9 @@
 //! deterministic.
 //! On Hopper, stride-1 convolutions of at least `WGMMA_MIN_FLOPS` run on the `wgmma` kernels
 //! instead: `WgmmaForward` (x transposed to NHWC and w to `[K, R·S, C]` first, C a multiple of 4,
-//! not the pointwise layers; in f32 as 3xTF32 from `F32X3_MIN_FLOPS`, sums of at most 576
-//! products added in f32, 3.8e-6 relative error against 2e-7 on the FMA kernels), `WgmmaWeight`
+//! not the pointwise layers; in f32 as 3xTF32 from `F32X3_MIN_FLOPS`, every k-step's sums
+//! promoted to f32 registers: 2.5e-7 relative error over 4608 products, against 2.3e-7 on the FMA
+//! kernels), `WgmmaWeight`
 //! (TF32 only; W and Q multiples of 4, split over the SMs), the data gradient through the
 //! flipped forward; each with its tile and split chosen the same way. `FERROCUDA_CONV_WGMMA=0`
 //! keeps every convolution on the FMA and `mma.sync` kernels, `=1` takes the `wgmma` ones at any
@@ -549,23 +550,29 @@ fn forward_cuda(
     Ok(y)
 }
 
-/// The `wgmma` forward's tiles (pixels × channels, from `WGMMA_TILES`), cost weights (the
-/// 128×64 tile's `m64n64` products read more shared memory per flop) and kernels (TF32, 3xTF32).
-const WGMMA_FORWARD_TILES: [(usize, f64, [Kernel<WgmmaForwardArgs>; 2]); 3] = [
-    (0, 1.0, [kernels::conv2d_fwd_wgmma_tf32, kernels::conv2d_fwd_wgmma_f32x3]),
-    (1, 1.0, [kernels::conv2d_fwd_wgmma_tf32_256x128, kernels::conv2d_fwd_wgmma_f32x3_256x128]),
-    (3, 1.2, [kernels::conv2d_fwd_wgmma_tf32_128x64, kernels::conv2d_fwd_wgmma_f32x3_128x64]),
+/// A `wgmma` forward tile: its index in `WGMMA_TILES` (pixels × channels), its cost weight (the
+/// 128×64 tile's `m64n64` products read more shared memory per flop), its kernel.
+type ForwardTile = (usize, f64, Kernel<WgmmaForwardArgs>);
+
+/// The TF32 forward's tiles.
+const WGMMA_FORWARD_TILES: [ForwardTile; 3] = [
+    (0, 1.0, kernels::conv2d_fwd_wgmma_tf32),
+    (1, 1.0, kernels::conv2d_fwd_wgmma_tf32_256x128),
+    (3, 1.2, kernels::conv2d_fwd_wgmma_tf32_128x64),
 ];
 
-/// `conv2d_fwd_wgmma_{tf32,f32x3}*(maps, bias, out, m, n, k, k_steps, slices, c_steps, taps_s,
-/// dilation_h, dilation_w, padding_h, padding_w, box_q_shift, box_p_shift, boxes_q, boxes_p,
-/// images, channels, rows, cols)`.
+/// The 3xTF32 forward's tiles: those whose consumers have registers for the promoted sums beside
+/// a k-step's.
+const F32X3_FORWARD_TILES: [ForwardTile; 2] =
+    [(4, 1.0, kernels::conv2d_fwd_wgmma_f32x3_128x128), (3, 1.2, kernels::conv2d_fwd_wgmma_f32x3_128x64)];
+
+/// `conv2d_fwd_wgmma_{tf32,f32x3}*(maps, bias, out, m, n, k, c_steps, taps_s, dilation_h,
+/// dilation_w, padding_h, padding_w, box_q_shift, box_p_shift, boxes_q, boxes_p, images,
+/// channels, rows, cols)`.
 type WgmmaForwardArgs = (
     DevPtr<u8>,
     DevPtr<f32>,
     DevPtrMut<f32>,
-    usize,
-    usize,
     usize,
     usize,
     usize,
@@ -587,12 +594,8 @@ type WgmmaForwardArgs = (
 
 /// Channels of one `wgmma` k-step (a 128-byte row of f32).
 const WGMMA_CHANNELS: usize = WGMMA_ROW_BYTES / 4;
-/// The most k-steps (of 32 products each) one part of a 3xTF32 forward's reduction takes: the
-/// tensor cores' accumulation loses f32 accuracy over longer sums (1.4e-5 relative measured at
-/// 72 k-steps, 2304 products), so longer reductions are split and their parts added in f32.
-const F32X3_MAX_STEPS: usize = 18;
 /// The fewest flops (2·N·K·P·Q·C·R·S) a convolution takes to the `wgmma` kernels: below, their
-/// extra launches (the layout transposes, the parts' sum) cost more than the faster product
+/// extra launches (the layout transposes) cost more than the faster product
 /// saves. (1,32,64,64)⊛(64,32,3,3), 151 MFLOP: 0.019–0.025 ms in TF32 against 0.020–0.022 on
 /// `mma.sync`, 0.027–0.030 in 3xTF32 against 0.025–0.026 on the FMA kernels; train_cnn's layers
 /// (at most 29 MFLOP) ran 17% slower on `wgmma`.
@@ -608,11 +611,7 @@ struct WgmmaForward {
     geometry: Geometry,
     /// 3xTF32: the context does not allow TF32.
     split: bool,
-    /// Parts of the reduction (at most `F32X3_MAX_STEPS` k-steps each for 3xTF32; 1 for TF32),
-    /// of `k_steps` k-steps.
-    slices: usize,
-    k_steps: usize,
-    /// Index in `WGMMA_FORWARD_TILES`.
+    /// Index in `WGMMA_FORWARD_TILES` (TF32) or `F32X3_FORWARD_TILES`.
     tile: usize,
     box_shift: (u32, u32),
     images: usize,
@@ -640,14 +639,8 @@ impl WgmmaForward {
         if !fits {
             return Ok(None);
         }
-        let plan = Self::for_sms(g, x.context().stream(op)?.device.info.sm_count as usize);
-        if x.context().allow_tf32() {
-            return Ok(Some(plan));
-        }
-        let (slices, k_steps) = Self::f32x3_slices(g);
-        // The parts' outputs, added by `conv2d_split_sum_f32`, index below 2^31.
-        let partials_fit = slices == 1 || slices * g.y_shape().iter().product::<usize>() <= MAX_ELEMENTS;
-        Ok(partials_fit.then_some(Self { split: true, slices, k_steps, ..plan }))
+        let sms = x.context().stream(op)?.device.info.sm_count as usize;
+        Ok(Some(Self::for_sms(g, sms, !x.context().allow_tf32())))
     }
 
     /// k-steps of the reduction: taps × 32-channel pieces of C.
@@ -655,20 +648,20 @@ impl WgmmaForward {
         g.r * g.s * g.c.div_ceil(WGMMA_CHANNELS)
     }
 
-    /// The parts of a 3xTF32 reduction (as many as keep each within `F32X3_MAX_STEPS` k-steps,
-    /// evened out) and their k-steps.
-    fn f32x3_slices(g: &Geometry) -> (usize, usize) {
-        let steps = Self::steps(g);
-        let k_steps = steps.div_ceil(steps.div_ceil(F32X3_MAX_STEPS));
-        (steps.div_ceil(k_steps), k_steps)
+    /// The tiles of a TF32 forward, or (`split`) a 3xTF32 one.
+    fn tiles(split: bool) -> &'static [ForwardTile] {
+        if split {
+            &F32X3_FORWARD_TILES
+        } else {
+            &WGMMA_FORWARD_TILES
+        }
     }
 
-    /// The tile and pixel boxes whose busiest SM has the least work (tiles per SM, rounded up,
-    /// × the tile's area × its cost weight), on `sms` SMs; the same for 3xTF32, whose products
-    /// cost three times as much on every tile.
-    fn for_sms(g: &Geometry, sms: usize) -> Self {
+    /// The tile (TF32, or 3xTF32 with `split`) and pixel boxes whose busiest SM has the least
+    /// work (tiles per SM, rounded up, × the tile's area × its cost weight), on `sms` SMs.
+    fn for_sms(g: &Geometry, sms: usize, split: bool) -> Self {
         let mut best = (f64::INFINITY, None);
-        for (index, &(kind, weight, _)) in WGMMA_FORWARD_TILES.iter().enumerate() {
+        for (index, &(kind, weight, _)) in Self::tiles(split).iter().enumerate() {
             let (rows, cols) = WGMMA_TILES[kind];
             let box_q = g.q.next_power_of_two().min(rows);
             let box_p = g.p.next_power_of_two().min(rows / box_q);
@@ -678,17 +671,7 @@ impl WgmmaForward {
             let cost = tiles.div_ceil(sms) as f64 * (rows * cols) as f64 * weight;
             if cost < best.0 {
                 let box_shift = (box_q.trailing_zeros(), box_p.trailing_zeros());
-                let plan = Self {
-                    geometry: *g,
-                    split: false,
-                    slices: 1,
-                    k_steps: Self::steps(g),
-                    tile: index,
-                    box_shift,
-                    images,
-                    boxes,
-                    sms,
-                };
+                let plan = Self { geometry: *g, split, tile: index, box_shift, images, boxes, sms };
                 best = (cost, Some(plan));
             }
         }
@@ -697,7 +680,7 @@ impl WgmmaForward {
 
     /// The output tiles: pixel boxes × channel blocks.
     fn units(&self) -> usize {
-        let cols = WGMMA_TILES[WGMMA_FORWARD_TILES[self.tile].0].1;
+        let cols = WGMMA_TILES[Self::tiles(self.split)[self.tile].0].1;
         self.pixel_boxes() * self.geometry.k.div_ceil(cols)
     }
 
@@ -710,13 +693,14 @@ impl WgmmaForward {
     /// their tensor maps to the device, then the launch.
     fn run(&self, op: &'static str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let g = &self.geometry;
-        let (kind, _, kernels) = WGMMA_FORWARD_TILES[self.tile];
-        let kernel = kernels[usize::from(self.split)];
+        let (kind, _, kernel) = Self::tiles(self.split)[self.tile];
         let (rows, cols) = WGMMA_TILES[kind];
         let (x_dims, w_dims) = ((g.n, g.c, g.h * g.w), (g.k, g.c, g.r * g.s));
         let (x_nhwc, w_taps, low) = if self.split {
-            let ((x_hi, x_lo), (w_hi, w_lo)) =
-                (x.transpose_planes_split(op, x_dims)?, w.transpose_planes_split(op, w_dims)?);
+            let ((x_hi, x_lo), (w_hi, w_lo)) = (
+                x.transpose_planes_split(op, x_dims, x_dims.1)?,
+                w.transpose_planes_split(op, w_dims, w_dims.1)?,
+            );
             (x_hi, w_hi, Some((x_lo, w_lo)))
         } else {
             (x.transpose_planes(op, x_dims)?, w.transpose_planes(op, w_dims)?, None)
@@ -750,9 +734,7 @@ impl WgmmaForward {
         let stream = ctx.stream(op)?;
         let maps_dev = upload_tensor_maps(stream, &maps, op)?;
         let y = Tensor::uninit(ctx, &g.y_shape(), op)?;
-        let partials =
-            if self.slices > 1 { Some(Tensor::uninit(ctx, &[self.slices * y.len()], op)?) } else { None };
-        let units = self.units() * self.slices;
+        let units = self.units();
         let cfg = LaunchConfig {
             grid: (units.min(self.sms) as u32, 1, 1),
             block: (WGMMA_THREADS as u32, 1, 1),
@@ -764,12 +746,10 @@ impl WgmmaForward {
         let args = (
             maps_dev.dev_ptr(),
             Tensor::ptr_or_null(bias),
-            partials.as_ref().unwrap_or(&y).ptr_mut(),
+            y.ptr_mut(),
             self.pixel_boxes() * rows,
             g.k,
             Self::steps(g) * WGMMA_CHANNELS,
-            self.k_steps,
-            self.slices,
             u(c_steps),
             u(g.s),
             u(dilation.0),
@@ -790,19 +770,14 @@ impl WgmmaForward {
         // roundings, then of their remainders), all fresh buffers of this stream, with the
         // dims, 16-byte-multiple strides (C % 4 == 0) and boxes the kernel's tile reads (32
         // channels × the pixel box of `rows` pixels; 32 channels × 1 tap × `cols` channels); m
-        // is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32 in `slices` parts of `k_steps`
-        // k-steps; `bias` is null or K floats (checked by `conv2d`) and the output the fresh
-        // [N, K, P, Q] `y`, or with slices the fresh `partials` of as many outputs a slice, on
-        // this stream; `Geometry::check` bounded every extent below 2^31, so the kernel's 32-bit
+        // is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32; `bias` is null or K floats (checked by
+        // `conv2d`) and the output the fresh [N, K, P, Q] `y` on this stream; `Geometry::check` bounded every extent below 2^31, so the kernel's 32-bit
         // coordinates hold; block, grid (at most one block an SM, no clusters) and dynamic
         // shared memory are the kernel's. `maps_dev`, `x_nhwc`, `w_taps` and `low` return to the
         // stream-ordered pool after this call, so no later work reuses them before the kernel
         // ends; `upload_tensor_maps` aligned the maps, and the kernel fences the tensor-map
         // proxy before its first TMA copy.
         unsafe { kernel.launch(stream, cfg, args)? };
-        if let Some(partials) = &partials {
-            add_splits(op, (partials, self.slices), bias, &y, (g.p * g.q, g.k))?;
-        }
         Ok(y)
     }
 }
@@ -1285,10 +1260,7 @@ fn cpu_backward_weight(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        conv_plan, Conv2dParams, ConvPlan, Geometry, WgmmaForward, WgmmaWeight, WGMMA_FORWARD_TILES,
-        WGMMA_WEIGHT_TILES,
-    };
+    use super::{conv_plan, Conv2dParams, ConvPlan, Geometry, WgmmaForward, WgmmaWeight, WGMMA_WEIGHT_TILES};
     use crate::shapes::WGMMA_TILES;
 
     /// Plans on an H100 (132 SMs), as (kernel, splits); (M, N, K) of the benchmarks' shapes.
@@ -1376,11 +1348,12 @@ mod tests {
     fn wgmma_plans_by_busiest_sm() {
         let p = Conv2dParams::new().padding(1);
         let g = |x: [usize; 4], w: [usize; 4]| Geometry::check("test", &x, &w, p).unwrap();
-        let forward = |x, w| {
-            let plan = WgmmaForward::for_sms(&g(x, w), 132);
-            let tile = WGMMA_TILES[WGMMA_FORWARD_TILES[plan.tile].0];
+        let forward_as = |x, w, split| {
+            let plan = WgmmaForward::for_sms(&g(x, w), 132, split);
+            let tile = WGMMA_TILES[WgmmaForward::tiles(split)[plan.tile].0];
             (tile, (1 << plan.box_shift.0, 1 << plan.box_shift.1, plan.images), plan.units())
         };
+        let forward = |x, w| forward_as(x, w, false);
         // The seed layer: 256 pixels (two rows of 128) × 128 channels, 2048 tiles.
         assert_eq!(forward([32, 64, 128, 128], [128, 64, 3, 3]), ((256, 128), (128, 2, 1), 2048));
         // 28×28: boxes of 8 rows of 32 columns (28 used), 128 tiles, one wave.
@@ -1390,13 +1363,13 @@ mod tests {
         // 7×7 with 512 channels: two images a box; 128 narrow tiles fill the SMs where 128×256
         // would leave 100 of them idle.
         assert_eq!(forward([32, 512, 7, 7], [512, 512, 3, 3]), ((128, 64), (8, 8, 2), 128));
-        // 3xTF32 sums at most 18 k-steps (576 products) a part: one part for 64 channels × 9
-        // taps, two for 128, eight for 512; 5 × 3 taps of 40 channels: 30 steps in 2 × 15.
-        let slices = |x, w| WgmmaForward::f32x3_slices(&g(x, w));
-        assert_eq!(slices([32, 64, 128, 128], [128, 64, 3, 3]), (1, 18));
-        assert_eq!(slices([32, 128, 28, 28], [128, 128, 3, 3]), (2, 18));
-        assert_eq!(slices([32, 512, 7, 7], [512, 512, 3, 3]), (8, 18));
-        assert_eq!(slices([2, 40, 9, 9], [8, 40, 5, 3]), (2, 15));
+        // 3xTF32 on the 128×128 and 128×64 tiles: the seed and 28×28 on 128×128 (4096 and 224
+        // tiles), 64 channels and 7×7 on 128×64.
+        let f32x3 = |x, w| forward_as(x, w, true);
+        assert_eq!(f32x3([32, 64, 128, 128], [128, 64, 3, 3]), ((128, 128), (128, 1, 1), 4096));
+        assert_eq!(f32x3([32, 128, 28, 28], [128, 128, 3, 3]), ((128, 128), (32, 4, 1), 224));
+        assert_eq!(f32x3([32, 64, 56, 56], [64, 64, 3, 3]), ((128, 64), (64, 2, 1), 896));
+        assert_eq!(f32x3([32, 512, 7, 7], [512, 512, 3, 3]), ((128, 64), (8, 8, 2), 128));
         let weight = |x, w| {
             let plan = WgmmaWeight::for_sms(&g(x, w), 132);
             (WGMMA_TILES[WGMMA_WEIGHT_TILES[plan.tile].0], plan.slices, plan.k_steps)

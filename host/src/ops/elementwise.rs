@@ -302,6 +302,26 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// The low parts of this f32 CUDA tensor's values for a 3xTF32 product (`tf32_low_f32`):
+    /// what the tensor cores drop of each value when they read it, rounded to TF32. The tensor
+    /// itself is the high part.
+    pub(crate) fn tf32_low(&self, op: &'static str) -> Result<Tensor> {
+        let out = Tensor::uninit(self.context(), self.shape(), op)?;
+        let n = self.len();
+        if n > 0 {
+            let stream = self.context().stream(op)?;
+            // SAFETY: `tf32_low_f32(x, out, n)`: this tensor and the fresh `out` hold `n` f32
+            // each, distinct, 16-byte aligned (pool blocks; the caller checked this tensor's
+            // first element); any grid is valid.
+            unsafe {
+                kernels::tf32_low_f32.launch(stream, config(n, DType::F32), (self.ptr(), out.ptr_mut(), n))
+            }?;
+        }
+        Ok(out)
+    }
+}
+
 macro_rules! tensor_ops {
     ($($(#[$doc:meta])* $method:ident => $f:ident($($arg:ident: $ty:ty),*) with $op:expr;)*) => {
         impl Tensor {$(

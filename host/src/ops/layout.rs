@@ -11,6 +11,9 @@ use crate::shapes::{GATHER_BLOCK, TRANSPOSE_BLOCK, TRANSPOSE_TILE, TRANSPOSE_TIL
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
 
+/// Threads of a `pad_split_f32` block (one value each along a row).
+const PAD_SPLIT_BLOCK: usize = 256;
+
 impl Tensor {
     /// A copy of this tensor in a buffer of its own (device-to-device on CUDA).
     pub fn copy(&self) -> Result<Tensor> {
@@ -148,29 +151,71 @@ impl Tensor {
         (batch, rows, cols): (usize, usize, usize),
     ) -> Result<Tensor> {
         let out = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
-        self.launch_transpose(op, (batch, rows, cols), (&out, None))?;
+        self.launch_transpose(op, (batch, rows, cols), rows, (&out, None))?;
         Ok(out)
     }
 
     /// [`Tensor::transpose_planes`] split for 3xTF32 products: each value's TF32 rounding, and
-    /// the remainders (the value less its rounding, exact).
+    /// the remainders (the value less its rounding, exact), `[batch, cols, pitch]` each: output
+    /// rows `pitch` ≥ `rows` apart, the values past `rows` in each left unwritten.
     pub(crate) fn transpose_planes_split(
         &self,
         op: &'static str,
         (batch, rows, cols): (usize, usize, usize),
+        pitch: usize,
     ) -> Result<(Tensor, Tensor)> {
-        let hi = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
-        let lo = Tensor::uninit(self.context(), &[batch, cols, rows], op)?;
-        self.launch_transpose(op, (batch, rows, cols), (&hi, Some(&lo)))?;
+        let hi = Tensor::uninit(self.context(), &[batch, cols, pitch], op)?;
+        let lo = Tensor::uninit(self.context(), &[batch, cols, pitch], op)?;
+        self.launch_transpose(op, (batch, rows, cols), pitch, (&hi, Some(&lo)))?;
+        Ok((hi, lo))
+    }
+
+    /// This tensor's `[rows, cols]` values split for 3xTF32 products as in
+    /// [`Tensor::transpose_planes_split`], not transposed: `[rows, pitch]` each (`pad_split_f32`).
+    pub(crate) fn pad_split(
+        &self,
+        op: &'static str,
+        (rows, cols): (usize, usize),
+        pitch: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        if self.len() != rows * cols || pitch < cols {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: vec![rows, cols, pitch],
+            });
+        }
+        let hi = Tensor::uninit(self.context(), &[rows, pitch], op)?;
+        let lo = Tensor::uninit(self.context(), &[rows, pitch], op)?;
+        if hi.is_empty() {
+            return Ok((hi, lo));
+        }
+        let cfg = LaunchConfig {
+            grid: (cols.div_ceil(PAD_SPLIT_BLOCK) as u32, rows.min(65_535) as u32, 1),
+            block: (PAD_SPLIT_BLOCK as u32, 1, 1),
+            shared_bytes: 0,
+        };
+        let stream = self.context().stream(op)?;
+        // SAFETY: `pad_split_f32(x, rows, cols, pitch, hi, lo)`: `x` (this tensor) holds
+        // rows·cols floats (checked above), the fresh `hi` and `lo` rows·pitch each, pitch ≥
+        // cols; the grid covers the columns along x (rows along y in any count, ≤ 65,535).
+        unsafe {
+            kernels::pad_split_f32.launch(
+                stream,
+                cfg,
+                (self.ptr(), rows, cols, pitch, hi.ptr_mut(), lo.ptr_mut()),
+            )?
+        };
         Ok((hi, lo))
     }
 
     /// `transpose_f32` (or, with a second output, `transpose_split_f32`) of this tensor's
-    /// `batch` matrices into the fresh `[batch, cols, rows]` outputs.
+    /// `batch` matrices into the fresh `[batch, cols, pitch]` outputs (pitch ≥ rows).
     fn launch_transpose(
         &self,
         op: &'static str,
         (batch, rows, cols): (usize, usize, usize),
+        pitch: usize,
         (out, lo): (&Tensor, Option<&Tensor>),
     ) -> Result<()> {
         if self.len() != batch * rows * cols {
@@ -197,20 +242,23 @@ impl Tensor {
             shared_bytes: (TRANSPOSE_TILE_WORDS * 4) as u32,
         };
         let stream = self.context().stream(op)?;
-        // SAFETY: `transpose_f32(x, rows, cols, out)` / `transpose_split_f32(x, rows, cols, hi,
-        // lo)` over `batch` grid layers: `x` (this tensor, length checked above) and the fresh
-        // outputs (the callers' `[batch, cols, rows]` buffers) hold batch·rows·cols floats;
+        // SAFETY: `transpose_f32(x, rows, cols, pitch, out)` / `transpose_split_f32(x, rows, cols,
+        // pitch, hi, lo)` over `batch` grid layers: `x` (this tensor, length checked above) holds
+        // batch·rows·cols floats and the fresh outputs (the callers' `[batch, cols, pitch]`
+        // buffers, pitch ≥ rows) batch·cols·pitch;
         // TRANSPOSE_BLOCK threads, a grid of tiles covering each matrix, and TRANSPOSE_TILE_WORDS
         // floats of dynamic shared memory, as the kernels ask.
         unsafe {
             match lo {
-                None => {
-                    kernels::transpose_f32.launch(stream, cfg, (self.ptr(), rows, cols, out.ptr_mut()))?
-                }
+                None => kernels::transpose_f32.launch(
+                    stream,
+                    cfg,
+                    (self.ptr(), rows, cols, pitch, out.ptr_mut()),
+                )?,
                 Some(lo) => kernels::transpose_split_f32.launch(
                     stream,
                     cfg,
-                    (self.ptr(), rows, cols, out.ptr_mut(), lo.ptr_mut()),
+                    (self.ptr(), rows, cols, pitch, out.ptr_mut(), lo.ptr_mut()),
                 )?,
             }
         };

@@ -15,6 +15,7 @@
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
+//! | 5b | exact f32 (TF32 not allowed), sm_90a, at least 2^27 flops where the time model of `f32x3_pays` beats the FMA kernels (`FERROCUDA_MATMUL_F32X3=0`: never; `=1`: wherever it can run), operands that are not K-major 2-D | `gemm_wgmma_f32x3_nt` (3xTF32, 128×128 tiles, every k-step's sums promoted to f32 registers) after splitting each operand into its high and low parts: a K-major operand TMA reads in place is its own high part beside `tf32_low_f32`; any other is split (and transposed where it is not K-major) by `transpose_split_f32` / `pad_split_f32` into rows padded to 16-byte multiples | as row 2 (32-element k-steps) |
 //! | 6 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
 //! | 7 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
 //! | 8 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
@@ -24,6 +25,12 @@
 //! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
 //! once: the same bits on every run, no atomics. Few rows with A transposed, and few columns
 //! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–9).
+//!
+//! Exact f32 on 3xTF32 (row 5b): each product a·b is a_hi·b_hi + a_lo·b_hi + a_hi·b_lo on TF32
+//! tensor cores (the low parts' own product, below 2^-20 of it, dropped). The tensor cores
+//! truncate each addition to their accumulators, an error that grows with K, so the kernel adds
+//! every k-step's 32-product sums to a second set of f32 registers. Measured (H100, (256, 256,
+//! 16384), norm-wise against f64): 2.1e-7 relative error, against 4.2e-7 for the FMA kernels.
 use crate::kernels;
 use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, DeviceElement, Kernel};
@@ -250,6 +257,7 @@ impl<'a> Gemm<'a> {
             aligned_a: aligned(self.a),
             aligned_b: aligned(self.b),
             tf32: self.allow_tf32.unwrap_or(self.a.context().allow_tf32()),
+            f32x3: f32x3_setting(),
         };
         let plan = plan(&d, &operands, &device);
         if d.batch * plan.slices > MAX_GRID_YZ {
@@ -276,9 +284,11 @@ impl<'a> Gemm<'a> {
                 let ldb = if tb { d.k } else { d.n };
                 let (a_op, _a_copy) = tma_operand(a, lda, d.stride_a, staged, stream, op)?;
                 let (b_op, _b_copy) = tma_operand(b, ldb, d.stride_b, staged, stream, op)?;
-                self.launch_wgmma(d, &out, stream, (a_op, ta), (b_op, tb), tile, (&plan, workspace.as_ref()))?
+                let split = (&plan, workspace.as_ref());
+                self.launch_wgmma(d, &out, stream, ((a_op, ta), (b_op, tb)), (tile, None), split)?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
+            GemmPath::F32x3Wgmma => self.launch_f32x3_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
             GemmPath::Simt { .. } | GemmPath::Tiny | GemmPath::Tf32Mma | GemmPath::HalfMma => {
                 self.launch_tiled(&d, &out, stream, &plan, workspace.as_ref())?
             }
@@ -316,7 +326,11 @@ impl<'a> Gemm<'a> {
             GemmPath::Tiny => {
                 (GemmKernel::SimtF32(TINY_F32_KERNELS[ta][tb]), GEMM_TILE_TINY, GEMM_TINY_THREADS, 0)
             }
-            GemmPath::Gemv { .. } | GemmPath::GemvMma | GemmPath::Wgmma { .. } | GemmPath::Tf32Wgmma => {
+            GemmPath::Gemv { .. }
+            | GemmPath::GemvMma
+            | GemmPath::Wgmma { .. }
+            | GemmPath::Tf32Wgmma
+            | GemmPath::F32x3Wgmma => {
                 unreachable!("launch_tiled takes the tiled paths only")
             }
         };
@@ -535,20 +549,58 @@ impl<'a> Gemm<'a> {
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
         let (a, b) = (TmaOperand::of(a, d.k, d.stride_a), TmaOperand::of(b, d.k, d.stride_b));
-        self.launch_wgmma(d, out, stream, (a, false), (b, true), 0, split)
+        self.launch_wgmma(d, out, stream, ((a, false), (b, true)), (0, None), split)
+    }
+
+    /// Exact f32 as 3xTF32 through `wgmma`: both operands K-major with their low parts. A
+    /// K-major operand whose rows TMA can read is its own high part (the tensor cores truncate
+    /// it) beside `tf32_low`; another is split in one pass into its TF32 rounding and the
+    /// remainder, transposed where it is not K-major, its rows padded to 16-byte multiples. The
+    /// plan checked that the transposes can run.
+    fn launch_f32x3_wgmma(
+        &self,
+        d: Dims,
+        out: &Tensor,
+        stream: &Arc<Stream>,
+        split: (&GemmPlan, Option<&DeviceBuffer>),
+    ) -> Result<()> {
+        let op = self.op;
+        let pitch = d.k.next_multiple_of(4);
+        // `(high part, if not the operand itself; low part; their row pitch)`, K-major.
+        let parts = |t: &Tensor, k_major: bool, rows: usize| -> Result<(Option<Tensor>, Tensor, usize)> {
+            if !k_major {
+                let (hi, lo) = t.transpose_planes_split(op, (1, d.k, rows), pitch)?;
+                Ok((Some(hi), lo, pitch))
+            } else if in_place_k_major(d.k, t.device_ptr()) {
+                Ok((None, t.tf32_low(op)?, d.k))
+            } else {
+                let (hi, lo) = t.pad_split(op, (t.len() / d.k, d.k), pitch)?;
+                Ok((Some(hi), lo, pitch))
+            }
+        };
+        let (a_hi, a_lo, a_pitch) = parts(self.a, !self.transpose_a, d.m)?;
+        let (b_hi, b_lo, b_pitch) = parts(self.b, self.transpose_b, d.n)?;
+        // Batched operands (K-major only) keep their matrices `rows · pitch` apart.
+        let operand = |t: &Tensor, (pitch, rows, batched): (usize, usize, bool)| {
+            TmaOperand::of(t, pitch, if batched { rows * pitch } else { 0 })
+        };
+        let (a_at, b_at) = ((a_pitch, d.m, d.stride_a != 0), (b_pitch, d.n, d.stride_b != 0));
+        let (a, b) = (a_hi.as_ref().unwrap_or(self.a), b_hi.as_ref().unwrap_or(self.b));
+        let (a, b) = (operand(a, a_at), operand(b, b_at));
+        let lows = (operand(&a_lo, a_at), operand(&b_lo, b_at));
+        self.launch_wgmma(d, out, stream, ((a, false), (b, true)), (F32X3_TILE, Some(lows)), split)
     }
 
     /// The `wgmma` kernel on `a` and `b` (transposed as flagged) with tile `kind` of
-    /// `WGMMA_TILES`: A's, B's and the output's tensor maps go to the device, then the launch.
-    #[allow(clippy::too_many_arguments)]
+    /// `WGMMA_TILES`: A's, B's and the output's tensor maps go to the device (with `lows`, the
+    /// 3xTF32 kernel: then A's and B's low parts' too), then the launch.
     fn launch_wgmma(
         &self,
         d: Dims,
         out: &Tensor,
         stream: &Arc<Stream>,
-        (a, ta): (TmaOperand, bool),
-        (b, tb): (TmaOperand, bool),
-        kind: usize,
+        ((a, ta), (b, tb)): ((TmaOperand, bool), (TmaOperand, bool)),
+        (kind, lows): (usize, Option<(TmaOperand, TmaOperand)>),
         (plan, workspace): (&GemmPlan, Option<&DeviceBuffer>),
     ) -> Result<()> {
         let op = self.op;
@@ -563,7 +615,9 @@ impl<'a> Gemm<'a> {
             tensor_map_pitched(dtype, t.ptr, (inner, outer, d.batch), (t.pitch, t.batch_stride), boxed)
         };
         let map_a = if ta { map(a, tile.0, false, (d.k, d.m))? } else { map(a, tile.0, true, (d.m, d.k))? };
-        let kernel = if dtype == DType::F32 {
+        let kernel = if lows.is_some() {
+            WgmmaKernel::Tf32(kernels::gemm_wgmma_f32x3_nt)
+        } else if dtype == DType::F32 {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
         } else {
             WgmmaKernel::Half(WGMMA_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
@@ -582,8 +636,14 @@ impl<'a> Gemm<'a> {
         let pair = wgmma_cluster() && d.m > tile.0 && plan.slices == 1 && tile.1 > WGMMA_MN_BOX;
         let clusters = if pair { resident_clusters(stream, kernel, cfg) } else { 0 };
         let cluster = if clusters > 0 { 2 } else { 1 };
-        let map_b =
-            if tb { map(b, tile.1 / cluster, true, (d.n, d.k))? } else { map(b, tile.1, false, (d.k, d.n))? };
+        let map_b_of = |b| {
+            if tb {
+                map(b, tile.1 / cluster, true, (d.n, d.k))
+            } else {
+                map(b, tile.1, false, (d.k, d.n))
+            }
+        };
+        let map_b = map_b_of(b)?;
         // The output through shared memory and TMA stores: whole slices only (no split) and rows
         // that start on 16-byte boundaries.
         let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0;
@@ -593,7 +653,13 @@ impl<'a> Gemm<'a> {
         } else {
             sys::CUtensorMap { opaque: [0; 16] }
         };
-        let maps_dev = upload_tensor_maps(stream, &[map_a, map_b, map_out], op)?;
+        let mut maps = vec![map_a, map_b, map_out];
+        if let Some((a_lo, b_lo)) = lows {
+            // Only the 3xTF32 kernel takes low parts: K-major, with the high parts' boxes.
+            maps.push(map(a_lo, tile.0, true, (d.m, d.k))?);
+            maps.push(map_b_of(b_lo)?);
+        }
+        let maps_dev = upload_tensor_maps(stream, &maps, op)?;
 
         let layers = d.batch * plan.slices;
         let units = d.m.div_ceil(tile.0).div_ceil(cluster) * d.n.div_ceil(tile.1) * layers;
@@ -616,10 +682,11 @@ impl<'a> Gemm<'a> {
         // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_<tile>](maps, c, bias, out, m, n, k, stride_c, alpha,
         // beta, activation, batched_a, batched_b, k_steps, ws, layers, tma_store)`: `ws` is null or
         // the workspace of batch·slices·M·N floats with layers = batch·slices, slices = ⌈k-steps /
-        // k_steps⌉; `maps` holds A's, B's and (with `tma_store`) the output's tensor maps, made
-        // above for the live buffers of A, B (or their staged copies, which the caller keeps
-        // until after this launch) and `out` with the shapes and strides `dims()` checked and
-        // the boxes of the kernel's tile; c and bias
+        // k_steps⌉; `maps` holds A's, B's and (with `tma_store`) the output's tensor maps, and
+        // for `gemm_wgmma_f32x3_nt` (taken exactly when `lows` is given) A's and B's low parts'
+        // after them, made above for the live buffers of A, B (or their staged, transposed or
+        // split copies, which the caller keeps until after this launch) and `out` with the shapes
+        // and strides `dims()` checked and the boxes of the kernel's tile; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
         // stream-ordered pool after this call, so no later work reuses it before the kernel ends;
@@ -726,6 +793,8 @@ struct Operands {
     aligned_b: bool,
     /// f32 may use TF32 tensor cores.
     tf32: bool,
+    /// Exact f32 as 3xTF32: `None` where it pays (`f32x3_pays`), `Some` forced on or off.
+    f32x3: Option<bool>,
 }
 
 /// The kernel family a GEMM runs on.
@@ -748,6 +817,8 @@ enum GemmPath {
     Wgmma { tile: usize, staged: bool },
     /// TF32 `wgmma` + TMA (sm_90a), after transposing the operands to K-major.
     Tf32Wgmma,
+    /// Exact f32 as 3xTF32 on `wgmma` + TMA (sm_90a): the operands K-major with their low parts.
+    F32x3Wgmma,
 }
 
 /// A GEMM's kernel and its split of K: `slices` blocks along k per output tile, each over
@@ -826,6 +897,18 @@ fn split_k(k: usize, blocks: usize, target: usize, (align, min_chunk): (usize, u
 
 /// The small `wgmma` tile, 128×64 (index into `WGMMA_TILES`).
 const WGMMA_SMALL_TILE: usize = 3;
+/// The 3xTF32 kernel's tile, 128×128 (index into `WGMMA_TILES`).
+const F32X3_TILE: usize = 4;
+/// Exact f32 products take 3xTF32 on `wgmma` from this many flops, where the time model of
+/// `f32x3_pays` says it wins.
+const F32X3_MIN_FLOPS: f64 = (1u64 << 27) as f64;
+/// The time model's rates (H100, sixteenth session): the FMA kernels' f32 flops at 4096–8192,
+/// the 3xTF32 kernel's (its f32 flops, 110–123 TFLOP/s measured), a copy's bytes (read + write),
+/// and the split's fixed cost (two more launches, the tensor maps).
+const FMA_FLOPS_PER_S: f64 = 40e12;
+const F32X3_FLOPS_PER_S: f64 = 115e12;
+const COPY_BYTES_PER_S: f64 = 2.9e12;
+const F32X3_FIXED_S: f64 = 8e-6;
 
 /// The `wgmma` tile (index into `WGMMA_TILES`). Among the large ones, the one that gives the SMs
 /// the least work: with at least a wave of tiles (or K too short to split), the most any SM
@@ -878,6 +961,7 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
 fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> GemmPlan {
     let tile = match path {
         GemmPath::Wgmma { tile, .. } => WGMMA_TILES[tile],
+        GemmPath::F32x3Wgmma => WGMMA_TILES[F32X3_TILE],
         _ => WGMMA_TILE,
     };
     let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
@@ -941,18 +1025,11 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     if d.m * d.n <= TINY_MAX_OUTPUTS && d.k <= GEMM_TINY_MAX_K {
         return whole(GemmPath::Tiny);
     }
+    if !o.tf32 && dev.sm90a && f32x3_fits(d, o) && o.f32x3.unwrap_or_else(|| f32x3_pays(d, o, dev)) {
+        return wgmma_plan(d, GemmPath::F32x3Wgmma, o.dtype, dev);
+    }
     if o.tf32 {
-        // The transposes that make both operands K-major exist for 2-D operands only.
-        let transposes = o.transpose_a || !o.transpose_b;
-        let batched_transpose = (o.transpose_a && o.batched_a) || (!o.transpose_b && o.batched_b);
-        let fits = !batched_transpose
-            && d.k % 4 == 0
-            && d.k > 0
-            && (!transposes || Tensor::transpose_fits(d.k))
-            && (o.transpose_a || o.aligned_a)
-            && (!o.transpose_b || o.aligned_b)
-            && small_dims;
-        return if dev.sm90a && fits {
+        return if dev.sm90a && k_major_fits(d, o) {
             wgmma_plan(d, GemmPath::Tf32Wgmma, o.dtype, dev)
         } else {
             whole(GemmPath::Tf32Mma)
@@ -966,6 +1043,67 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         }
     }
     whole(GemmPath::Simt { tile: simt_tile(d, dev) })
+}
+
+/// Whether both operands can be made K-major for the `wgmma` TF32 kernel (rows of 16-byte
+/// multiples, first elements aligned): the transposes exist for 2-D operands only.
+fn k_major_fits(d: &Dims, o: &Operands) -> bool {
+    f32x3_fits(d, o) && d.k % 4 == 0 && (o.transpose_a || o.aligned_a) && (!o.transpose_b || o.aligned_b)
+}
+
+/// Whether the 3xTF32 kernel can run: the operands that are not K-major are 2-D (the
+/// transposes exist for those only); rows TMA cannot read are copied with padding.
+fn f32x3_fits(d: &Dims, o: &Operands) -> bool {
+    let transposes = o.transpose_a || !o.transpose_b;
+    let batched_transpose = (o.transpose_a && o.batched_a) || (!o.transpose_b && o.batched_b);
+    !batched_transpose
+        && d.k > 0
+        && (!transposes || Tensor::transpose_fits(d.k))
+        && d.m.max(d.n).max(d.k) < 1 << 31
+}
+
+/// A K-major f32 operand TMA reads in place: rows of 16-byte multiples from an aligned start.
+fn in_place_k_major(k: usize, ptr: u64) -> bool {
+    k % 4 == 0 && ptr % 16 == 0
+}
+
+/// Whether exact f32 pays as 3xTF32 on `wgmma`: at least `F32X3_MIN_FLOPS`, and a shorter time
+/// than the FMA kernels' by the model. The FMA kernels run at `FMA_FLOPS_PER_S` where their
+/// 128×128 tiles fill the SMs or K splits (as `plan` does from 2·`SPLIT_MIN_K`), else at the
+/// share of the SMs the tiles fill (512³: 16 tiles, 0.050 ms measured, the model 0.055). 3xTF32:
+/// the splits' bytes (a K-major operand read in place: read,
+/// low part written, 8 bytes a value; another: read, high and low parts written, 12) at copy
+/// speed, then the product at the slower of its flop rate and reading both parts of both
+/// operands once. Measured beside it (H100, same call): (8192, 8192, 128) 0.397 ms on 3xTF32
+/// against 0.471 on FMA, the model 0.39 / 0.43; (128, 8192, 8192) with B to transpose 0.502
+/// against 0.465, the model 0.48 / 0.43; 1024³ 0.051 against 0.072, the model 0.034 / 0.054;
+/// 512³ 0.039 against 0.050, the model 0.012 / 0.055.
+fn f32x3_pays(d: &Dims, o: &Operands, dev: &DeviceFacts) -> bool {
+    let flops = 2.0 * (d.batch * d.m * d.n) as f64 * d.k as f64;
+    let in_place = |aligned: bool| aligned && d.k % 4 == 0;
+    let per_value = |in_place: bool| if in_place { 8.0 } else { 12.0 };
+    let batches = |batched: bool| if batched { d.batch } else { 1 } as f64;
+    let split_bytes =
+        per_value(!o.transpose_a && in_place(o.aligned_a)) * (d.m * d.k) as f64 * batches(o.batched_a)
+            + per_value(o.transpose_b && in_place(o.aligned_b)) * (d.k * d.n) as f64 * batches(o.batched_b);
+    let operand_bytes =
+        4.0 * ((d.m * d.k) as f64 * batches(o.batched_a) + (d.k * d.n) as f64 * batches(o.batched_b));
+    let product = (flops / F32X3_FLOPS_PER_S).max(2.0 * operand_bytes / COPY_BYTES_PER_S);
+    let f32x3 = F32X3_FIXED_S + split_bytes / COPY_BYTES_PER_S + product;
+    let tiles = d.m.div_ceil(GEMM_TILE_LARGE.0) * d.n.div_ceil(GEMM_TILE_LARGE.1) * d.batch;
+    let fill = if d.k >= 2 * SPLIT_MIN_K { 1.0 } else { (tiles as f64 / dev.sms as f64).min(1.0) };
+    flops >= F32X3_MIN_FLOPS && f32x3 < flops / (FMA_FLOPS_PER_S * fill)
+}
+
+/// `FERROCUDA_MATMUL_F32X3`: `0` keeps exact f32 on the FMA kernels, `1` takes 3xTF32 at any
+/// size where it can run (tests); otherwise by size. Read at each call, so that a test may
+/// switch it.
+fn f32x3_setting() -> Option<bool> {
+    match std::env::var("FERROCUDA_MATMUL_F32X3").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    }
 }
 
 /// The SIMT tile: of the tiles whose grids give every SM a block, the one whose busiest SM has
@@ -1465,6 +1603,7 @@ mod tests {
             aligned_a: true,
             aligned_b: true,
             tf32: false,
+            f32x3: Some(false),
         }
     }
 
@@ -1625,6 +1764,45 @@ mod tests {
         let nt = Operands { transpose_b: true, batched_b: true, ..o };
         assert_eq!(path(dims(17, 3, 4096), nt, H100), GemmPath::Tf32Wgmma);
         assert_eq!(path(dims(17, 3, 4096), Operands { aligned_a: false, ..nt }, H100), GemmPath::Tf32Mma);
+    }
+
+    #[test]
+    fn exact_f32_takes_3xtf32_where_it_pays() {
+        let by_size = |ta, tb| Operands { f32x3: None, ..operands(DType::F32, ta, tb) };
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            assert_eq!(path(dims(4096, 4096, 4096), by_size(ta, tb), H100), GemmPath::F32x3Wgmma);
+            assert_eq!(path(dims(16384, 16384, 256), by_size(ta, tb), H100), GemmPath::F32x3Wgmma);
+            assert_eq!(
+                path(dims(4096, 4096, 4096), by_size(ta, tb), OLDER),
+                GemmPath::Simt { tile: (128, 256) }
+            );
+        }
+        // Below 2^27 flops, or too few flops per byte the splits move (a weight matrix read once
+        // by 128 rows); a thin output over a long K pays, and a linear layer of 805 MFLOP.
+        assert!(matches!(path(dims(256, 256, 1024), by_size(false, false), H100), GemmPath::Simt { .. }));
+        assert_eq!(path(dims(512, 512, 512), by_size(false, false), H100), GemmPath::F32x3Wgmma);
+        assert_eq!(path(dims(8192, 128, 8192), by_size(false, false), H100), GemmPath::F32x3Wgmma);
+        assert_eq!(path(dims(1024, 768, 512), by_size(false, true), H100), GemmPath::F32x3Wgmma);
+        assert!(matches!(path(dims(128, 8192, 8192), by_size(false, false), H100), GemmPath::Simt { .. }));
+        // Forced on at any size it can run (tests), off whatever the size; TF32 allowed wins.
+        let forced = Operands { f32x3: Some(true), ..operands(DType::F32, false, false) };
+        assert_eq!(path(dims(130, 129, 300), forced, H100), GemmPath::F32x3Wgmma);
+        assert_eq!(path(dims(130, 129, 302), forced, H100), GemmPath::F32x3Wgmma);
+        assert_eq!(path(dims(3001, 3003, 2999), by_size(false, false), H100), GemmPath::F32x3Wgmma);
+        assert_eq!(
+            path(dims(4096, 4096, 4096), Operands { tf32: true, ..forced }, H100),
+            GemmPath::Tf32Wgmma
+        );
+        let off = Operands { f32x3: Some(false), ..forced };
+        assert!(matches!(path(dims(4096, 4096, 4096), off, H100), GemmPath::Simt { .. }));
+        // Batched operands only where neither needs its transpose.
+        let batched = Operands { batched_b: true, ..by_size(false, true) };
+        assert_eq!(path(Dims { batch: 8, ..dims(2048, 2048, 2048) }, batched, H100), GemmPath::F32x3Wgmma);
+        let batched = Operands { batched_b: true, ..by_size(false, false) };
+        assert!(matches!(
+            path(Dims { batch: 8, ..dims(2048, 2048, 2048) }, batched, H100),
+            GemmPath::Simt { .. }
+        ));
     }
 
     #[test]
