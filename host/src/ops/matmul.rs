@@ -48,7 +48,7 @@ use crate::shapes::{
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
 use rayon::prelude::*;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 /// The activation a GEMM applies in its epilogue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -1335,11 +1335,17 @@ enum WgmmaKernel {
     Half(Kernel<WgmmaArgs<u16>>),
 }
 
-/// Clusters of two `wgmma` blocks (launch shape `cfg`, the same for every `wgmma` kernel) the
-/// device runs at once, asked of the driver once per device; 0 where it runs none or the query
-/// fails (the kernels then run without clusters).
+/// Clusters of two blocks of `kernel` (launch shape `cfg`, the same for every `wgmma` kernel)
+/// the device runs at once, asked of the driver once per kernel and device (the answer depends
+/// on the kernel's registers); 0 where it runs none or the query fails (the kernel then runs
+/// without clusters).
 fn resident_clusters(stream: &Stream, kernel: WgmmaKernel, cfg: LaunchConfig) -> usize {
-    *stream.device.wgmma_clusters.get_or_init(|| {
+    let index = match kernel {
+        WgmmaKernel::Tf32(k) => k.info.index,
+        WgmmaKernel::Half(k) => k.info.index,
+    };
+    let mut known = stream.device.wgmma_clusters.lock().unwrap_or_else(PoisonError::into_inner);
+    *known.entry(index).or_insert_with(|| {
         let clusters = match kernel {
             WgmmaKernel::Tf32(k) => k.max_active_clusters(stream, cfg, 2),
             WgmmaKernel::Half(k) => k.max_active_clusters(stream, cfg, 2),

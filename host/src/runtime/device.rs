@@ -5,6 +5,7 @@ use super::module::KernelModules;
 use super::pool::MemoryPool;
 use super::profiler::Profiler;
 use cudarc::driver::{result, sys, DriverError};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -132,9 +133,9 @@ pub(crate) struct CudaDevice {
     /// Streams of this device being captured into graphs right now.
     pub(crate) captures: AtomicUsize,
     pub(crate) profiler: Profiler,
-    /// Clusters of two `wgmma` GEMM blocks the device runs at once (asked of the driver on the
-    /// first clustered launch).
-    pub(crate) wgmma_clusters: OnceLock<usize>,
+    /// Clusters of two blocks of each `wgmma` GEMM kernel (by its index in the kernel table) the
+    /// device runs at once, asked of the driver on the kernel's first clustered launch.
+    pub(crate) wgmma_clusters: Mutex<HashMap<usize, usize>>,
 }
 
 impl CudaDevice {
@@ -168,7 +169,7 @@ impl CudaDevice {
             pool: MemoryPool::new(),
             captures: AtomicUsize::new(0),
             profiler: Profiler::new(),
-            wgmma_clusters: OnceLock::new(),
+            wgmma_clusters: Mutex::new(HashMap::new()),
         });
         open[ordinal] = Some(dev.clone());
         Ok(dev)
