@@ -258,13 +258,12 @@ pub const CONV_SPLIT_ALIGN: usize = 32;
 /// elements), `WGMMA_STAGES` shared-memory stages.
 pub const WGMMA_TILE: (usize, usize) = (128, 256);
 /// Every tile of the Hopper GEMM (kernel suffixes none, `_256x128`, `_128x192`, `_128x64`, and
-/// the 3xTF32 kernel's own): the
-/// 128×256 above; 256×128 (each consumer warpgroup computes 128×128 as two `m64n128` products);
-/// 128×192 (one `m64n192` each), for widths that 128 and 256 pad or that leave the last wave
-/// short; 128×64 (one `m64n64` each), for products whose large tiles would leave most SMs idle
-/// (a few rows, a thin output, small squares): four times the tiles, instead of split K;
-/// 128×128 (one `m64n128` each), the f32 GEMM's 3xTF32 tile (`_f32x3`: its consumers keep a
-/// second set of 64 sums a thread, which the larger tiles have no registers for).
+/// the 3xTF32 kernels' `_128x128`): the 128×256 above; 256×128 (each consumer warpgroup computes
+/// 128×128 as two `m64n128` products); 128×192 (one `m64n192` each), for widths that 128 and 256
+/// pad or that leave the last wave short; 128×64 (one `m64n64` each), for products whose large
+/// tiles would leave most SMs idle (a few rows, a thin output, small squares): four times the
+/// tiles, instead of split K; 128×128 (one `m64n128` each), the 3xTF32 tile (its consumers keep
+/// a second set of 64 sums a thread, which the larger tiles have no registers for).
 pub const WGMMA_TILES: [(usize, usize); 5] = [WGMMA_TILE, (256, 128), (128, 192), (128, 64), (128, 128)];
 pub const WGMMA_ROW_BYTES: usize = 128;
 pub const WGMMA_STAGES: usize = 4;

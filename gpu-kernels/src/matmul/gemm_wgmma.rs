@@ -41,6 +41,13 @@
 //! Split-K (thin or few output tiles): layer z = batch·slices + slice runs its slice's k-steps
 //! and stores raw f32 sums into a workspace, which `gemm_reduce_*` adds in order.
 //!
+//! Exact f32 (`gemm_wgmma_f32x3_nt`, 128×128 tiles) is 3xTF32: the producer also loads A's and
+//! B's low parts (the fourth and fifth maps) beside their pieces, in stages twice the size (three
+//! of them); each k-step's A_lo·B, A·B_lo and A·B go into fresh accumulators, which the consumers
+//! add to a second set of sums in f32 once the k-step's `wgmma` have finished (`PROMOTE`): no
+//! tensor-core accumulation spans more than 32 products. Floor: three TF32 products, ~165
+//! TFLOP/s of f32.
+//!
 //! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(cluster · min(units,
 //! resident clusters or SMs), 1, 1)` in clusters of `cluster` along x, dynamic shared memory
 //! `WGMMA_SHARED_BYTES`; `maps` points to three `CUtensorMap`s in global
@@ -683,7 +690,8 @@ unsafe fn store_staged<E: WgmmaInput, const TILE: usize, const PLAIN: bool, cons
 
 macro_rules! wgmma_kernels {
     ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal;)*) => {$(
-        /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps, the other arguments
+        /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps (3xTF32: then A's and
+        /// B's low parts', K-major with the boxes of A's and B's), the other arguments
         /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
         /// `batched_a`/`batched_b` are 1 when the operand has a batch dimension; `layers` is
         /// batch × slices. Split-K: with `k_steps` below ⌈K / bk⌉ (bk = 128 bytes of k), each
