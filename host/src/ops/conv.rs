@@ -18,9 +18,8 @@
 //! instead: `WgmmaForward` (x transposed to NHWC and w to `[K, R·S, C]` first, C a multiple of 4,
 //! not the pointwise layers; in f32 as 3xTF32 from `F32X3_MIN_FLOPS`, every k-step's sums
 //! promoted to f32 registers: 2.5e-7 relative error over 4608 products, against 2.3e-7 on the FMA
-//! kernels), `WgmmaWeight`
-//! (TF32 only; W and Q multiples of 4, split over the SMs), the data gradient through the
-//! flipped forward; each with its tile and split chosen the same way. `FERROCUDA_CONV_WGMMA=0`
+//! kernels), `WgmmaWeight` (TF32 only; W and Q multiples of 4, split over the SMs), the data
+//! gradient through the flipped forward; each with its tile and split chosen the same way. `FERROCUDA_CONV_WGMMA=0`
 //! keeps every convolution on the FMA and `mma.sync` kernels, `=1` takes the `wgmma` ones at any
 //! size (tests).
 use crate::kernels;
@@ -595,8 +594,7 @@ type WgmmaForwardArgs = (
 /// Channels of one `wgmma` k-step (a 128-byte row of f32).
 const WGMMA_CHANNELS: usize = WGMMA_ROW_BYTES / 4;
 /// The fewest flops (2·N·K·P·Q·C·R·S) a convolution takes to the `wgmma` kernels: below, their
-/// extra launches (the layout transposes) cost more than the faster product
-/// saves. (1,32,64,64)⊛(64,32,3,3), 151 MFLOP: 0.019–0.025 ms in TF32 against 0.020–0.022 on
+/// extra launches (the layout transposes) cost more than the faster product saves. (1,32,64,64)⊛(64,32,3,3), 151 MFLOP: 0.019–0.025 ms in TF32 against 0.020–0.022 on
 /// `mma.sync`, 0.027–0.030 in 3xTF32 against 0.025–0.026 on the FMA kernels; train_cnn's layers
 /// (at most 29 MFLOP) ran 17% slower on `wgmma`.
 const WGMMA_MIN_FLOPS: f64 = (1u64 << 28) as f64;
