@@ -156,27 +156,17 @@ fn tf32_matches_cpu(gpu: &Context) {
     assert!(e > 1e-6 && e < TF32_TOL, "TF32 context policy: {e:.1e}");
 }
 
-/// `FERROCUDA_CONV_WGMMA=1` until dropped: the `wgmma` convolutions at any size.
-struct ForceWgmma;
-
-impl ForceWgmma {
-    fn on() -> Self {
-        std::env::set_var("FERROCUDA_CONV_WGMMA", "1");
-        ForceWgmma
-    }
-}
-
-impl Drop for ForceWgmma {
-    fn drop(&mut self) {
-        std::env::remove_var("FERROCUDA_CONV_WGMMA");
-    }
+/// `FERROCUDA_CONV_WGMMA` set to `value` until dropped (`1`: the `wgmma` convolutions at any
+/// size, `0`: never).
+fn wgmma_setting(value: &str) -> EnvSetting {
+    EnvSetting::set("FERROCUDA_CONV_WGMMA", value)
 }
 
 /// The Hopper `wgmma` convolutions, which the test shapes are too small to take by default, on
 /// every case in f32 (3xTF32) and TF32; on Hopper, the kernels that ran, and 3xTF32's accuracy
 /// on a long sum against the FMA kernels'.
 fn wgmma_matches_cpu(gpu: &Context) {
-    let _forced = ForceWgmma::on();
+    let forced = wgmma_setting("1");
     f32_matches_cpu(gpu);
     tf32_matches_cpu(gpu);
     if !gpu.uses_sm90a_kernels() {
@@ -217,10 +207,10 @@ fn wgmma_matches_cpu(gpu: &Context) {
     let exact = conv2d(&x.to_context(&cpu).unwrap(), &w.to_context(&cpu).unwrap(), None, p).unwrap();
     let exact = exact.to_vec().unwrap();
     let x3 = conv2d(&x, &w, None, p).unwrap().to_vec().unwrap();
-    drop(_forced);
-    std::env::set_var("FERROCUDA_CONV_WGMMA", "0");
+    drop(forced);
+    let off = wgmma_setting("0");
     let fma = conv2d(&x, &w, None, p).unwrap().to_vec().unwrap();
-    std::env::remove_var("FERROCUDA_CONV_WGMMA");
+    drop(off);
     let (e_x3, e_fma) = (rel_err(&x3, &exact), rel_err(&fma, &exact));
     println!("(2,512,14,14)⊛(64,512,3,3): relative error 3xTF32 {e_x3:.2e}, FMA kernels {e_fma:.2e}");
     assert!(e_x3 <= 2e-6, "3xTF32 conv over 4608 products: relative error {e_x3:.2e} (FMA {e_fma:.2e})");

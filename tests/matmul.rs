@@ -600,21 +600,10 @@ fn half_precision_staged_operands(gpu: &Context) {
     }
 }
 
-/// Sets `FERROCUDA_MATMUL_F32X3` (`1`: exact f32 products take 3xTF32 on `wgmma` wherever it
-/// can run, `0`: never) until dropped.
-struct F32x3Setting;
-
-impl F32x3Setting {
-    fn set(value: &str) -> Self {
-        std::env::set_var("FERROCUDA_MATMUL_F32X3", value);
-        F32x3Setting
-    }
-}
-
-impl Drop for F32x3Setting {
-    fn drop(&mut self) {
-        std::env::remove_var("FERROCUDA_MATMUL_F32X3");
-    }
+/// `FERROCUDA_MATMUL_F32X3` set to `value` until dropped (`1`: exact f32 products take 3xTF32
+/// on `wgmma` wherever it can run, `0`: never).
+fn f32x3_setting(value: &str) -> EnvSetting {
+    EnvSetting::set("FERROCUDA_MATMUL_F32X3", value)
 }
 
 /// Exact f32 as 3xTF32 on `wgmma`, forced at sizes it would not take by default: every transpose
@@ -623,7 +612,7 @@ impl Drop for F32x3Setting {
 /// kernels; on Hopper, the kernel that ran.
 fn f32x3_matches_cpu(gpu: &Context) {
     let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
-    let forced = F32x3Setting::set("1");
+    let forced = f32x3_setting("1");
     // K off 16-byte rows too ((17, 33, 65), (1001, 1003, 999)): the operands are then copied with
     // padded rows.
     let shapes: &[(usize, usize, usize)] = if small {
@@ -675,7 +664,7 @@ fn f32x3_matches_cpu(gpu: &Context) {
     };
     assert_eq!(calls("gemm_wgmma_f32x3_nt"), 1, "the 3xTF32 kernel ran: {report}");
     drop(forced);
-    let _off = F32x3Setting::set("0");
+    let _off = f32x3_setting("0");
     let fma = ag.matmul(&bg).unwrap().to_vec().unwrap();
     let (e_x3, e_fma) = (rel_err(&x3, &want), rel_err(&fma, &want));
     println!("(256, 256, {k}): relative error 3xTF32 {e_x3:.2e}, FMA kernels {e_fma:.2e}");

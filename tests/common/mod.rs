@@ -214,3 +214,21 @@ pub fn adds_on_four_threads(gpu: &Context) -> (usize, Vec<(Tensor, Tensor)>) {
         (adds, handles.into_iter().map(|h| h.join().expect("worker thread")).collect())
     })
 }
+
+/// An environment variable set to a value until dropped (then removed): the switches the library
+/// reads at each call (`FERROCUDA_CONV_WGMMA`, `FERROCUDA_MATMUL_F32X3`), so that a test can take
+/// a path its sizes would not take by default. The test files run their cases one at a time.
+pub struct EnvSetting(&'static str);
+
+impl EnvSetting {
+    pub fn set(name: &'static str, value: &str) -> Self {
+        std::env::set_var(name, value);
+        EnvSetting(name)
+    }
+}
+
+impl Drop for EnvSetting {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
+}

@@ -571,7 +571,7 @@ impl<'a> Gemm<'a> {
             if !k_major {
                 let (hi, lo) = t.transpose_planes_split(op, (1, d.k, rows), pitch)?;
                 Ok((Some(hi), lo, pitch))
-            } else if in_place_k_major(d.k, t.device_ptr()) {
+            } else if in_place_k_major(d.k, t.device_ptr() % 16 == 0) {
                 Ok((None, t.tf32_low(op)?, d.k))
             } else {
                 let (hi, lo) = t.pad_split(op, (t.len() / d.k, d.k), pitch)?;
@@ -1063,8 +1063,10 @@ fn f32x3_fits(d: &Dims, o: &Operands) -> bool {
 }
 
 /// A K-major f32 operand TMA reads in place: rows of 16-byte multiples from an aligned start.
-fn in_place_k_major(k: usize, ptr: u64) -> bool {
-    k % 4 == 0 && ptr % 16 == 0
+/// The plan's cost model and the launch ask the same question (`aligned`: the first element's
+/// address is a multiple of 16).
+fn in_place_k_major(k: usize, aligned: bool) -> bool {
+    k % 4 == 0 && aligned
 }
 
 /// Whether exact f32 pays as 3xTF32 on `wgmma`: at least `F32X3_MIN_FLOPS`, and a shorter time
@@ -1080,12 +1082,14 @@ fn in_place_k_major(k: usize, ptr: u64) -> bool {
 /// 512³ 0.039 against 0.050, the model 0.012 / 0.055.
 fn f32x3_pays(d: &Dims, o: &Operands, dev: &DeviceFacts) -> bool {
     let flops = 2.0 * (d.batch * d.m * d.n) as f64 * d.k as f64;
-    let in_place = |aligned: bool| aligned && d.k % 4 == 0;
     let per_value = |in_place: bool| if in_place { 8.0 } else { 12.0 };
     let batches = |batched: bool| if batched { d.batch } else { 1 } as f64;
-    let split_bytes =
-        per_value(!o.transpose_a && in_place(o.aligned_a)) * (d.m * d.k) as f64 * batches(o.batched_a)
-            + per_value(o.transpose_b && in_place(o.aligned_b)) * (d.k * d.n) as f64 * batches(o.batched_b);
+    let split_bytes = per_value(!o.transpose_a && in_place_k_major(d.k, o.aligned_a))
+        * (d.m * d.k) as f64
+        * batches(o.batched_a)
+        + per_value(o.transpose_b && in_place_k_major(d.k, o.aligned_b))
+            * (d.k * d.n) as f64
+            * batches(o.batched_b);
     let operand_bytes =
         4.0 * ((d.m * d.k) as f64 * batches(o.batched_a) + (d.k * d.n) as f64 * batches(o.batched_b));
     let product = (flops / F32X3_FLOPS_PER_S).max(2.0 * operand_bytes / COPY_BYTES_PER_S);
