@@ -217,8 +217,15 @@ fn gemm_specs(
 /// (cuBLAS, then a separate GELU kernel), at torch_ref's `linear_gelu_fp32` and `_bf16` shapes.
 fn linear_gelu(ctx: &Context, torch_json: Option<&String>) -> Result<()> {
     println!(
-        "\n{:<34} {:>10} {:>10} {:>9} {:>10} {:>8}",
-        "linear+GELU (M, K, N)", "fused ms", "unfused", "speedup", "torch ms", "vs torch"
+        "\n{:<34} {:>10} {:>10} {:>9} {:>10} {:>8} {:>10} {:>10}",
+        "linear+GELU (M, K, N)",
+        "fused ms",
+        "unfused",
+        "speedup",
+        "torch ms",
+        "vs torch",
+        "x·Wᵀ ms",
+        "+bias ms"
     );
     let shapes = [
         (DType::F32, "linear_gelu_fp32", [(1024, 512, 768), (8192, 4096, 4096)]),
@@ -232,9 +239,12 @@ fn linear_gelu(ctx: &Context, torch_json: Option<&String>) -> Result<()> {
             let bias_full = ctx.full(&[m, 1], 1.0)?.to_dtype(dtype)?.matmul(&bias.reshape(&[1, n])?)?;
             let fused = median_ms(ctx, 2, 10, || linear(&x, &w, Some(&bias), Activation::Gelu).map(drop))?;
             let unfused = median_ms(ctx, 2, 10, || x.matmul_t(&w)?.add(&bias_full)?.gelu().map(drop))?;
+            // What the epilogue costs: the product alone, then with the bias.
+            let plain = median_ms(ctx, 2, 10, || x.matmul_t(&w).map(drop))?;
+            let biased = median_ms(ctx, 2, 10, || linear(&x, &w, Some(&bias), Activation::None).map(drop))?;
             let torch = torch_ms(torch_json, workload, &format!("({m}, {k}, {n})"));
             println!(
-                "{:<34} {fused:>10.4} {unfused:>10.4} {:>8.2}x {:>10} {:>8}",
+                "{:<34} {fused:>10.4} {unfused:>10.4} {:>8.2}x {:>10} {:>8} {plain:>10.4} {biased:>10.4}",
                 format!("{dtype:?} ({m}, {k}, {n})"),
                 unfused / fused,
                 torch.map_or("-".into(), |t| format!("{t:.4}")),

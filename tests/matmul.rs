@@ -187,12 +187,26 @@ fn half_precision_tma_shapes(gpu: &Context) {
                     };
                     gemm.activation(act).run().unwrap().to_vec().unwrap()
                 };
+                // A linear layer's epilogue: bias and activation, no C.
+                let linear = |a: &Tensor, b: &Tensor, bias: &Tensor, act: Activation| {
+                    let gemm = Gemm::new(a, b).transpose_a(ta).transpose_b(tb).bias(bias).activation(act);
+                    gemm.run().unwrap().to_vec().unwrap()
+                };
                 for act in [Activation::None, Activation::Relu, Activation::Gelu] {
                     poison_pool(gpu, &[m, n]);
                     let got = run(&ag, &bg, &cg, &biasg, act);
                     let want = run(&ac, &bc, &cc, &biasc, act);
                     assert_close(
                         &format!("{dtype:?} {m}x{n}x{k} ta={ta} tb={tb} {act:?}"),
+                        &got,
+                        &want,
+                        HALF_TOL,
+                    );
+                    poison_pool(gpu, &[m, n]);
+                    let got = linear(&ag, &bg, &biasg, act);
+                    let want = linear(&ac, &bc, &biasc, act);
+                    assert_close(
+                        &format!("{dtype:?} {m}x{n}x{k} ta={ta} tb={tb} bias, {act:?}"),
                         &got,
                         &want,
                         HALF_TOL,

@@ -279,11 +279,14 @@ pub const WGMMA_STAGE_BYTES: usize = (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_B
 pub const WGMMA_OUT_BYTES: usize = 2 * 2 * 64 * WGMMA_ROW_BYTES;
 /// Output rows of one TMA store box (its width is one 128-byte row): the kernel's staging chunk.
 pub const WGMMA_STORE_ROWS: usize = 64;
+/// Each consumer warpgroup's copy of a 16-bit bias for its tile's columns (at most 256).
+pub const WGMMA_BIAS_BYTES: usize = 256 * 2;
 /// Dynamic shared memory of a `wgmma` GEMM block: 1 KiB to align the stages to the 128-byte
-/// swizzle's 1024-byte atoms, the stages, the output buffers, then a full and an empty
-/// `mbarrier` per stage (230,464 bytes of the 232,448 an H100 block may have).
+/// swizzle's 1024-byte atoms, the stages, the output buffers, a full and an empty `mbarrier`
+/// per stage, then the consumers' bias copies (231,488 bytes of the 232,448 an H100 block may
+/// have).
 pub const WGMMA_SHARED_BYTES: usize =
-    1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + WGMMA_OUT_BYTES + 2 * WGMMA_STAGES * 8;
+    1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + WGMMA_OUT_BYTES + 2 * WGMMA_STAGES * 8 + 2 * WGMMA_BIAS_BYTES;
 /// Output tiles along M that consecutive blocks walk before moving along N, so that the blocks
 /// resident at once share A and B panels in L2.
 pub const WGMMA_GROUP_M: usize = 8;

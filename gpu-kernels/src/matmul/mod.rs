@@ -20,7 +20,12 @@ use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES, MMA_
 /// The fused epilogue on one output: `alpha·acc + beta·c + bias`, then the activation.
 #[inline(always)]
 pub(crate) fn epilogue(acc: f32, alpha: f32, beta_c: f32, bias: f32, activation: u32) -> f32 {
-    let v = alpha * acc + beta_c + bias;
+    activate(alpha * acc + beta_c + bias, activation)
+}
+
+/// The epilogue's activation (`ACTIVATION_*`) on `v`.
+#[inline(always)]
+pub(crate) fn activate(v: f32, activation: u32) -> f32 {
     match activation {
         ACTIVATION_RELU => relu(v),
         ACTIVATION_GELU => gelu_tanh(v),

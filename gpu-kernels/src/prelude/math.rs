@@ -134,6 +134,19 @@ pub fn gelu_tanh(x: f32) -> f32 {
     x * sigmoid(2.0 * u)
 }
 
+/// [`gelu_tanh`] through `tanh.approx.f32` (`x/2 · (1 + tanh u)`): one special-function op
+/// where `gelu_tanh` takes two (`ex2`, `rcp`), for outputs rounded to 16 bits: its error,
+/// below |x|·2^-12, is under their rounding of values of x's size.
+#[inline(always)]
+pub fn gelu_tanh_approx(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const C: f32 = 0.044_715;
+    // u = √(2/π)·(x + C·x³) = x·(√(2/π) + √(2/π)·C·x²): six operations in all.
+    let u = x * fma(x * x, SQRT_2_OVER_PI * C, SQRT_2_OVER_PI);
+    let half = 0.5 * x;
+    fma(half, tanh_approx(u), half)
+}
+
 /// `max(x, 0)`; NaN passes through.
 #[inline(always)]
 pub fn relu(x: f32) -> f32 {

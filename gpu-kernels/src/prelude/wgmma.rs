@@ -209,6 +209,18 @@ pub unsafe fn store_shared_u32(addr: u32, v: u32) {
     asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
 }
 
+/// The `u32` at shared address `addr`.
+///
+/// # Safety
+/// `addr` is a 4-byte-aligned shared address in this block's allocation, written before a
+/// barrier this thread has passed.
+#[inline(always)]
+pub unsafe fn load_shared_u32(addr: u32) -> u32 {
+    let v: u32;
+    asm!("ld.shared.b32 {v}, [{a}];", a = in(reg32) addr, v = out(reg32) v, options(nostack, readonly));
+    v
+}
+
 /// Release registers to the other warpgroups (`setmaxnreg.dec`) down to `REGS` per thread;
 /// every thread of the warpgroup executes it.
 #[inline(always)]
@@ -394,11 +406,15 @@ pub trait WgmmaInput {
     /// # Safety
     /// `p` is writable global memory aligned to two elements.
     unsafe fn store_elem_pair(p: *mut Self::Elem, v0: Self::Elem, v1: Self::Elem);
-    /// Two consecutive elements into shared memory at `addr`, in one store.
+    /// Two consecutive 16-bit elements held in one word, widened (the low half first); the f32
+    /// kernels, whose elements take a word each, never call it.
+    fn unpack_pair(w: u32) -> [f32; 2];
+    /// `v0` and `v1`, each rounded to the element type (16-bit: one paired conversion), as two
+    /// consecutive elements into shared memory at `addr`, in one store.
     ///
     /// # Safety
     /// `addr` is a shared address in this block's allocation aligned to two elements.
-    unsafe fn store_shared_pair(addr: u32, v0: Self::Elem, v1: Self::Elem);
+    unsafe fn store_shared_pair(addr: u32, v0: f32, v1: f32);
     /// `acc += A · B` for one warpgroup (see [`WgmmaAcc`] for the accumulator layout) over 32
     /// bytes of k; `a_mn_major` / `b_mn_major` say which operand is stored M- / N-major
     /// (constants at every call site, so the match folds to one instruction; TF32 supports only
@@ -480,8 +496,13 @@ macro_rules! wgmma_16bit {
                 super::store_u16x2(p, v0, v1)
             }
             #[inline(always)]
-            unsafe fn store_shared_pair(addr: u32, v0: u16, v1: u16) {
-                store_shared_u32(addr, u32::from(v0) | u32::from(v1) << 16)
+            fn unpack_pair(w: u32) -> [f32; 2] {
+                let (lo, hi) = <$ty as super::HalfFloat>::unpack2(w);
+                [lo, hi]
+            }
+            #[inline(always)]
+            unsafe fn store_shared_pair(addr: u32, v0: f32, v1: f32) {
+                store_shared_u32(addr, <$ty as super::HalfFloat>::pack2(v0, v1))
             }
             #[inline(always)]
             unsafe fn wgmma_k32_bytes(
@@ -567,6 +588,9 @@ impl WgmmaInput for Tf32 {
     #[inline(always)]
     unsafe fn store_elem_pair(p: *mut f32, v0: f32, v1: f32) {
         super::store_f32x2(p, [v0, v1])
+    }
+    fn unpack_pair(_: u32) -> [f32; 2] {
+        unreachable!("f32 elements take a word each")
     }
     #[inline(always)]
     unsafe fn store_shared_pair(addr: u32, v0: f32, v1: f32) {
