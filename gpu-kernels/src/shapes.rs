@@ -267,6 +267,9 @@ pub const WGMMA_TILE: (usize, usize) = (128, 256);
 pub const WGMMA_TILES: [(usize, usize); 5] = [WGMMA_TILE, (256, 128), (128, 192), (128, 64), (128, 128)];
 pub const WGMMA_ROW_BYTES: usize = 128;
 pub const WGMMA_STAGES: usize = 4;
+/// The GEMM's smaller tiles take more stages in the same room (the 128×64 tile eight); at most
+/// this many (the `mbarrier` slots).
+pub const WGMMA_MAX_STAGES: usize = 8;
 pub const WGMMA_THREADS: usize = 384;
 /// Rows (or columns) of one TMA box along M or N when a 16-bit operand is M/N-major: 64
 /// elements, one 128-byte swizzle row.
@@ -283,10 +286,13 @@ pub const WGMMA_STORE_ROWS: usize = 64;
 pub const WGMMA_BIAS_BYTES: usize = 256 * 2;
 /// Dynamic shared memory of a `wgmma` GEMM block: 1 KiB to align the stages to the 128-byte
 /// swizzle's 1024-byte atoms, the stages, the output buffers, a full and an empty `mbarrier`
-/// per stage, then the consumers' bias copies (231,488 bytes of the 232,448 an H100 block may
-/// have).
-pub const WGMMA_SHARED_BYTES: usize =
-    1024 + WGMMA_STAGES * WGMMA_STAGE_BYTES + WGMMA_OUT_BYTES + 2 * WGMMA_STAGES * 8 + 2 * WGMMA_BIAS_BYTES;
+/// per stage (up to `WGMMA_MAX_STAGES`), then the consumers' bias copies (231,552 bytes of the
+/// 232,448 an H100 block may have).
+pub const WGMMA_SHARED_BYTES: usize = 1024
+    + WGMMA_STAGES * WGMMA_STAGE_BYTES
+    + WGMMA_OUT_BYTES
+    + 2 * WGMMA_MAX_STAGES * 8
+    + 2 * WGMMA_BIAS_BYTES;
 /// Output tiles along M that consecutive blocks walk before moving along N, so that the blocks
 /// resident at once share A and B panels in L2.
 pub const WGMMA_GROUP_M: usize = 8;
