@@ -107,7 +107,7 @@ fn assert_lse(what: &str, got: &[f32], want: &[f32]) {
 /// magnitude, only the shapes of at most 256 rows and keys: every head dim, GQA, MQA, causal and
 /// Sq ≠ Sk are still among them.
 fn shapes(all: &[Shape]) -> impl Iterator<Item = (usize, Shape)> + '_ {
-    let sanitizer = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let sanitizer = under_sanitizer();
     all.iter().copied().enumerate().filter(move |(_, s)| !sanitizer || s.3.max(s.4) <= 256)
 }
 
@@ -168,7 +168,7 @@ fn backward_matches_cpu(gpu: &Context) {
 /// over the group) and one query head per kv head (written directly), both head dims of the
 /// Hopper kernels.
 fn backward_is_deterministic(gpu: &Context) {
-    let sanitizer = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let sanitizer = under_sanitizer();
     let cases: [Shape; 2] = if sanitizer {
         [(1, 4, 2, 130, 77, 128, true), (1, 2, 2, 77, 200, 64, false)]
     } else {

@@ -56,7 +56,7 @@ fn cases() -> Vec<ConvCase> {
         ([3, 5, 10, 16], [7, 5, 3, 3], p.dilation(2).padding(2)),
         ([1, 4, 4, 100], [4, 4, 1, 1], p),
     ];
-    if !sanitizer() {
+    if !under_sanitizer() {
         cases.push(([3, 37, 23, 29], [19, 37, 1, 1], p.dilation(2)));
         cases.push(([4, 16, 50, 50], [128, 16, 3, 3], p.padding(1)));
         // Few output tiles and a long reduction: the forward splits it.
@@ -67,12 +67,6 @@ fn cases() -> Vec<ConvCase> {
         cases.push(([2, 3, 40, 38], [16, 3, 7, 7], p.stride(2).padding(3)));
     }
     cases
-}
-
-/// Under compute-sanitizer (`FERROCUDA_SANITIZER=1`), which slows kernels by orders of
-/// magnitude: only the small shapes.
-fn sanitizer() -> bool {
-    std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1")
 }
 
 fn output_shape((x, w, p): &ConvCase) -> [usize; 4] {
@@ -199,7 +193,7 @@ fn wgmma_matches_cpu(gpu: &Context) {
     // kernels: the kernel adds each k-step's sums to f32 registers, so its error does not grow
     // with the sum's length as the tensor cores' accumulation would (2.9e-5 measured at 4608 in
     // the fifteenth session, in one part).
-    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+    if under_sanitizer() {
         return;
     }
     let cpu = Context::cpu();

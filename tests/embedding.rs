@@ -7,15 +7,11 @@ use ferrocuda::{embedding, embedding_backward, Context, DType, Error, Tensor};
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
-fn sanitizer() -> bool {
-    std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1")
-}
-
 /// `(vocab, C, ids, T)`: a one-token vocabulary (every id repeated), the GPT's (75 tokens, 16384
 /// ids, 256 positions), a GPT-2 vocabulary, widths that are not whole 16-byte vectors (31, 12 for
 /// 16-bit), a single id, and more ids than one sort tile holds (40000).
 fn cases() -> Vec<(usize, usize, usize, Option<usize>)> {
-    if sanitizer() {
+    if under_sanitizer() {
         return vec![
             (1, 5, 40, None),
             (75, 64, 512, Some(64)),

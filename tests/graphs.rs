@@ -1,7 +1,7 @@
 //! CUDA graphs: replays against eager execution (bit for bit), the graph's ownership of its pool
 //! memory, the typed errors of ops a capture cannot record, and the stream after a failed capture.
 mod common;
-use common::{assert_same, randn_host, run, Case};
+use common::{assert_same, randn_host, run, under_sanitizer, Case};
 use ferrocuda::layers::{BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, Relu};
 use ferrocuda::{
     cross_entropy, cross_entropy_labels, Adam, Context, Error, Graph, Layer, Optimizer, Result, Sequential,
@@ -202,7 +202,7 @@ fn replays_do_not_grow_the_pool(ctx: &Context) {
     ctx.synchronize().unwrap();
     let before = ctx.pool_stats().unwrap();
     // 10^4 replays; 200 under compute-sanitizer (FERROCUDA_SANITIZER=1), which slows every launch.
-    let replays = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 200 } else { 10_000 };
+    let replays = if under_sanitizer() { 200 } else { 10_000 };
     for _ in 0..replays {
         graph.launch().unwrap();
     }

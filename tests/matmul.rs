@@ -19,7 +19,7 @@ const SANITIZER_SHAPES: [(usize, usize, usize); 5] =
     [(1, 1, 1), (17, 33, 65), (129, 257, 301), (1, 300, 131), (130, 257, 300)];
 
 fn shapes() -> &'static [(usize, usize, usize)] {
-    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+    if under_sanitizer() {
         &SANITIZER_SHAPES
     } else {
         &SHAPES
@@ -430,7 +430,7 @@ fn batch_limit_on_every_kernel(gpu: &Context) {
 /// TF32 with K past the transpose's row limit (64 · 65,535) takes `mma.sync` instead of failing in
 /// the transpose that the `wgmma` path needs for B `[K, N]`.
 fn tf32_long_k_falls_back(gpu: &Context) {
-    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+    if under_sanitizer() {
         // 4 Mi-long dot products under the sanitizer take longer than its runs allow; the
         // mma.sync TF32 kernel it falls back to is checked there by gpu_tf32_matches_cpu.
         println!("    skipped under the sanitizer");
@@ -457,7 +457,7 @@ fn tf32_long_k_falls_back(gpu: &Context) {
 /// tensor maps land in the block the previous call's maps were in (the pool reuses it), so a
 /// descriptor the tensor-map proxy kept from the previous call would show as a wrong result.
 fn wgmma_maps_change_every_call(gpu: &Context) {
-    let rounds = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 6 } else { 60 };
+    let rounds = if under_sanitizer() { 6 } else { 60 };
     for i in 0..rounds {
         let (m, n, k) = (64 + 8 * (i % 5), 72 + 8 * (i % 7), 64 + 8 * (i % 3));
         let h =
@@ -513,7 +513,7 @@ fn check_product(
 /// kernel (4 and 16 rows, both layouts of B, aligned and not, one slice and several, K = 1),
 /// split-K on the SIMT and `wgmma` kernels (thin outputs, long K), and the tiled kernels beside them.
 fn every_dispatch_branch(gpu: &Context) {
-    let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let small = under_sanitizer();
     // (M, N, K): few rows (one slice; many slices; K = 1 with 4 and 16 rows; N and K off every
     // vector with 4 and 16 rows; 16-bit on
     // tensor cores where K, and N for B [K, N], are multiples of 8: one or two 8-row MMA
@@ -595,7 +595,7 @@ fn every_dispatch_branch(gpu: &Context) {
 /// copies them into padded buffers for `wgmma` (dispatch row 3): every transpose (each has an
 /// operand with odd rows), split K, batches with a shared and a batched B.
 fn half_precision_staged_operands(gpu: &Context) {
-    let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let small = under_sanitizer();
     let mut seed = 700;
     for dtype in [DType::F16, DType::BF16] {
         if small {
@@ -625,7 +625,7 @@ fn f32x3_setting(value: &str) -> EnvSetting {
 /// thin output over a long K), batches with a shared and a batched B (K aligned and not); its accuracy on a long sum against the FMA
 /// kernels; on Hopper, the kernel that ran.
 fn f32x3_matches_cpu(gpu: &Context) {
-    let small = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let small = under_sanitizer();
     let forced = f32x3_setting("1");
     // K off 16-byte rows too ((17, 33, 65), (1001, 1003, 999)): the operands are then copied with
     // padded rows.

@@ -163,7 +163,7 @@ fn cpu_gradients_match_finite_differences() {
 /// (the row kept in shared memory, or read again when it does not fit: 70001 f32), rows split
 /// across blocks (64 × 50257, 3 × (256K+3)), and widths that are not whole 16-byte vectors.
 fn cross_entropy_shapes() -> Vec<(usize, usize)> {
-    if sanitizer() {
+    if under_sanitizer() {
         return vec![(1, 1), (31, 1000), (5, 73), (2, 40000), (264, 30001)];
     }
     vec![
@@ -177,10 +177,6 @@ fn cross_entropy_shapes() -> Vec<(usize, usize)> {
         (257, 300),
         (270, 70001),
     ]
-}
-
-fn sanitizer() -> bool {
-    std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1")
 }
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -581,7 +577,7 @@ fn cpu_dropout_statistics() {
 /// `x̂ = ±1` and dx is 0 up to rounding, so its relative error measures only noise.)
 fn batch_norm_shapes() -> Vec<Vec<usize>> {
     let mut v = vec![vec![1, 3, 7, 13], vec![3, 3, 1, 1], vec![4, 5], vec![3, 4, 8, 8], vec![5, 3, 31, 33]];
-    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+    if under_sanitizer() {
         v.push(vec![2, 4, 64, 36]);
     } else {
         v.push(vec![8, 16, 96, 96]);

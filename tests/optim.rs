@@ -218,7 +218,7 @@ fn cpu_matches_textbook() {
 /// Under compute-sanitizer (`FERROCUDA_SANITIZER=1`), which slows kernels a hundredfold, the large
 /// sizes shrink (still several full chunks and a partial one).
 fn large() -> usize {
-    if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") {
+    if under_sanitizer() {
         3 * 4096 + 5
     } else {
         (1 << 20) + 3

@@ -144,7 +144,7 @@ fn streams_events_and_pinned_copies(gpu: &Context) {
 /// buffer tracked one pending copy, so the idle stream's event could replace the busy one's and
 /// the host wrote while the busy stream's copy was still queued.
 fn pinned_uploads_from_two_threads(gpu: &Context) {
-    let sanitizer = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let sanitizer = under_sanitizer();
     let (rounds, side) = if sanitizer { (3, 256) } else { (20, 2048) };
     let busy = gpu.new_stream().unwrap();
     let idle = gpu.new_stream().unwrap();

@@ -98,7 +98,7 @@ fn worker(t: usize, ctx: &Context, shared: &ferrocuda::PinnedBuffer, shared_data
 }
 
 fn eight_threads_four_streams(gpu: &Context) {
-    let sanitizer = std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1");
+    let sanitizer = under_sanitizer();
     let total = if sanitizer { 2_000 } else { 100_000 };
     let streams: Vec<Context> = (0..STREAMS).map(|_| gpu.new_stream().unwrap()).collect();
     let shared_data = randn_host(N, 7);

@@ -196,7 +196,7 @@ pub const DTYPES: [ferrocuda::DType; 3] =
 /// fresh `randn` without waiting in between (fewer under compute-sanitizer). Returns `adds` and
 /// each thread's result and input.
 pub fn adds_on_four_threads(gpu: &Context) -> (usize, Vec<(Tensor, Tensor)>) {
-    let adds = if std::env::var("FERROCUDA_SANITIZER").is_ok_and(|v| v == "1") { 25 } else { 250 };
+    let adds = if under_sanitizer() { 25 } else { 250 };
     let contexts = [gpu.clone(), gpu.clone(), gpu.new_stream().unwrap(), gpu.new_stream().unwrap()];
     std::thread::scope(|scope| {
         let handles: Vec<_> = contexts
