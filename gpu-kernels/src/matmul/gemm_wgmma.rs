@@ -706,18 +706,21 @@ unsafe fn store_staged<
                 named_barrier::<128>(1 + wg);
             }
             let b = if shared_bias {
-                E::unpack_pair(load_shared_u32(buffers.2 + (4 * q + 16 * i) as u32))
+                E::load_shared_pair(buffers.2 + (4 * q + 16 * i) as u32)
             } else {
                 bias_pairs[j % per_chunk]
             };
             unroll!(h in [0, 1] => {
                 let r = warp * 16 + g + 8 * h;
                 let (a0, a1) = (acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                let (mut v0, mut v1) = (alpha * a0, alpha * a1);
-                if !PLAIN {
+                let (mut v0, mut v1) = if PLAIN {
+                    (alpha * a0, alpha * a1)
+                } else {
                     // alpha·acc + bias in one FMA each (no C: adding its zero would cost an
                     // addition, since x + 0.0 is not x at -0.0).
-                    (v0, v1) = (fma(alpha, a0, b[0]), fma(alpha, a1, b[1]));
+                    (fma(alpha, a0, b[0]), fma(alpha, a1, b[1]))
+                };
+                if !PLAIN {
                     let (row, col) = (origin.0 + 64 * mh + r, col0 + 8 * i);
                     if HAS_C && (row as u32) < m32 && (col as u32) < n32 {
                         let c = E::load_pair(c.add(row * n + col));

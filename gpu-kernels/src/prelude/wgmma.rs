@@ -406,9 +406,13 @@ pub trait WgmmaInput {
     /// # Safety
     /// `p` is writable global memory aligned to two elements.
     unsafe fn store_elem_pair(p: *mut Self::Elem, v0: Self::Elem, v1: Self::Elem);
-    /// Two consecutive 16-bit elements held in one word, widened (the low half first); the f32
-    /// kernels, whose elements take a word each, never call it.
-    fn unpack_pair(w: u32) -> [f32; 2];
+    /// Two consecutive elements at shared address `addr`, widened, in one load (the
+    /// counterpart of [`WgmmaInput::store_shared_pair`]).
+    ///
+    /// # Safety
+    /// `addr` is a shared address in this block's allocation aligned to two elements, written
+    /// before a barrier this thread has passed.
+    unsafe fn load_shared_pair(addr: u32) -> [f32; 2];
     /// `v0` and `v1`, each rounded to the element type (16-bit: one paired conversion), as two
     /// consecutive elements into shared memory at `addr`, in one store.
     ///
@@ -496,8 +500,8 @@ macro_rules! wgmma_16bit {
                 super::store_u16x2(p, v0, v1)
             }
             #[inline(always)]
-            fn unpack_pair(w: u32) -> [f32; 2] {
-                let (lo, hi) = <$ty as super::HalfFloat>::unpack2(w);
+            unsafe fn load_shared_pair(addr: u32) -> [f32; 2] {
+                let (lo, hi) = <$ty as super::HalfFloat>::unpack2(load_shared_u32(addr));
                 [lo, hi]
             }
             #[inline(always)]
@@ -589,8 +593,12 @@ impl WgmmaInput for Tf32 {
     unsafe fn store_elem_pair(p: *mut f32, v0: f32, v1: f32) {
         super::store_f32x2(p, [v0, v1])
     }
-    fn unpack_pair(_: u32) -> [f32; 2] {
-        unreachable!("f32 elements take a word each")
+    #[inline(always)]
+    unsafe fn load_shared_pair(addr: u32) -> [f32; 2] {
+        let (x, y): (f32, f32);
+        asm!("ld.shared.v2.b32 {{{x}, {y}}}, [{a}];", a = in(reg32) addr, x = out(reg32) x, y = out(reg32) y,
+             options(nostack, readonly));
+        [x, y]
     }
     #[inline(always)]
     unsafe fn store_shared_pair(addr: u32, v0: f32, v1: f32) {
