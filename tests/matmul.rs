@@ -478,6 +478,19 @@ fn wgmma_maps_change_every_call(gpu: &Context) {
 fn check_product(
     gpu: &Context,
     dtype: DType,
+    shape: (usize, usize, usize),
+    layout: (bool, bool),
+    batches: (usize, bool),
+    epilogue: bool,
+    seed: u64,
+) {
+    check_product_tf32(gpu, (dtype, false), shape, layout, batches, epilogue, seed);
+}
+
+/// As `check_product`, with TF32 allowed (f32 only) or not, at the tolerance of each.
+fn check_product_tf32(
+    gpu: &Context,
+    (dtype, tf32): (DType, bool),
     (m, n, k): (usize, usize, usize),
     (ta, tb): (bool, bool),
     (batch, batch_b): (usize, bool),
@@ -496,16 +509,21 @@ fn check_product(
     let (biasg, biasc) = make(vec![n], seed + 3);
     poison_pool(gpu, &[batch, m, n]);
     let run = |a: &Tensor, b: &Tensor, c: &Tensor, bias: &Tensor| {
-        let g = Gemm::new(a, b).transpose_a(ta).transpose_b(tb).allow_tf32(false);
+        let g = Gemm::new(a, b).transpose_a(ta).transpose_b(tb).allow_tf32(tf32);
         let g =
             if epilogue { g.alpha(0.75).beta(-0.5, c).bias(bias).activation(Activation::Gelu) } else { g };
         g.run().unwrap().to_vec().unwrap()
     };
     let got = run(&ag, &bg, &cg, &biasg);
     let want = run(&ac, &bc, &cc, &biasc);
-    let tol = if dtype == DType::F32 { TOL } else { HALF_TOL };
-    let what =
-        format!("{dtype:?} {batch}×({m}, {n}, {k}) ta={ta} tb={tb} batched B={batch_b} epilogue={epilogue}");
+    let tol = match (dtype, tf32) {
+        (DType::F32, false) => TOL,
+        (DType::F32, true) => TF32_TOL,
+        _ => HALF_TOL,
+    };
+    let what = format!(
+        "{dtype:?} (TF32 {tf32}) {batch}×({m}, {n}, {k}) ta={ta} tb={tb} batched B={batch_b} epilogue={epilogue}"
+    );
     assert_close(&what, &got, &want, tol);
 }
 
@@ -587,6 +605,40 @@ fn every_dispatch_branch(gpu: &Context) {
             check_product(gpu, dtype, shape, (false, true), (3, batch_b), true, seed);
             check_product(gpu, dtype, shape, (false, false), (3, batch_b), false, seed + 4);
             seed += 8;
+        }
+    }
+}
+
+/// TF32 products with neither operand transposed where the plan swaps them
+/// (`gemm_wgmma_tf32_nn[_128x64]`: Cᵀ = Bᵀ·Aᵀ with B's fragments from registers and the output
+/// written transposed), against the CPU: both tiles, tiles partly outside in both dimensions, K
+/// off the 32-step, split K, clusters with an odd last tile row and more tiles than SMs (batched),
+/// batches with a shared and a batched B, the epilogue and without; then products the plan keeps
+/// on a transposed copy of B (a short K; N off the 16-byte rows) beside them.
+fn tf32_swapped_shapes(gpu: &Context) {
+    type Product = ((usize, usize, usize), (usize, bool));
+    let small = under_sanitizer();
+    let shapes: &[Product] = if small {
+        &[((70, 36, 1100), (1, false)), ((9, 20, 40), (3, true)), ((600, 700, 40), (3, true))]
+    } else {
+        &[
+            ((520, 264, 96), (1, false)),
+            ((64, 96, 8192), (1, false)),
+            ((70, 36, 1100), (1, false)),
+            ((1024, 1024, 1024), (1, false)),
+            ((1500, 1400, 72), (2, true)),
+            ((40, 36, 300), (3, true)),
+            ((40, 36, 300), (3, false)),
+            ((600, 700, 40), (3, false)),
+            ((2048, 2056, 72), (1, false)),
+            ((300, 257, 200), (1, false)),
+        ]
+    };
+    let mut seed = 900;
+    for &(shape, batches) in shapes {
+        for epilogue in [false, true] {
+            check_product_tf32(gpu, (DType::F32, true), shape, (false, false), batches, epilogue, seed);
+            seed += 4;
         }
     }
 }
@@ -694,6 +746,7 @@ fn main() {
         ("gpu_half_precision_tma_shapes", Case::Gpu(half_precision_tma_shapes)),
         ("gpu_half_precision_staged_operands", Case::Gpu(half_precision_staged_operands)),
         ("gpu_tf32_tma_shapes", Case::Gpu(tf32_tma_shapes)),
+        ("gpu_tf32_swapped_shapes", Case::Gpu(tf32_swapped_shapes)),
         ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
         ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),
         ("gpu_batched_matches_cpu", Case::Gpu(batched_matches_cpu)),

@@ -1,7 +1,14 @@
 //! Hopper tensor-core GEMM on f16, bf16 (`wgmma.m64nNk16`) and TF32 (`wgmma.m64n256k8`), f32
 //! accumulate, one rounding to the output dtype, fed by TMA: the mma.sync kernels' contract (`c`
 //! and `bias` in the input dtype, alpha/beta/bias/activation fused), in the sm_90a module only.
-//! TF32 takes K-major operands only (`_nt`); the host transposes others first.
+//! TF32 `wgmma` reads K-major operands only from shared memory (`_nt`); for A `[M, K]` · B `[K, N]`
+//! the host either transposes B first or runs `_nn` (`_nn_128x64`), which computes Cᵀ = Bᵀ·Aᵀ:
+//! B's pieces arrive M-major (boxes of 32 columns × 32 k) and reach `wgmma` as register
+//! fragments (`swapped_fragment`: two adjacent columns a thread, one 8-byte conflict-free load a
+//! k = 8 step), A's K-major, and the sums go out transposed from registers (`store_transposed`).
+//! ptxas allows no fragment load while a `wgmma` is in flight, so those kernels wait for each
+//! k-step before loading the next one's fragments (about 12% of the rate of `_nt` on large
+//! squares, against a transposed copy of B that costs up to 8 bytes a value of B).
 //!
 //! Floor: 2·M·N·K flops at the H100's ~990 TFLOP/s dense 16-bit rate (8192³: ≥ 1.11 ms; cuBLAS
 //! reaches ~780 TFLOP/s) or ~495 TF32 (≥ 2.2 ms; cuBLAS ~390).
@@ -78,8 +85,6 @@ use crate::shapes::{
 
 /// One row of a k-step: the 128-byte swizzle width.
 const ROW_BYTES: u32 = WGMMA_ROW_BYTES as u32;
-/// Bytes of one M/N-major TMA box (64 rows × 128 bytes of k).
-const MN_BOX_BYTES: u32 = MN_BOX as u32 * ROW_BYTES;
 /// A 128-byte swizzle atom: 8 rows of 128 bytes.
 const ATOM_BYTES: u32 = 8 * ROW_BYTES;
 /// The computing warpgroups; one thread of each arrives on a stage's `empty` barrier (a
@@ -176,6 +181,12 @@ pub(crate) trait Operands: Copy {
     /// accuracy past a few hundred products, perf-notes), while the k-step's own error stays
     /// that of 32 products. Twice the accumulator registers: the 128×128 tile only.
     const PROMOTE: bool = false;
+    /// The product is computed transposed (TF32, the 128×192 and 128×64 tiles): A is stored
+    /// M-major, which TF32 `wgmma` cannot read from shared memory, so its fragments come through
+    /// registers (`swapped_fragment`), and the sums are written transposed (`store_transposed`).
+    /// The host launches Cᵀ = Bᵀ·Aᵀ this way for C = A·B with B N-major, so that neither operand
+    /// needs a transposed copy.
+    const SWAPPED: bool = false;
     /// The producer's place in a unit's k-steps.
     type Walk: Copy;
     /// Where the unit of batch `batch` with its tile at `(m0, n0)` (`rows` tall) starts, at its
@@ -207,16 +218,17 @@ pub(crate) trait Operands: Copy {
 
 /// Plain A and B matrices, read and written by the GEMM's own code; `SPLIT`: f32 ones as
 /// 3xTF32, their low parts through the fourth and fifth maps (after the output's), every k-step's
-/// sums promoted to f32 registers.
+/// sums promoted to f32 registers; `SWAPPED`: as `Operands::SWAPPED`.
 #[derive(Clone, Copy)]
-pub(crate) struct Matrices<const SPLIT: bool>;
+pub(crate) struct Matrices<const SPLIT: bool, const SWAPPED: bool>;
 
-impl<const SPLIT: bool> Operands for Matrices<SPLIT> {
+impl<const SPLIT: bool, const SWAPPED: bool> Operands for Matrices<SPLIT, SWAPPED> {
     const CONV: bool = false;
     const STORES: bool = false;
     const MAPS: usize = if SPLIT { 5 } else { 2 };
     const SPLIT: bool = SPLIT;
     const PROMOTE: bool = SPLIT;
+    const SWAPPED: bool = SWAPPED;
     type Walk = ();
     #[inline(always)]
     fn start(&self, _: usize, _: usize, _: (usize, usize, usize)) {}
@@ -248,12 +260,18 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
 ) {
     // The promoted sums fit the registers beside the k-step's (64 a thread, the 128×128 tile).
     const { assert!(!O::PROMOTE || column_blocks(TILE).1 <= 16) };
+    // The swapped product: TF32 on the 128×192 or 128×64 tile, A M-major (its fragments), B
+    // K-major.
+    const { assert!(!O::SWAPPED || (TA && TB && (TILE == 2 || TILE == 3) && !O::SPLIT)) };
     let (bm, bn) = tile(TILE);
     let t = thread_x();
     let rank = if cluster > 1 { cluster_rank() } else { 0 };
     let sched = Schedule::new((bm, bn), (m, n), layers, cluster, rank as usize);
     // Elements of k per stage (one 128-byte row).
     let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
+    // An M/N-major piece comes in boxes of 128 bytes of rows (`bk` of them) × the k-step's `bk`
+    // k-rows (16-bit: 64 × 64, f32: 32 × 32).
+    let (mn_box, mn_box_bytes) = (bk, (bk * WGMMA_ROW_BYTES) as u32);
     let all_steps = k.div_ceil(bk);
     let base = (shared_addr(dynamic_shared::<u8>()) + ATOM_BYTES - 1) & !(ATOM_BYTES - 1);
     // A stage holds the tile's pieces of one k-step (3xTF32: also their low parts, `lo` bytes
@@ -336,9 +354,9 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     let pieces = |map_a: *const u8, map_b: *const u8, offset: u32| {
                         let (a_dst, b_dst) = (a_dst + offset, b_dst + offset);
                         if TA {
-                            for j in 0..bm / MN_BOX {
-                                let at = ((m0 + j * MN_BOX) as i32, k0, za);
-                                tma_load_3d(a_dst + j as u32 * MN_BOX_BYTES, map_a, full(s), at);
+                            for j in 0..bm / mn_box {
+                                let at = ((m0 + j * mn_box) as i32, k0, za);
+                                tma_load_3d(a_dst + j as u32 * mn_box_bytes, map_a, full(s), at);
                             }
                         } else {
                             tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
@@ -357,8 +375,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                             let at = (k0, (n0 + first_row) as i32, zb);
                             load_b(b_dst + (first_row * WGMMA_ROW_BYTES) as u32, at);
                         } else {
-                            for j in first_row / MN_BOX..(first_row + share) / MN_BOX {
-                                load_b(b_dst + j as u32 * MN_BOX_BYTES, ((n0 + j * MN_BOX) as i32, k0, zb));
+                            for j in first_row / mn_box..(first_row + share) / mn_box {
+                                load_b(b_dst + j as u32 * mn_box_bytes, ((n0 + j * mn_box) as i32, k0, zb));
                             }
                         }
                     };
@@ -389,6 +407,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
         }
         // Rows of the tile per consumer, and the first of this one's.
         let rows_wg = bm / CONSUMERS;
+        let (swapped_row, frag_lo, frag_hi) = if O::SWAPPED { swapped_fragment(wg) } else { (0, 0, 0) };
         let mut it = 0usize;
         // Chunks this warpgroup has stored: which of its two buffers comes next.
         let mut chunks = 0usize;
@@ -399,7 +418,40 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let mut acc: WgmmaAcc = [0.0; 128];
             // With `PROMOTE`, the tile's sums; `acc` then holds one k-step's.
             let mut sums: WgmmaAcc = [0.0; 128];
-            for step in 0..steps {
+            // Swapped: each k-step's four A fragments (k = 8 each, one swizzle atom apart) read
+            // into registers, then its four `wgmma`, waited for before the next k-step's loads.
+            // ptxas serializes every `wgmma` (C7513) once a fragment is loaded while another
+            // `wgmma` is in flight, even into registers of their own, and once the fragments of
+            // two k-steps do not fit beside the accumulators (C7512: the 128×256 tile), so a
+            // warpgroup cannot overlap its k-steps; the other consumer's `wgmma` keep the tensor
+            // cores busy meanwhile.
+            for _ in 0..if O::SWAPPED { steps } else { 0 } {
+                let s = it % stages;
+                mbarrier_wait(full(s), ((it / stages) & 1) as u32);
+                let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
+                let mut frags = [[0u32; 4]; 4];
+                unroll!(kk in [0, 1, 2, 3] => {
+                    let lo = Tf32::load_shared_pair(a_s + kk as u32 * ATOM_BYTES + frag_lo);
+                    let hi = Tf32::load_shared_pair(a_s + kk as u32 * ATOM_BYTES + frag_hi);
+                    frags[kk] = [lo[0].to_bits(), lo[1].to_bits(), hi[0].to_bits(), hi[1].to_bits()];
+                });
+                wgmma_fence(&mut acc);
+                unroll!(kk in [0, 1, 2, 3] => {
+                    let b = sw128_descriptor(b_s + kk as u32 * 32, 16, ATOM_BYTES);
+                    match TILE {
+                        2 => wgmma_n192_tf32_rs(&mut acc, frags[kk], b),
+                        _ => wgmma_n64_tf32_rs(&mut acc, frags[kk], b),
+                    }
+                });
+                wgmma_commit();
+                wgmma_wait::<0>(&mut acc);
+                if leader {
+                    release(s);
+                }
+                it += 1;
+            }
+            // The shared-memory products (every kernel but the swapped one).
+            for step in 0..if O::SWAPPED { 0 } else { steps } {
                 let s = it % stages;
                 mbarrier_wait(full(s), ((it / stages) & 1) as u32);
                 let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
@@ -413,14 +465,14 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                         // the absolute address), 16 rows = 2 atoms down an M/N-major box. Rows `row`
                         // to `row + 63` of the tile: one `m64` product.
                         let a = |row: u32| if TA {
-                            sw128_descriptor(a_s + row / 64 * MN_BOX_BYTES + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                            sw128_descriptor(a_s + row / 64 * mn_box_bytes + kk * 2 * ATOM_BYTES, mn_box_bytes, ATOM_BYTES)
                         } else {
                             sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
                         };
                         let b = if TB {
                             sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
                         } else {
-                            sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, MN_BOX_BYTES, ATOM_BYTES)
+                            sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, mn_box_bytes, ATOM_BYTES)
                         };
                         let row = wg * rows_wg as u32;
                         match TILE {
@@ -466,7 +518,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 }
                 it += 1;
             }
-            if !O::PROMOTE {
+            if !O::PROMOTE && !O::SWAPPED {
                 wgmma_wait::<0>(&mut acc);
                 if leader {
                     // This tile's last stage (the loop released the ones before it).
@@ -478,6 +530,33 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let out_ctx = (alpha, beta, activation);
             if O::STORES {
                 operands.store::<TILE>(acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm, z));
+            } else if O::SWAPPED {
+                let has_c = !c.is_null() && beta != 0.0;
+                let c = if has_c { c.add(batch * stride_c) } else { c };
+                let none = core::ptr::null::<E::Elem>();
+                if ws.is_null() {
+                    let out = out.add(batch * m * n);
+                    store_transposed::<E, TILE, false>(
+                        acc,
+                        out,
+                        (c, bias),
+                        (m, n),
+                        (m0, n0),
+                        swapped_row,
+                        out_ctx,
+                    );
+                } else {
+                    let ws = ws.add(z * m * n);
+                    store_transposed::<E, TILE, true>(
+                        acc,
+                        ws,
+                        (none, none),
+                        (m, n),
+                        (m0, n0),
+                        swapped_row,
+                        out_ctx,
+                    );
+                }
             } else if !ws.is_null() {
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
@@ -581,6 +660,87 @@ unsafe fn finish<E: WgmmaInput>(
         if has_c && row < m && col < n { beta * E::widen(E::load_elem(c.add(row * n + col))) } else { 0.0 };
     let b = if !bias.is_null() && col < n { E::widen(E::load_elem(bias.add(col))) } else { 0.0 };
     epilogue(a, alpha, beta_c, b, activation)
+}
+
+/// Where a swapped product's A fragments lie (`Operands::SWAPPED`), for consumer `wg`. A's
+/// pieces are M-major: 4 KB boxes of 32 rows × 32 k-rows of 128 bytes, 128-byte swizzle (16-byte
+/// unit u of k-row r at u ^ (r mod 8)). Which tile row each fragment row stands for is free, as
+/// long as the store follows: fragment rows g and g + 8 of a warp are two adjacent tile rows (one
+/// 8-byte load gives both), and the half-warps' rows lie in units u and u ^ 4, so that the four
+/// k-rows a load touches (k = t) hit all 32 banks once. Returns the tile row of this thread's
+/// fragment row g (g + 8 is the next row), and the stage offsets of its loads at k = t and k = t + 4
+/// of the k-step's first 8 (the next 8 are one swizzle atom on).
+#[inline(always)]
+fn swapped_fragment(wg: u32) -> (u32, u32, u32) {
+    let tw = thread_x() as u32 % 128;
+    let (w, g, t) = (tw / 32, tw % 32 / 4, tw % 4);
+    let unit = g / 4 + 4 * (g % 4 / 2) + 2 * (w % 2);
+    let pair = 2 * (g % 2);
+    let piece = 2 * wg + w / 2;
+    let at = |k: u32| piece * 32 * ROW_BYTES + k * ROW_BYTES + (unit ^ k) * 16 + pair * 4;
+    (32 * piece + 4 * unit + pair, at(t), at(t + 4))
+}
+
+/// Write a swapped product's piece (`Operands::SWAPPED`) straight from registers: the kernel's
+/// `[m, n]` sums are the transpose of the `[n, m]` output, so the tile's element (r, c) at
+/// `(m0, n0)` goes to output row n0 + c, column m0 + r (`c` and `bias` in the output's terms). A
+/// thread's two fragment rows are adjacent output columns from `row` on (`swapped_fragment`),
+/// stored as a pair. `RAW`: a split-K slice's raw f32 sums into its workspace `out`.
+#[inline(always)]
+unsafe fn store_transposed<E: WgmmaInput, const TILE: usize, const RAW: bool>(
+    acc: &WgmmaAcc,
+    out: *mut impl Copy,
+    (c, bias): (*const E::Elem, *const E::Elem),
+    (m, n): (usize, usize),
+    (m0, n0): (usize, usize),
+    row: u32,
+    (alpha, beta, activation): (f32, f32, u32),
+) {
+    let has_c = !c.is_null() && beta != 0.0;
+    let col = m0 + row as usize;
+    if col >= m {
+        return;
+    }
+    let second = col + 1 < m;
+    let pairs = m % 2 == 0;
+    let t = thread_x() as usize % 4;
+    let blocks = column_blocks(TILE).1;
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+        unroll!(e in [0, 1] => {
+            let r = n0 + 8 * j + 2 * t + e;
+            if j < blocks && r < n {
+                let idx = r * m + col;
+                let (a0, a1) = (acc[4 * j + e], acc[4 * j + 2 + e]);
+                if RAW {
+                    let out = out.cast::<f32>();
+                    if second && pairs {
+                        store_f32x2(out.add(idx), [a0, a1]);
+                    } else {
+                        store_f32(out.add(idx), a0);
+                        if second {
+                            store_f32(out.add(idx + 1), a1);
+                        }
+                    }
+                } else {
+                    let out = out.cast::<E::Elem>();
+                    let ctx = ((c, has_c, bias), (n, m), (alpha, beta, activation));
+                    let v0 = E::narrow(finish::<E>(a0, (r, col), ctx.0, ctx.1, ctx.2));
+                    if !second {
+                        E::store_elem(out.add(idx), v0);
+                    } else {
+                        let v1 = E::narrow(finish::<E>(a1, (r, col + 1), ctx.0, ctx.1, ctx.2));
+                        if pairs {
+                            E::store_elem_pair(out.add(idx), v0, v1);
+                        } else {
+                            E::store_elem(out.add(idx), v0);
+                            E::store_elem(out.add(idx + 1), v1);
+                        }
+                    }
+                }
+            }
+        });
+    });
 }
 
 /// Write the warpgroup's piece at `origin` straight from registers, element by element inside
@@ -752,7 +912,7 @@ unsafe fn store_staged<
 }
 
 macro_rules! wgmma_kernels {
-    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal;)*) => {$(
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal, $swapped:literal;)*) => {$(
         /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps (3xTF32: then A's and
         /// B's low parts', K-major with the boxes of A's and B's), the other arguments
         /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
@@ -770,7 +930,7 @@ macro_rules! wgmma_kernels {
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
             ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
-            gemm::<$e, $ta, $tb, $tile, Matrices<$split>>(
+            gemm::<$e, $ta, $tb, $tile, Matrices<$split, $swapped>>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
                 (k_steps, ws), (layers, tma_store != 0, cluster as usize), Matrices,
             )
@@ -779,38 +939,40 @@ macro_rules! wgmma_kernels {
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, u16, false, false, 0, false;
-    gemm_wgmma_f16_nt: F16, u16, false, true, 0, false;
-    gemm_wgmma_f16_tn: F16, u16, true, false, 0, false;
-    gemm_wgmma_f16_tt: F16, u16, true, true, 0, false;
-    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0, false;
-    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0, false;
-    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0, false;
-    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0, false;
-    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1, false;
-    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1, false;
-    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1, false;
-    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1, false;
-    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1, false;
-    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1, false;
-    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1, false;
-    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1, false;
-    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2, false;
-    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2, false;
-    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2, false;
-    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2, false;
-    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2, false;
-    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false;
-    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false;
-    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false;
-    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false;
-    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false;
-    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false;
-    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3, false;
-    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3, false;
-    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3, false;
-    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3, false;
-    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3, false;
-    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0, false;
-    gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true;
+    gemm_wgmma_f16_nn: F16, u16, false, false, 0, false, false;
+    gemm_wgmma_f16_nt: F16, u16, false, true, 0, false, false;
+    gemm_wgmma_f16_tn: F16, u16, true, false, 0, false, false;
+    gemm_wgmma_f16_tt: F16, u16, true, true, 0, false, false;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0, false, false;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0, false, false;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0, false, false;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0, false, false;
+    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1, false, false;
+    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1, false, false;
+    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1, false, false;
+    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1, false, false;
+    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1, false, false;
+    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1, false, false;
+    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1, false, false;
+    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1, false, false;
+    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2, false, false;
+    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2, false, false;
+    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2, false, false;
+    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2, false, false;
+    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2, false, false;
+    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false, false;
+    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false, false;
+    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false, false;
+    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false, false;
+    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false, false;
+    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false, false;
+    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3, false, false;
+    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3, false, false;
+    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3, false, false;
+    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3, false, false;
+    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3, false, false;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0, false, false;
+    gemm_wgmma_tf32_nn: Tf32, f32, true, true, 2, false, true;
+    gemm_wgmma_tf32_nn_128x64: Tf32, f32, true, true, 3, false, true;
+    gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true, false;
 }

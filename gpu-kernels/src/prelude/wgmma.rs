@@ -378,6 +378,39 @@ wgmma_product!(wgmma_n64_bf16_mk, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 0");
 wgmma_product!(wgmma_n64_bf16_mm, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 1");
 wgmma_product!(wgmma_n64_tf32_kk, 32, "m64n64k8.f32.tf32.tf32", "1, 1");
 
+/// `acc += A · B` for one warpgroup over k = 8 in TF32 on the `$count` accumulators from 0: A
+/// 64×8 from registers, `a` this thread's fragment of its warp's 16 rows (lane = 4g + t: (g, t),
+/// (g + 8, t), (g, t + 4), (g + 8, t + 4), f32 bits whose low 13 mantissa bits the tensor cores
+/// ignore); B 8×N K-major from shared memory through the descriptor `b`. `wgmma` reads TF32 from
+/// shared memory K-major only, so an M-major A comes this way.
+macro_rules! wgmma_tf32_rs_product {
+    ($name:ident, $count:tt, $shape:literal) => {
+        /// See [`wgmma_tf32_rs_product!`]'s documentation.
+        ///
+        /// # Safety
+        /// As the shared-memory products: `b` describes written shared memory made visible to
+        /// the async proxy, every thread of the warpgroup calls it after [`wgmma_fence`]; the
+        /// registers of `a` are read asynchronously and must not be written until
+        /// [`wgmma_wait`] says the product completed.
+        #[inline(always)]
+        pub unsafe fn $name(acc: &mut WgmmaAcc, a: [u32; 4], b: u64) {
+            with_accumulator_indices!(
+                $count,
+                asm_on_accumulators!(
+                    acc,
+                    0,
+                    [a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3], b = in(reg64) b,],
+                    concat!("wgmma.mma_async.sync.aligned.", $shape, " "),
+                    ", {{{a0}, {a1}, {a2}, {a3}}}, {b}, 1, 1, 1;",
+                )
+            );
+        }
+    };
+}
+
+wgmma_tf32_rs_product!(wgmma_n192_tf32_rs, 96, "m64n192k8.f32.tf32.tf32");
+wgmma_tf32_rs_product!(wgmma_n64_tf32_rs, 32, "m64n64k8.f32.tf32.tf32");
+
 /// TF32 inputs: f32 in memory, read by `wgmma` with their low 13 mantissa bits ignored.
 pub struct Tf32;
 

@@ -5,7 +5,8 @@
 //! Forward and both backward products are implicit GEMMs (the im2col gather happens in the tile
 //! loaders), but for the forward of a pointwise convolution under TF32 (a 1×1 filter at stride
 //! 1 without padding, planes of at least `POINTWISE_MIN_PLANE` pixels): a plain GEMM batched over
-//! the images with W shared (`[K, C] · [C, H·W]` per image) on matmul's TF32 tensor-core kernel.
+//! the images with W shared (`[K, C] · [C, H·W]` per image) on matmul's TF32 tensor-core kernels
+//! (on Hopper the swapped `wgmma` one, which reads each image's planes as they are).
 //! In exact f32 the implicit GEMM's SIMT tiles, whose M is N·P·Q rather than K, are faster there.
 //! Precision as in matmul: f32 by default, TF32 tensor cores when the context allows TF32
 //! ([`Context::set_allow_tf32`](crate::Context::set_allow_tf32)).
@@ -628,7 +629,8 @@ impl WgmmaForward {
             return Ok(None);
         }
         // Pointwise layers stay per-image GEMMs: the transpose of x costs more than the product
-        // (32×256×56×56 ⊛ 64×256×1×1: 70 µs of transposes, 55 µs of `wgmma`, against 99 µs).
+        // (32×256×56×56 ⊛ 64×256×1×1: 70 µs of transposes, 55 µs of `wgmma`; the GEMMs, on
+        // matmul's swapped `wgmma` kernel, 65 µs).
         let fits = g.params.stride == (1, 1)
             && !g.pointwise()
             && g.c % 4 == 0

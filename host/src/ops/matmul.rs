@@ -16,6 +16,7 @@
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
 //! | 5b | exact f32 (TF32 not allowed), sm_90a, at least 2^27 flops where the time model of `f32x3_pays` beats the FMA kernels (`FERROCUDA_MATMUL_F32X3=0`: never; `=1`: wherever it can run), operands that are not K-major 2-D | `gemm_wgmma_f32x3_nt` (3xTF32, 128×128 tiles, every k-step's sums promoted to f32 registers) after splitting each operand into its high and low parts: a K-major operand TMA reads in place is its own high part beside `tf32_low_f32`; any other is split (and transposed where it is not K-major) by `transpose_split_f32` / `pad_split_f32` into rows padded to 16-byte multiples | as row 2 (32-element k-steps) |
+//! | 6a | f32 with TF32 allowed, sm_90a, neither operand transposed, K and N multiples of 4, both 16-byte aligned, and either operand batched (the transposes of row 6 exist for 2-D operands only) or the time model of `tf32_swap_pays` beats row 6 | `gemm_wgmma_tf32_nn` (128×192) or `_nn_128x64` (where Cᵀ is at most 64 wide or its 128×192 tiles would fill at most a quarter of the SMs): Cᵀ = Bᵀ·Aᵀ on the operands as they are (B's pieces M-major through registers, the output written transposed from registers) | as row 2 on Cᵀ (32-element k-steps) |
 //! | 6 | f32 with TF32 allowed, sm_90a, K a multiple of 4, the K-major transposes possible (2-D operands, K ≤ 64·65,535) | `gemm_wgmma_tf32_nt` after transposing A `[K, M]` / B `[K, N]` | as row 2 (32-element k-steps) |
 //! | 7 | f32 with TF32 allowed otherwise | `gemm_tf32_*` (`mma.sync`, 128×128) | none |
 //! | 8 | f32, the 128×128 tiles fewer than the SMs, K ≥ 1024 | `gemm_f32_large_*` | one wave of slices (1 block per SM), multiples of 16, each ≥ 512 |
@@ -107,6 +108,13 @@ struct Dims {
     stride_a: usize,
     stride_b: usize,
     stride_c: usize,
+}
+
+impl Dims {
+    /// The product transposed: Cᵀ = Bᵀ·Aᵀ, `[N, M]`, B's strides as the first operand's.
+    fn swapped(&self) -> Dims {
+        Dims { m: self.n, n: self.m, stride_a: self.stride_b, stride_b: self.stride_a, ..*self }
+    }
 }
 
 impl<'a> Gemm<'a> {
@@ -288,6 +296,12 @@ impl<'a> Gemm<'a> {
                 self.launch_wgmma(d, &out, stream, ((a_op, ta), (b_op, tb)), (tile, None), split)?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
+            GemmPath::Tf32WgmmaSwapped { tile } => {
+                // Cᵀ = Bᵀ·Aᵀ: B `[K, N]` is the kernel's M-major A, A `[M, K]` its K-major B.
+                let (a, b) = (TmaOperand::of(b, d.n, d.stride_b), TmaOperand::of(a, d.k, d.stride_a));
+                let split = (&plan, workspace.as_ref());
+                self.launch_wgmma(d.swapped(), &out, stream, ((a, true), (b, true)), (tile, None), split)?
+            }
             GemmPath::F32x3Wgmma => self.launch_f32x3_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
             GemmPath::Simt { .. } | GemmPath::Tiny | GemmPath::Tf32Mma | GemmPath::HalfMma => {
                 self.launch_tiled(&d, &out, stream, &plan, workspace.as_ref())?
@@ -330,6 +344,7 @@ impl<'a> Gemm<'a> {
             | GemmPath::GemvMma
             | GemmPath::Wgmma { .. }
             | GemmPath::Tf32Wgmma
+            | GemmPath::Tf32WgmmaSwapped { .. }
             | GemmPath::F32x3Wgmma => {
                 unreachable!("launch_tiled takes the tiled paths only")
             }
@@ -608,15 +623,21 @@ impl<'a> Gemm<'a> {
         let tile = WGMMA_TILES[kind];
         // A is [M, K] (K-major) or, transposed, [K, M]; B is [K, N] or, transposed, [N, K]. A
         // K-major operand moves as one box of 128 bytes of k × its tile rows; an M/N-major one
-        // as boxes of 64 rows × 128 bytes of k.
+        // as boxes of 128 bytes of rows × one k-step (16-bit: 64 × 64, f32: 32 × 32).
         let row = WGMMA_ROW_BYTES / dtype.size_bytes();
         let map = |t: TmaOperand, rows_tile: usize, k_major: bool, (outer, inner): (usize, usize)| {
-            let boxed = if k_major { (row, rows_tile) } else { (WGMMA_MN_BOX, row) };
+            let boxed = if k_major { (row, rows_tile) } else { (row, row) };
             tensor_map_pitched(dtype, t.ptr, (inner, outer, d.batch), (t.pitch, t.batch_stride), boxed)
         };
         let map_a = if ta { map(a, tile.0, false, (d.k, d.m))? } else { map(a, tile.0, true, (d.m, d.k))? };
+        // f32 with an M-major A: the swapped product (`d` and the operands already swapped).
+        let swapped = dtype == DType::F32 && ta;
         let kernel = if lows.is_some() {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_f32x3_nt)
+        } else if swapped && kind == 3 {
+            WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nn_128x64)
+        } else if swapped {
+            WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nn)
         } else if dtype == DType::F32 {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
         } else {
@@ -644,9 +665,9 @@ impl<'a> Gemm<'a> {
             }
         };
         let map_b = map_b_of(b)?;
-        // The output through shared memory and TMA stores: whole slices only (no split) and rows
-        // that start on 16-byte boundaries.
-        let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0;
+        // The output through shared memory and TMA stores: whole slices only (no split), rows
+        // that start on 16-byte boundaries, not transposed.
+        let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0 && !swapped;
         let map_out = if tma_store {
             let stride = if d.batch > 1 { d.m * d.n } else { 0 };
             tensor_map(dtype, out.device_ptr(), (d.n, d.m, d.batch), stride, (row, WGMMA_STORE_ROWS))?
@@ -684,7 +705,10 @@ impl<'a> Gemm<'a> {
         // the workspace of batch·slices·M·N floats with layers = batch·slices, slices = ⌈k-steps /
         // k_steps⌉; `maps` holds A's, B's and (with `tma_store`) the output's tensor maps, and
         // for `gemm_wgmma_f32x3_nt` (taken exactly when `lows` is given) A's and B's low parts'
-        // after them, made above for the live buffers of A, B (or their staged, transposed or
+        // after them (`gemm_wgmma_tf32_nn`, taken for f32 with `ta`: `d` is the swapped product's,
+        // A's map is the caller's B `[K, N]` with 32 × 32 boxes, B's the caller's A `[M, K]`, and
+        // the kernel writes the caller's `[M, N]` output or workspace transposed, so `out`, c and
+        // `ws` keep the caller's shapes), made above for the live buffers of A, B (or their staged, transposed or
         // split copies, which the caller keeps until after this launch) and `out` with the shapes
         // and strides `dims()` checked and the boxes of the kernel's tile; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
@@ -817,6 +841,10 @@ enum GemmPath {
     Wgmma { tile: usize, staged: bool },
     /// TF32 `wgmma` + TMA (sm_90a), after transposing the operands to K-major.
     Tf32Wgmma,
+    /// TF32 `wgmma` + TMA (sm_90a) on A `[M, K]` and B `[K, N]` as they are, computing Cᵀ = Bᵀ·Aᵀ
+    /// (`gemm_wgmma_tf32_nn[_128x64]`: B's pieces through registers, the output written
+    /// transposed) with tile `tile` of `WGMMA_TILES` on Cᵀ (128×192 or 128×64).
+    Tf32WgmmaSwapped { tile: usize },
     /// Exact f32 as 3xTF32 on `wgmma` + TMA (sm_90a): the operands K-major with their low parts.
     F32x3Wgmma,
 }
@@ -909,6 +937,13 @@ const FMA_FLOPS_PER_S: f64 = 40e12;
 const F32X3_FLOPS_PER_S: f64 = 115e12;
 const COPY_BYTES_PER_S: f64 = 2.9e12;
 const F32X3_FIXED_S: f64 = 8e-6;
+/// The TF32 layout model's rates (H100, eighteenth session): the K-major `wgmma` kernel's flops
+/// per SM (~395 TFLOP/s over 132 SMs at 6144–8192), the swapped kernel's share of that rate
+/// on its k-steps (its warpgroups cannot overlap consecutive k-steps), and the bytes a second its
+/// transposed stores from registers write (8192×8192×128: 0.23 ms against the TMA stores' 0.13).
+const TF32_SM_FLOPS_PER_S: f64 = 3.0e12;
+const TF32_SWAPPED_EFFICIENCY: f64 = 0.88;
+const TF32_SWAPPED_STORE_BYTES_PER_S: f64 = 1.2e12;
 
 /// The `wgmma` tile (index into `WGMMA_TILES`). Among the large ones, the one that gives the SMs
 /// the least work: with at least a wave of tiles (or K too short to split), the most any SM
@@ -962,6 +997,7 @@ fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> Gemm
     let tile = match path {
         GemmPath::Wgmma { tile, .. } => WGMMA_TILES[tile],
         GemmPath::F32x3Wgmma => WGMMA_TILES[F32X3_TILE],
+        GemmPath::Tf32WgmmaSwapped { tile } => WGMMA_TILES[tile],
         _ => WGMMA_TILE,
     };
     let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
@@ -1029,6 +1065,11 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         return wgmma_plan(d, GemmPath::F32x3Wgmma, o.dtype, dev);
     }
     if o.tf32 {
+        if dev.sm90a && tf32_swapped_fits(d, o, dev) {
+            let swapped = d.swapped();
+            let path = GemmPath::Tf32WgmmaSwapped { tile: tf32_swapped_tile(&swapped, dev) };
+            return wgmma_plan(&swapped, path, o.dtype, dev);
+        }
         return if dev.sm90a && k_major_fits(d, o) {
             wgmma_plan(d, GemmPath::Tf32Wgmma, o.dtype, dev)
         } else {
@@ -1043,6 +1084,58 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         }
     }
     whole(GemmPath::Simt { tile: simt_tile(d, dev) })
+}
+
+/// Whether the swapped TF32 kernel reads A `[M, K]` and B `[K, N]` in place (rows of 16-byte
+/// multiples from aligned starts; batched or not: the maps are 3-D) and pays: batched operands
+/// always (the transposes exist for 2-D operands only), else where `tf32_swap_pays`.
+fn tf32_swapped_fits(d: &Dims, o: &Operands, dev: &DeviceFacts) -> bool {
+    let fits = !o.transpose_a
+        && !o.transpose_b
+        && d.k > 0
+        && d.k % 4 == 0
+        && d.n % 4 == 0
+        && o.aligned_a
+        && o.aligned_b
+        && d.m.max(d.n).max(d.k) < 1 << 31;
+    fits && (o.batched_a || o.batched_b || tf32_swap_pays(d, dev))
+}
+
+/// Whether C = A·B (neither transposed, 2-D) runs faster swapped than as the K-major kernel on a
+/// transposed copy of B, by a model of both: each kernel's waves of tiles (split-K: the product
+/// spread over the SMs) at `TF32_SM_FLOPS_PER_S` (the swapped one at
+/// `TF32_SWAPPED_EFFICIENCY` of it), its output's bytes (TMA stores at copy speed, the swapped
+/// kernel's at `TF32_SWAPPED_STORE_BYTES_PER_S`), and for the other B's transposed copy (8 bytes a
+/// value at copy speed). Measured beside it (H100, TF32 nn, ms, swapped / transposed): 1024³
+/// 0.030 / 0.040; 2048³ 0.095 / 0.067 (Cᵀ's 176 tiles of 128×192 take two waves, the 128 of
+/// 128×256 one); 3000³ 0.207 / 0.232; 4096³ 0.463 / 0.400; 8192³ 3.09 / 3.20; (128, 8192, 8192)
+/// 0.114 / 0.131 before its copy; (8192, 8192, 128) 0.230 / 0.130.
+fn tf32_swap_pays(d: &Dims, dev: &DeviceFacts) -> bool {
+    let product = |d: &Dims, tile: (usize, usize)| {
+        let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1);
+        let (slices, _) = wgmma_split(d, tiles, WGMMA_ROW_BYTES / 4, dev);
+        let waves = (tiles * slices).div_ceil(dev.sms) as f64;
+        waves * 2.0 * (tile.0 * tile.1) as f64 * d.k.div_ceil(slices) as f64 / TF32_SM_FLOPS_PER_S
+    };
+    let out_bytes = 4.0 * (d.m * d.n) as f64;
+    let transposed = product(d, WGMMA_TILE) + (8.0 * (d.k * d.n) as f64 + out_bytes) / COPY_BYTES_PER_S;
+    let swapped_dims = d.swapped();
+    let tile = WGMMA_TILES[tf32_swapped_tile(&swapped_dims, dev)];
+    let swapped =
+        product(&swapped_dims, tile) / TF32_SWAPPED_EFFICIENCY + out_bytes / TF32_SWAPPED_STORE_BYTES_PER_S;
+    swapped < transposed
+}
+
+/// The swapped TF32 kernel's tile on Cᵀ (`d` swapped): 128×64 where Cᵀ is at most 64 wide or the
+/// 128×192 tiles would occupy at most a quarter of the SMs, else 128×192 (its 96 accumulators
+/// leave room for two k-steps of A fragments in flight; 128×256's do not).
+fn tf32_swapped_tile(d: &Dims, dev: &DeviceFacts) -> usize {
+    let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+    if d.n <= WGMMA_TILES[3].1 || 4 * tiles(WGMMA_TILES[2]) <= dev.sms {
+        3
+    } else {
+        2
+    }
 }
 
 /// Whether both operands can be made K-major for the `wgmma` TF32 kernel (rows of 16-byte
@@ -1766,7 +1859,31 @@ mod tests {
     #[test]
     fn tf32_takes_wgmma_when_the_transposes_can_run() {
         let o = Operands { tf32: true, ..operands(DType::F32, false, false) };
-        assert_eq!(path(dims(4096, 4096, 4096), o, H100), GemmPath::Tf32Wgmma);
+        // Neither transposed, rows of 16-byte multiples: the swapped kernel where the model says
+        // it pays (the measured winners: 1024³ and 3000³ swapped, 2048³, 4096³ and 8192³ on a
+        // transposed B; a weight matrix streamed by 128 rows swapped, a short K transposed),
+        // batched always; the tiles counted on Cᵀ ((128, 8192, 8192): Cᵀ `[8192, 128]` is 64
+        // tiles of 128×192, two slices of K).
+        let swapped = |tile| GemmPath::Tf32WgmmaSwapped { tile };
+        for size in [1024, 3000] {
+            assert_eq!(path(dims(size, size, size), o, H100), swapped(2));
+        }
+        for size in [2048, 4096, 8192] {
+            assert_eq!(path(dims(size, size, size), o, H100), GemmPath::Tf32Wgmma);
+        }
+        let p = plan(&dims(128, 8192, 8192), &o, &H100);
+        assert_eq!((p.path, p.slices), (swapped(2), 2));
+        assert_eq!(path(dims(64, 8192, 8192), o, H100), swapped(3));
+        assert_eq!(path(dims(8192, 8192, 128), o, H100), GemmPath::Tf32Wgmma);
+        let batched = Operands { batched_a: true, batched_b: true, ..o };
+        assert_eq!(path(Dims { batch: 3, ..dims(17, 36, 4096) }, batched, H100), swapped(3));
+        let shared_a = Operands { batched_b: true, ..o };
+        assert_eq!(path(Dims { batch: 32, ..dims(64, 3136, 256) }, shared_a, H100), swapped(3));
+        assert_eq!(path(dims(4096, 4098, 4096), o, H100), GemmPath::Tf32Wgmma);
+        assert_eq!(
+            path(dims(1024, 1024, 1024), Operands { aligned_b: false, ..o }, H100),
+            GemmPath::Tf32Wgmma
+        );
         assert_eq!(path(dims(4096, 4096, 4096), o, OLDER), GemmPath::Tf32Mma);
         assert_eq!(path(dims(4096, 4096, 4098), o, H100), GemmPath::Tf32Mma);
         assert_eq!(path(dims(17, 3, 65_535 * 64 + 4), o, H100), GemmPath::Tf32Mma);
