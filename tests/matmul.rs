@@ -680,7 +680,8 @@ fn f32x3_matches_cpu(gpu: &Context) {
     let small = under_sanitizer();
     let forced = f32x3_setting("1");
     // K off 16-byte rows too ((17, 33, 65), (1001, 1003, 999)): the operands are then copied with
-    // padded rows.
+    // padded rows. Forced, A·B with rows of 16-byte multiples runs swapped ((1000, 1000, 1000),
+    // (300, 8, 2056) split, the batches), the others on the K-major kernel.
     let shapes: &[(usize, usize, usize)] = if small {
         &[(17, 33, 68), (130, 257, 301)]
     } else {
@@ -713,27 +714,34 @@ fn f32x3_matches_cpu(gpu: &Context) {
         return;
     }
     // A long sum: the tensor cores truncate every addition to their accumulators, so without the
-    // kernel's promotion of each k-step's sums to f32 registers the error would grow with K
-    // (3.8e-6 at 576 products in the fifteenth session's conv measurements, ~1e-4 here).
+    // kernels' promotion of each k-step's sums to f32 registers the error would grow with K
+    // (3.8e-6 at 576 products in the fifteenth session's conv measurements, ~1e-4 here). A·B
+    // runs swapped (B's low parts made in registers), A·Bᵀ on the K-major kernel.
     let k = 16384;
     // The ops follow their inputs' context: a stream of its own for the profile.
     let ctx = gpu.new_stream().unwrap();
     let (ag, ac) = operand(&ctx, 256, k, 950);
     let (bg, bc) = operand(&ctx, k, 256, 951);
+    let (btg, btc) = operand(&ctx, 256, k, 952);
     let want = ac.matmul(&bc).unwrap().to_vec().unwrap();
+    let want_t = ac.matmul_t(&btc).unwrap().to_vec().unwrap();
     let _on = ctx.profiler_guard().unwrap();
     ctx.reset_profile().unwrap();
     let x3 = ag.matmul(&bg).unwrap().to_vec().unwrap();
+    let x3_t = ag.matmul_t(&btg).unwrap().to_vec().unwrap();
     let report = ctx.profile_report().unwrap();
     let calls = |prefix: &str| -> usize {
         report.kernels().iter().filter(|k| k.name.starts_with(prefix)).map(|k| k.calls).sum()
     };
-    assert_eq!(calls("gemm_wgmma_f32x3_nt"), 1, "the 3xTF32 kernel ran: {report}");
+    assert_eq!(calls("gemm_wgmma_f32x3_nn_128x64"), 1, "the swapped 3xTF32 kernel ran: {report}");
+    assert_eq!(calls("gemm_wgmma_f32x3_nt"), 1, "the K-major 3xTF32 kernel ran: {report}");
+    let e_t = rel_err(&x3_t, &want_t);
+    assert!(e_t <= 2e-6, "3xTF32 A·Bᵀ over K = {k}: relative error {e_t:.2e}");
     drop(forced);
     let _off = f32x3_setting("0");
     let fma = ag.matmul(&bg).unwrap().to_vec().unwrap();
     let (e_x3, e_fma) = (rel_err(&x3, &want), rel_err(&fma, &want));
-    println!("(256, 256, {k}): relative error 3xTF32 {e_x3:.2e}, FMA kernels {e_fma:.2e}");
+    println!("(256, 256, {k}): relative error 3xTF32 {e_x3:.2e} (A·Bᵀ {e_t:.2e}), FMA kernels {e_fma:.2e}");
     assert!(e_x3 <= 2e-6, "3xTF32 over K = {k}: relative error {e_x3:.2e} (FMA {e_fma:.2e})");
 }
 

@@ -37,7 +37,7 @@ kernel_table! {
                 batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
                 cluster: u32
             );
-            [gemm_wgmma_tf32_nt, gemm_wgmma_tf32_nn, gemm_wgmma_tf32_nn_128x64, gemm_wgmma_f32x3_nt](
+            [gemm_wgmma_tf32_nt, gemm_wgmma_tf32_nn, gemm_wgmma_tf32_nn_128x64, gemm_wgmma_f32x3_nt, gemm_wgmma_f32x3_nn_128x64](
                 maps: *const u8, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
                 k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
                 batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,

@@ -260,9 +260,9 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
 ) {
     // The promoted sums fit the registers beside the k-step's (64 a thread, the 128×128 tile).
     const { assert!(!O::PROMOTE || column_blocks(TILE).1 <= 16) };
-    // The swapped product: TF32 on the 128×192 or 128×64 tile, A M-major (its fragments), B
-    // K-major.
-    const { assert!(!O::SWAPPED || (TA && TB && (TILE == 2 || TILE == 3) && !O::SPLIT)) };
+    // The swapped product: TF32 on the 128×192 or 128×64 tile (3xTF32: 128×64), A M-major (its
+    // fragments), B K-major.
+    const { assert!(!O::SWAPPED || (TA && TB && (TILE == 2 || TILE == 3) && (!O::SPLIT || TILE == 3))) };
     let (bm, bn) = tile(TILE);
     let t = thread_x();
     let rank = if cluster > 1 { cluster_rank() } else { 0 };
@@ -322,8 +322,11 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             // launch's maps had (the pool hands the block out again): see the module docs.
             tensormap_acquire(map_a);
             tensormap_acquire(map_b);
+            // (Swapped 3xTF32 has no map of A's low part: the consumers make it.)
             for extra in 2..O::MAPS {
-                tensormap_acquire(maps.add(128 * extra));
+                if !(O::SWAPPED && extra == 3) {
+                    tensormap_acquire(maps.add(128 * extra));
+                }
             }
             // k-steps issued so far, over every tile of this block: stage and phase.
             let mut it = 0usize;
@@ -341,8 +344,13 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     }
                     // A's and B's pieces (less than the stage holds for the 128×192 tile), and
                     // their low parts for 3xTF32.
-                    let pieces = if O::SPLIT { 2 } else { 1 };
-                    mbarrier_arrive_expect_tx(full(s), (pieces * (bm + bn) * WGMMA_ROW_BYTES) as u32);
+                    // With `SPLIT`, the low parts too (swapped: B's only).
+                    let low_rows = match (O::SPLIT, O::SWAPPED) {
+                        (false, _) => 0,
+                        (true, false) => bm + bn,
+                        (true, true) => bn,
+                    };
+                    mbarrier_arrive_expect_tx(full(s), ((bm + bn + low_rows) * WGMMA_ROW_BYTES) as u32);
                     let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
                     let k0 = ((first_step + step) * bk) as i32;
                     if O::CONV {
@@ -350,15 +358,16 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                         it += 1;
                         continue;
                     }
-                    // A's and B's pieces through `map_a` and `map_b`, into the stage at `offset`.
-                    let pieces = |map_a: *const u8, map_b: *const u8, offset: u32| {
+                    // A's (`with_a`) and B's pieces through `map_a` and `map_b`, into the stage at
+                    // `offset`.
+                    let pieces = |map_a: *const u8, map_b: *const u8, offset: u32, with_a: bool| {
                         let (a_dst, b_dst) = (a_dst + offset, b_dst + offset);
-                        if TA {
+                        if with_a && TA {
                             for j in 0..bm / mn_box {
                                 let at = ((m0 + j * mn_box) as i32, k0, za);
                                 tma_load_3d(a_dst + j as u32 * mn_box_bytes, map_a, full(s), at);
                             }
-                        } else {
+                        } else if with_a {
                             tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
                         }
                         // B: this block's share (all of it, or half for both blocks of the cluster).
@@ -380,9 +389,9 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                             }
                         }
                     };
-                    pieces(map_a, map_b, 0);
+                    pieces(map_a, map_b, 0, true);
                     if O::SPLIT {
-                        pieces(maps.add(3 * 128), maps.add(4 * 128), lo);
+                        pieces(maps.add(3 * 128), maps.add(4 * 128), lo, !O::SWAPPED);
                     }
                     it += 1;
                 }
@@ -429,24 +438,43 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 let s = it % stages;
                 mbarrier_wait(full(s), ((it / stages) & 1) as u32);
                 let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
-                let mut frags = [[0u32; 4]; 4];
+                // The fragments, and with `SPLIT` their low parts (`tf32_low`, as the host splits
+                // a K-major operand).
+                let (mut frags, mut lows) = ([[0u32; 4]; 4], [[0u32; 4]; 4]);
                 unroll!(kk in [0, 1, 2, 3] => {
-                    let lo = Tf32::load_shared_pair(a_s + kk as u32 * ATOM_BYTES + frag_lo);
-                    let hi = Tf32::load_shared_pair(a_s + kk as u32 * ATOM_BYTES + frag_hi);
-                    frags[kk] = [lo[0].to_bits(), lo[1].to_bits(), hi[0].to_bits(), hi[1].to_bits()];
-                });
-                wgmma_fence(&mut acc);
-                unroll!(kk in [0, 1, 2, 3] => {
-                    let b = sw128_descriptor(b_s + kk as u32 * 32, 16, ATOM_BYTES);
-                    match TILE {
-                        2 => wgmma_n192_tf32_rs(&mut acc, frags[kk], b),
-                        _ => wgmma_n64_tf32_rs(&mut acc, frags[kk], b),
+                    let first = Tf32::load_shared_pair(a_s + kk as u32 * ATOM_BYTES + frag_lo);
+                    let last = Tf32::load_shared_pair(a_s + kk as u32 * ATOM_BYTES + frag_hi);
+                    let x = [first[0], first[1], last[0], last[1]];
+                    frags[kk] = x.map(f32::to_bits);
+                    if O::SPLIT {
+                        lows[kk] = x.map(|v| tf32_low(v).to_bits());
                     }
                 });
+                wgmma_fence(&mut acc);
+                let product = #[inline(always)]
+                |acc: &mut WgmmaAcc, frags: &[[u32; 4]; 4], b_s: u32| {
+                    unroll!(kk in [0, 1, 2, 3] => {
+                        let b = sw128_descriptor(b_s + kk as u32 * 32, 16, ATOM_BYTES);
+                        match TILE {
+                            2 => wgmma_n192_tf32_rs(acc, frags[kk], b),
+                            _ => wgmma_n64_tf32_rs(acc, frags[kk], b),
+                        }
+                    });
+                };
+                if O::SPLIT {
+                    // 3xTF32, the small terms first: A_lo·B, then A·B_lo (B's low part in its
+                    // half of the stage).
+                    product(&mut acc, &lows, b_s);
+                    product(&mut acc, &frags, b_s + lo);
+                }
+                product(&mut acc, &frags, b_s);
                 wgmma_commit();
                 wgmma_wait::<0>(&mut acc);
                 if leader {
                     release(s);
+                }
+                if O::PROMOTE {
+                    promote::<TILE>(&mut sums, &mut acc);
                 }
                 it += 1;
             }
@@ -501,14 +529,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     if leader {
                         release(s);
                     }
-                    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-                        if i < column_blocks(TILE).1 {
-                            unroll!(e in [0, 1, 2, 3] => {
-                                sums[4 * i + e] += acc[4 * i + e];
-                                acc[4 * i + e] = 0.0;
-                            });
-                        }
-                    });
+                    promote::<TILE>(&mut sums, &mut acc);
                 } else {
                     // The previous k-step's wgmma have finished: its stage may be refilled.
                     wgmma_wait::<1>(&mut acc);
@@ -613,6 +634,19 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
         // Neither block leaves while the other may still arrive on its barriers.
         cluster_sync();
     }
+}
+
+/// `PROMOTE`: add a k-step's sums `acc` to the tile's `sums` in f32 and clear them for the next.
+#[inline(always)]
+fn promote<const TILE: usize>(sums: &mut WgmmaAcc, acc: &mut WgmmaAcc) {
+    unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+        if i < column_blocks(TILE).1 {
+            unroll!(e in [0, 1, 2, 3] => {
+                sums[4 * i + e] += acc[4 * i + e];
+                acc[4 * i + e] = 0.0;
+            });
+        }
+    });
 }
 
 /// 8-column blocks of a consumer's accumulators per `m64` product, and in all (32 but for the
@@ -975,4 +1009,5 @@ wgmma_kernels! {
     gemm_wgmma_tf32_nn: Tf32, f32, true, true, 2, false, true;
     gemm_wgmma_tf32_nn_128x64: Tf32, f32, true, true, 3, false, true;
     gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true, false;
+    gemm_wgmma_f32x3_nn_128x64: Tf32, f32, true, true, 3, true, true;
 }
