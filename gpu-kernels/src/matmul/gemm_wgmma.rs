@@ -555,28 +555,17 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 let has_c = !c.is_null() && beta != 0.0;
                 let c = if has_c { c.add(batch * stride_c) } else { c };
                 let none = core::ptr::null::<E::Elem>();
+                let place = ((m, n), (m0, n0), swapped_row);
                 if ws.is_null() {
-                    let out = out.add(batch * m * n);
                     store_transposed::<E, TILE, false>(
                         acc,
-                        out,
+                        out.add(batch * m * n),
                         (c, bias),
-                        (m, n),
-                        (m0, n0),
-                        swapped_row,
+                        place,
                         out_ctx,
                     );
                 } else {
-                    let ws = ws.add(z * m * n);
-                    store_transposed::<E, TILE, true>(
-                        acc,
-                        ws,
-                        (none, none),
-                        (m, n),
-                        (m0, n0),
-                        swapped_row,
-                        out_ctx,
-                    );
+                    store_transposed::<E, TILE, true>(acc, ws.add(z * m * n), (none, none), place, out_ctx);
                 }
             } else if !ws.is_null() {
                 // One slice of a split-K product: the raw sums, reduced and finished by
@@ -725,9 +714,7 @@ unsafe fn store_transposed<E: WgmmaInput, const TILE: usize, const RAW: bool>(
     acc: &WgmmaAcc,
     out: *mut impl Copy,
     (c, bias): (*const E::Elem, *const E::Elem),
-    (m, n): (usize, usize),
-    (m0, n0): (usize, usize),
-    row: u32,
+    ((m, n), (m0, n0), row): ((usize, usize), (usize, usize), u32),
     (alpha, beta, activation): (f32, f32, u32),
 ) {
     let has_c = !c.is_null() && beta != 0.0;
@@ -744,37 +731,56 @@ unsafe fn store_transposed<E: WgmmaInput, const TILE: usize, const RAW: bool>(
         unroll!(e in [0, 1] => {
             let r = n0 + 8 * j + 2 * t + e;
             if j < blocks && r < n {
-                let idx = r * m + col;
-                let (a0, a1) = (acc[4 * j + e], acc[4 * j + 2 + e]);
-                if RAW {
-                    let out = out.cast::<f32>();
-                    if second && pairs {
-                        store_f32x2(out.add(idx), [a0, a1]);
-                    } else {
-                        store_f32(out.add(idx), a0);
-                        if second {
-                            store_f32(out.add(idx + 1), a1);
-                        }
-                    }
-                } else {
-                    let out = out.cast::<E::Elem>();
-                    let ctx = ((c, has_c, bias), (n, m), (alpha, beta, activation));
-                    let v0 = E::narrow(finish::<E>(a0, (r, col), ctx.0, ctx.1, ctx.2));
-                    if !second {
-                        E::store_elem(out.add(idx), v0);
-                    } else {
-                        let v1 = E::narrow(finish::<E>(a1, (r, col + 1), ctx.0, ctx.1, ctx.2));
-                        if pairs {
-                            E::store_elem_pair(out.add(idx), v0, v1);
-                        } else {
-                            E::store_elem(out.add(idx), v0);
-                            E::store_elem(out.add(idx + 1), v1);
-                        }
-                    }
-                }
+                let ctx = ((c, has_c, bias), (n, m), (alpha, beta, activation));
+                store_pair::<E, RAW>(out, (acc[4 * j + e], acc[4 * j + 2 + e]), (r, col), (second, pairs), ctx);
             }
         });
     });
+}
+
+/// Elements (row, col) and, when `second`, (row, col + 1) of the `[rows, cols]` output `out` from
+/// their sums `a0` and `a1`: through the fused epilogue (`RAW` false; `ctx` as `finish` takes it)
+/// or as raw f32 sums (`RAW`: `out` is a split-K slice's f32 workspace); one paired store where
+/// `pairs` (cols even, so the pair is aligned).
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+unsafe fn store_pair<E: WgmmaInput, const RAW: bool>(
+    out: *mut impl Copy,
+    (a0, a1): (f32, f32),
+    (row, col): (usize, usize),
+    (second, pairs): (bool, bool),
+    (operands, (rows, cols), epilogue): (
+        (*const E::Elem, bool, *const E::Elem),
+        (usize, usize),
+        (f32, f32, u32),
+    ),
+) {
+    let idx = row * cols + col;
+    if RAW {
+        let out = out.cast::<f32>();
+        if second && pairs {
+            store_f32x2(out.add(idx), [a0, a1]);
+        } else {
+            store_f32(out.add(idx), a0);
+            if second {
+                store_f32(out.add(idx + 1), a1);
+            }
+        }
+        return;
+    }
+    let out = out.cast::<E::Elem>();
+    let v0 = E::narrow(finish::<E>(a0, (row, col), operands, (rows, cols), epilogue));
+    if !second {
+        E::store_elem(out.add(idx), v0);
+        return;
+    }
+    let v1 = E::narrow(finish::<E>(a1, (row, col + 1), operands, (rows, cols), epilogue));
+    if pairs {
+        E::store_elem_pair(out.add(idx), v0, v1);
+    } else {
+        E::store_elem(out.add(idx), v0);
+        E::store_elem(out.add(idx + 1), v1);
+    }
 }
 
 /// Write the warpgroup's piece at `origin` straight from registers, element by element inside
@@ -796,30 +802,8 @@ unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool>(
         if row >= m || col >= n {
             return;
         }
-        let idx = row * n + col;
-        let second = col + 1 < n;
-        if RAW {
-            let out = out.cast::<f32>();
-            store_f32(out.add(idx), a0);
-            if second {
-                store_f32(out.add(idx + 1), a1);
-            }
-            return;
-        }
-        let out = out.cast::<E::Elem>();
         let ctx = ((c, has_c, bias), (m, n), (alpha, beta, activation));
-        let v0 = E::narrow(finish::<E>(a0, (row, col), ctx.0, ctx.1, ctx.2));
-        if !second {
-            E::store_elem(out.add(idx), v0);
-            return;
-        }
-        let v1 = E::narrow(finish::<E>(a1, (row, col + 1), ctx.0, ctx.1, ctx.2));
-        if pairs {
-            E::store_elem_pair(out.add(idx), v0, v1);
-        } else {
-            E::store_elem(out.add(idx), v0);
-            E::store_elem(out.add(idx + 1), v1);
-        }
+        store_pair::<E, RAW>(out, (a0, a1), (row, col), (col + 1 < n, pairs && !RAW), ctx);
     });
 }
 
