@@ -549,12 +549,13 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let acc = if O::PROMOTE { &sums } else { &acc };
             let origin = (m0 + wg as usize * rows_wg, n0);
             let out_ctx = (alpha, beta, activation);
+            // C of this batch, read only when `beta` counts (the fused epilogues).
+            let has_c = !c.is_null() && beta != 0.0;
+            let c = if has_c { c.add(batch * stride_c) } else { c };
+            let none = core::ptr::null::<E::Elem>();
             if O::STORES {
                 operands.store::<TILE>(acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm, z));
             } else if O::SWAPPED {
-                let has_c = !c.is_null() && beta != 0.0;
-                let c = if has_c { c.add(batch * stride_c) } else { c };
-                let none = core::ptr::null::<E::Elem>();
                 let place = ((m, n), (m0, n0), swapped_row);
                 if ws.is_null() {
                     store_transposed::<E, TILE, false>(
@@ -570,7 +571,6 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             } else if !ws.is_null() {
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
-                let none = core::ptr::null::<E::Elem>();
                 store_direct::<E, TILE, true>(
                     acc,
                     ws.add(z * m * n),
@@ -579,39 +579,33 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     origin,
                     (1.0, 0.0, 0),
                 );
-            } else {
-                let has_c = !c.is_null() && beta != 0.0;
-                let c = if has_c { c.add(batch * stride_c) } else { c };
-                if tma_store {
-                    let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1), bias_buf(wg)), wg);
-                    // The epilogue's variant is known per launch: each its own straight-line code
-                    // (with C, the rarer residual form, one variant for every activation).
-                    let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
-                    let args = ((c, bias), (m, n), origin, out_ctx, staged);
-                    let chunks = &mut chunks;
-                    match activation {
-                        _ if plain => {
-                            store_staged::<E, TILE, true, false, ACTIVATION_NONE>(acc, args, chunks)
-                        }
-                        _ if has_c => store_staged::<E, TILE, false, true, ACTIVATION_ANY>(acc, args, chunks),
-                        ACTIVATION_RELU => {
-                            store_staged::<E, TILE, false, false, ACTIVATION_RELU>(acc, args, chunks)
-                        }
-                        ACTIVATION_GELU => {
-                            store_staged::<E, TILE, false, false, ACTIVATION_GELU>(acc, args, chunks)
-                        }
-                        _ => store_staged::<E, TILE, false, false, ACTIVATION_NONE>(acc, args, chunks),
+            } else if tma_store {
+                let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1), bias_buf(wg)), wg);
+                // The epilogue's variant is known per launch: each its own straight-line code
+                // (with C, the rarer residual form, one variant for every activation).
+                let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
+                let args = ((c, bias), (m, n), origin, out_ctx, staged);
+                let chunks = &mut chunks;
+                match activation {
+                    _ if plain => store_staged::<E, TILE, true, false, ACTIVATION_NONE>(acc, args, chunks),
+                    _ if has_c => store_staged::<E, TILE, false, true, ACTIVATION_ANY>(acc, args, chunks),
+                    ACTIVATION_RELU => {
+                        store_staged::<E, TILE, false, false, ACTIVATION_RELU>(acc, args, chunks)
                     }
-                } else {
-                    store_direct::<E, TILE, false>(
-                        acc,
-                        out.add(batch * m * n),
-                        (c, bias),
-                        (m, n),
-                        origin,
-                        out_ctx,
-                    );
+                    ACTIVATION_GELU => {
+                        store_staged::<E, TILE, false, false, ACTIVATION_GELU>(acc, args, chunks)
+                    }
+                    _ => store_staged::<E, TILE, false, false, ACTIVATION_NONE>(acc, args, chunks),
                 }
+            } else {
+                store_direct::<E, TILE, false>(
+                    acc,
+                    out.add(batch * m * n),
+                    (c, bias),
+                    (m, n),
+                    origin,
+                    out_ctx,
+                );
             }
             unit += unit_stride;
         }

@@ -297,22 +297,20 @@ impl<'a> Gemm<'a> {
                 self.launch_wgmma(d, &out, stream, ((a_op, ta), (b_op, tb)), (tile, None), split)?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
-            GemmPath::Tf32WgmmaSwapped { tile } => {
-                // Cᵀ = Bᵀ·Aᵀ: B `[K, N]` is the kernel's M-major A, A `[M, K]` its K-major B.
+            path @ (GemmPath::Tf32WgmmaSwapped { .. } | GemmPath::F32x3WgmmaSwapped) => {
+                // Cᵀ = Bᵀ·Aᵀ: B `[K, N]` is the kernel's M-major A, A `[M, K]` its K-major B. Exact
+                // f32 (3xTF32) also takes A's low part (A read in place: the plan checked); the
+                // kernel makes B's in registers, so the first low part given is never read.
+                let (tile, a_lo) = match path {
+                    GemmPath::Tf32WgmmaSwapped { tile } => (tile, None),
+                    _ => (WGMMA_SMALL_TILE, Some(a.tf32_low(op)?)),
+                };
                 let (a, b) = (TmaOperand::of(b, d.n, d.stride_b), TmaOperand::of(a, d.k, d.stride_a));
+                let lows = a_lo.as_ref().map(|lo| (b, TmaOperand::of(lo, d.k, d.stride_a)));
                 let split = (&plan, workspace.as_ref());
-                self.launch_wgmma(d.swapped(), &out, stream, ((a, true), (b, true)), (tile, None), split)?
+                self.launch_wgmma(d.swapped(), &out, stream, ((a, true), (b, true)), (tile, lows), split)?
             }
             GemmPath::F32x3Wgmma => self.launch_f32x3_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
-            GemmPath::F32x3WgmmaSwapped => {
-                // Cᵀ = Bᵀ·Aᵀ as for TF32; the kernel makes B's low parts in registers, A (its
-                // K-major B) brings its own beside it (A read in place: the plan checked).
-                let a_lo = a.tf32_low(op)?;
-                let (a, b) = (TmaOperand::of(b, d.n, d.stride_b), TmaOperand::of(a, d.k, d.stride_a));
-                let lows = Some((b, TmaOperand::of(&a_lo, d.k, d.stride_a)));
-                let split = (&plan, workspace.as_ref());
-                self.launch_wgmma(d.swapped(), &out, stream, ((a, true), (b, true)), (3, lows), split)?
-            }
             GemmPath::Simt { .. } | GemmPath::Tiny | GemmPath::Tf32Mma | GemmPath::HalfMma => {
                 self.launch_tiled(&d, &out, stream, &plan, workspace.as_ref())?
             }
@@ -647,7 +645,7 @@ impl<'a> Gemm<'a> {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_f32x3_nn_128x64)
         } else if lows.is_some() {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_f32x3_nt)
-        } else if swapped && kind == 3 {
+        } else if swapped && kind == WGMMA_SMALL_TILE {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nn_128x64)
         } else if swapped {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nn)
@@ -947,6 +945,8 @@ fn split_k(k: usize, blocks: usize, target: usize, (align, min_chunk): (usize, u
 
 /// The small `wgmma` tile, 128×64 (index into `WGMMA_TILES`).
 const WGMMA_SMALL_TILE: usize = 3;
+/// The 128×192 `wgmma` tile (index into `WGMMA_TILES`).
+const WGMMA_N192_TILE: usize = 2;
 /// The 3xTF32 kernel's tile, 128×128 (index into `WGMMA_TILES`).
 const F32X3_TILE: usize = 4;
 /// Exact f32 products take 3xTF32 on `wgmma` from this many flops, where the time model of
@@ -1023,7 +1023,7 @@ fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> Gemm
     let tile = match path {
         GemmPath::Wgmma { tile, .. } => WGMMA_TILES[tile],
         GemmPath::F32x3Wgmma => WGMMA_TILES[F32X3_TILE],
-        GemmPath::F32x3WgmmaSwapped => WGMMA_TILES[3],
+        GemmPath::F32x3WgmmaSwapped => WGMMA_TILES[WGMMA_SMALL_TILE],
         GemmPath::Tf32WgmmaSwapped { tile } => WGMMA_TILES[tile],
         _ => WGMMA_TILE,
     };
@@ -1169,10 +1169,10 @@ fn tf32_swap_pays(d: &Dims, dev: &DeviceFacts) -> bool {
 /// leave room for two k-steps of A fragments in flight; 128×256's do not).
 fn tf32_swapped_tile(d: &Dims, dev: &DeviceFacts) -> usize {
     let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
-    if d.n <= WGMMA_TILES[3].1 || 4 * tiles(WGMMA_TILES[2]) <= dev.sms {
-        3
+    if d.n <= WGMMA_TILES[WGMMA_SMALL_TILE].1 || 4 * tiles(WGMMA_TILES[WGMMA_N192_TILE]) <= dev.sms {
+        WGMMA_SMALL_TILE
     } else {
-        2
+        WGMMA_N192_TILE
     }
 }
 
