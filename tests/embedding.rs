@@ -5,8 +5,6 @@ mod common;
 use common::*;
 use ferrocuda::{embedding, embedding_backward, Context, DType, Error, Tensor};
 
-const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
 /// `(vocab, C, ids, T)`: a one-token vocabulary (every id repeated), the GPT's (75 tokens, 16384
 /// ids, 256 positions), a GPT-2 vocabulary, widths that are not whole 16-byte vectors (31, 12 for
 /// 16-bit), a single id, and more ids than one sort tile holds (40000).

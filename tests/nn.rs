@@ -179,8 +179,6 @@ fn cross_entropy_shapes() -> Vec<(usize, usize)> {
     ]
 }
 
-const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
 /// Gradient tolerance of a dtype (norm-wise relative).
 fn tol_of(dtype: DType) -> f64 {
     if dtype == DType::F32 {
