@@ -56,14 +56,32 @@ pub fn grid_dependency_sync() {
     }
 }
 
-/// This block's rank in its cluster.
-#[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+/// This block's rank in its cluster (0 on targets without clusters).
 #[inline(always)]
 pub fn cluster_rank() -> u32 {
-    let r: u32;
-    // SAFETY: reads a special register.
-    unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(pure, nomem, nostack)) };
-    r
+    #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+    {
+        let r: u32;
+        // SAFETY: reads a special register.
+        unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(pure, nomem, nostack)) };
+        r
+    }
+    #[cfg(not(any(feature = "sm90a", target_feature = "sm_90")))]
+    0
+}
+
+/// Blocks in this block's cluster (1 without clusters, and on targets that have none).
+#[inline(always)]
+pub fn cluster_blocks() -> u32 {
+    #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+    {
+        let n: u32;
+        // SAFETY: reads a special register.
+        unsafe { asm!("mov.u32 {n}, %cluster_nctarank;", n = out(reg32) n, options(pure, nomem, nostack)) };
+        n
+    }
+    #[cfg(not(any(feature = "sm90a", target_feature = "sm_90")))]
+    1
 }
 
 /// Every thread of every block of the cluster arrives before any continues; shared-memory
@@ -100,6 +118,20 @@ pub unsafe fn load_cluster_shared_f32(addr: u32, rank: u32) -> f32 {
     asm!("{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {a}, {r}; ld.shared::cluster.f32 {v}, [remote]; }}",
          a = in(reg32) addr, r = in(reg32) rank, v = out(reg32) v, options(nostack, readonly));
     v
+}
+
+/// The four f32 at shared-memory address `addr` (16-byte aligned) of the cluster's block `rank`.
+///
+/// # Safety
+/// As [`load_cluster_shared_f32`].
+#[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
+#[inline(always)]
+pub unsafe fn load_cluster_shared_f32x4(addr: u32, rank: u32) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    asm!("{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {x}, {r}; ld.shared::cluster.v4.f32 {{{a}, {b}, {c}, {d}}}, [remote]; }}",
+         x = in(reg32) addr, r = in(reg32) rank, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c,
+         d = out(reg32) d, options(nostack, readonly));
+    [a, b, c, d]
 }
 
 /// Abort the kernel (a launch failure on the host).

@@ -9,7 +9,7 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
-//! | 1 | M ≤ 16, A not transposed: f16/bf16 with K (and N unless B is transposed) a multiple of 8 and 16-byte aligned operands, K > 0 | `gemv_mma_{f16,bf16}_{nn,nt}`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp | slices until the grid holds 2 blocks per SM, each ≥ 512 of k, multiples of 32 |
+//! | 1 | M ≤ 16, A not transposed: f16/bf16 with K (and N unless B is transposed) a multiple of 8 and 16-byte aligned operands, K > 0 | `gemv_mma_{f16,bf16}_{nn,nt}`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp | slices until the grid holds 2 blocks per SM, each ≥ 512 of k, multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
@@ -25,7 +25,9 @@
 //!
 //! Split-K writes each slice's raw f32 sums to a workspace from the pool (`[batch][slice][M][N]`)
 //! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
-//! once: the same bits on every run, no atomics. Few rows with A transposed, and few columns
+//! once: the same bits on every run, no atomics. Row 1's clusters add their slices through
+//! shared memory in rank order instead (as deterministic, without the workspace's bytes and the
+//! second launch). Few rows with A transposed, and few columns
 //! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–9).
 //!
 //! Exact f32 on 3xTF32 (row 5b): each product a·b is a_hi·b_hi + a_lo·b_hi + a_hi·b_lo on TF32
@@ -254,8 +256,11 @@ impl<'a> Gemm<'a> {
             return Ok(out);
         }
         let stream = self.a.context().stream(op)?;
-        let device =
-            DeviceFacts { sms: stream.device.info.sm_count as usize, sm90a: stream.device.modules.sm90a };
+        let device = DeviceFacts {
+            sms: stream.device.info.sm_count as usize,
+            clusters: stream.device.info.compute_capability.0 >= 9,
+            sm90a: stream.device.modules.sm90a,
+        };
         let aligned = |t: &Tensor| t.device_ptr() % 16 == 0;
         let operands = Operands {
             dtype: self.a.dtype(),
@@ -278,14 +283,14 @@ impl<'a> Gemm<'a> {
         }
         let (a, b, ta, tb) = (self.a, self.b, self.transpose_a, self.transpose_b);
         // Split-K: the slices' raw f32 sums, `[batch][slices][M][N]`, reduced by a second kernel.
-        let workspace = if plan.slices > 1 {
+        let workspace = if plan.slices > 1 && plan.path != (GemmPath::GemvMma { clustered: true }) {
             Some(stream.device.pool.alloc(stream, d.batch * plan.slices * d.m * d.n * 4, op)?)
         } else {
             None
         };
         match plan.path {
             GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
-            GemmPath::GemvMma => self.launch_gemv_mma(&d, &out, stream, &plan, workspace.as_ref())?,
+            GemmPath::GemvMma { .. } => self.launch_gemv_mma(&d, &out, stream, &plan, workspace.as_ref())?,
             GemmPath::Wgmma { tile, staged } => {
                 // Row 3: copies of the operands TMA cannot read, alive until after the launch
                 // (the pool reuses them only after the work queued before their release).
@@ -349,7 +354,7 @@ impl<'a> Gemm<'a> {
                 (GemmKernel::SimtF32(TINY_F32_KERNELS[ta][tb]), GEMM_TILE_TINY, GEMM_TINY_THREADS, 0)
             }
             GemmPath::Gemv { .. }
-            | GemmPath::GemvMma
+            | GemmPath::GemvMma { .. }
             | GemmPath::Wgmma { .. }
             | GemmPath::Tf32Wgmma
             | GemmPath::Tf32WgmmaSwapped { .. }
@@ -454,11 +459,14 @@ impl<'a> Gemm<'a> {
         workspace: Option<&DeviceBuffer>,
     ) -> Result<()> {
         let dtype = self.a.dtype();
-        let cfg = LaunchConfig {
-            grid: (gemv_mma_blocks_x(d.n) as u32, plan.slices as u32, d.batch as u32),
-            block: (GEMV_MMA_THREADS as u32, 1, 1),
-            shared_bytes: 0,
+        let blocks_x = gemv_mma_blocks_x(d.n) as u32;
+        let (grid, cluster) = match plan.path {
+            GemmPath::GemvMma { clustered: true } => {
+                ((blocks_x * plan.slices as u32, 1, d.batch as u32), plan.slices as u32)
+            }
+            _ => ((blocks_x, plan.slices as u32, d.batch as u32), 1),
         };
+        let cfg = LaunchConfig { grid, block: (GEMV_MMA_THREADS as u32, 1, 1), shared_bytes: 0 };
         let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
         let table = &GEMV_MMA_KERNELS[usize::from(self.transpose_b)];
         // SAFETY: `gemv_mma_<dtype>_<nn|nt>(a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a,
@@ -467,12 +475,13 @@ impl<'a> Gemm<'a> {
         // not transposed and has at most 16 rows, K (and N when B is not transposed) is a multiple
         // of 8 and A and B are 16-byte aligned (the plan's conditions, so every batch's rows
         // start 16-byte aligned too); `ws` is null or the workspace of batch·slices·M·N floats,
-        // grid y = ⌈k / k_chunk⌉ slices with `k_chunk` a multiple of 32; block and grid are the
-        // kernel's.
+        // ⌈k / k_chunk⌉ slices (grid y, or each cluster along x when `cluster` > 1, where `ws` is
+        // null) with `k_chunk` a multiple of 32; block and grid are the kernel's.
         unsafe {
-            launch_by_dtype!(table, dtype, |k| k.launch(
+            launch_by_dtype!(table, dtype, |k| k.launch_clustered(
                 stream,
                 cfg,
+                cluster,
                 self.gemv_args(d, out, ws, plan.k_chunk)
             ))
         }
@@ -817,6 +826,8 @@ impl<'a> Gemm<'a> {
 #[derive(Clone, Copy, Debug)]
 struct DeviceFacts {
     sms: usize,
+    /// Thread-block clusters (compute capability 9.0 and later).
+    clusters: bool,
     /// The sm_90a module (wgmma, TMA) runs.
     sm90a: bool,
 }
@@ -843,8 +854,10 @@ struct Operands {
 enum GemmPath {
     /// `gemv_*`: A has at most `rows` (4 or 16) rows.
     Gemv { rows: usize },
-    /// `gemv_mma_*`: 16-bit, at most 16 rows of A, on tensor cores.
-    GemvMma,
+    /// `gemv_mma_*`: 16-bit, at most 16 rows of A, on tensor cores; `clustered`: a column
+    /// group's slices of K run as one cluster and add their sums in it (no workspace, no
+    /// `gemm_reduce_*`).
+    GemvMma { clustered: bool },
     /// SIMT f32 with this tile.
     Simt { tile: (usize, usize) },
     /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 16×16 tiles, whole chunks of K per load).
@@ -885,11 +898,16 @@ struct GemmPlan {
 /// when TF32 is allowed: TF32 gains nothing at a latency-bound size.
 const TINY_MAX_OUTPUTS: usize = 1 << 16;
 
-/// Blocks of `gemv_mma_*` the split of K aims for per SM. Three fit (128 threads of 156–164
+/// Blocks of `gemv_mma_*` the split of K aims for per SM. Three fit (128 threads of 166–168
 /// registers), but two, with fewer and longer slices, measured faster: bf16 (16, 8192, 8192)
 /// 0.072 → 0.068 ms (8 slices instead of 12), (16, 4096, 16384) 0.072 → 0.069 ms, the others
-/// unchanged within noise (ninth session, same call).
+/// unchanged within noise (ninth session, same call); with the slices added in clusters, three
+/// and four an SM were slower again (nineteenth session: 0.0675 and 0.062 against 0.0576 ms at
+/// bf16 nn (16, 8192, 8192)).
 const GEMV_MMA_BLOCKS_PER_SM: usize = 2;
+/// The most slices of `gemv_mma_*` that add their sums in a cluster (the H100's largest cluster,
+/// non-portable past 8).
+const GEMV_MMA_CLUSTER_MAX: usize = 16;
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
 /// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
@@ -1052,7 +1070,8 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     if d.m <= GEMV_ROWS && !o.transpose_a && o.dtype != DType::F32 && mma_fits && d.k > 0 {
         let blocks = gemv_mma_blocks_x(d.n) * d.batch;
         let (slices, k_chunk) = split_k(d.k, blocks, GEMV_MMA_BLOCKS_PER_SM * dev.sms, (32, SPLIT_MIN_K));
-        return GemmPlan { path: GemmPath::GemvMma, slices, k_chunk };
+        let clustered = slices > 1 && slices <= GEMV_MMA_CLUSTER_MAX && dev.clusters;
+        return GemmPlan { path: GemmPath::GemvMma { clustered }, slices, k_chunk };
     }
     if d.m <= GEMV_ROWS && !o.transpose_a {
         let rows = if d.m <= GEMV_ROWS_SMALL { GEMV_ROWS_SMALL } else { GEMV_ROWS };
@@ -1750,8 +1769,8 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, activation: Activat
 mod tests {
     use super::*;
 
-    const H100: DeviceFacts = DeviceFacts { sms: 132, sm90a: true };
-    const OLDER: DeviceFacts = DeviceFacts { sms: 108, sm90a: false };
+    const H100: DeviceFacts = DeviceFacts { sms: 132, clusters: true, sm90a: true };
+    const OLDER: DeviceFacts = DeviceFacts { sms: 108, clusters: false, sm90a: false };
 
     fn dims(m: usize, n: usize, k: usize) -> Dims {
         Dims { batch: 1, m, n, k, stride_a: 0, stride_b: 0, stride_c: 0 }
@@ -1782,7 +1801,12 @@ mod tests {
                 let o = operands(dtype, false, tb);
                 // 16-bit with whole 16-byte vectors: tensor cores; else the f32-pipe kernels.
                 let (mma, vectors) = (dtype != DType::F32, |rows| GemmPath::Gemv { rows });
-                let wide = |rows| if mma { GemmPath::GemvMma } else { vectors(rows) };
+                let wide = |rows| if mma { GemmPath::GemvMma { clustered: false } } else { vectors(rows) };
+                // Whether the slices run in clusters: `few_rows_on_tensor_cores_add_slices_in_clusters`.
+                let path = |d, o, dev| match path(d, o, dev) {
+                    GemmPath::GemvMma { .. } => GemmPath::GemvMma { clustered: false },
+                    p => p,
+                };
                 assert_eq!(path(dims(1, 8192, 8192), o, H100), wide(4));
                 assert_eq!(path(dims(4, 3, 1), o, OLDER), GemmPath::Gemv { rows: 4 });
                 assert_eq!(path(dims(5, 8192, 8192), o, H100), wide(16));
@@ -1798,15 +1822,35 @@ mod tests {
                 assert_eq!(path(dims(16, 96, 96), Operands { tf32: true, ..o }, H100), wide(16));
                 assert!(!matches!(
                     path(dims(17, 8192, 8192), o, H100),
-                    GemmPath::Gemv { .. } | GemmPath::GemvMma
+                    GemmPath::Gemv { .. } | GemmPath::GemvMma { .. }
                 ));
                 // A stored [K, M] strides its rows: the tiled kernels take it.
                 assert!(!matches!(
                     path(dims(1, 8192, 8192), operands(dtype, true, tb), H100),
-                    GemmPath::Gemv { .. } | GemmPath::GemvMma
+                    GemmPath::Gemv { .. } | GemmPath::GemvMma { .. }
                 ));
             }
         }
+    }
+
+    #[test]
+    fn few_rows_on_tensor_cores_add_slices_in_clusters() {
+        let o = operands(DType::BF16, false, true);
+        // 8 slices: one cluster per column group where the device has clusters.
+        let p = plan(&dims(16, 8192, 8192), &o, &H100);
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: true }, 8));
+        let p = plan(&dims(16, 8192, 8192), &o, &OLDER);
+        assert_eq!(p.path, GemmPath::GemvMma { clustered: false });
+        assert!(p.slices > 1);
+        // Past the portable 8: 15 slices of 17 column groups, one cluster each.
+        let p = plan(&dims(1, 4099, 8200), &o, &H100);
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: true }, 15));
+        // More slices than a cluster holds (one column group, K = 2^16): the workspace.
+        let p = plan(&dims(16, 256, 1 << 16), &o, &H100);
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: false }, MAX_SLICES));
+        // One slice: nothing to add.
+        let p = plan(&dims(16, 8192, 256), &o, &H100);
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: false }, 1));
     }
 
     #[test]
@@ -1818,11 +1862,11 @@ mod tests {
         // blocks on each of 132 SMs at most).
         for tb in [false, true] {
             let p = plan(&dims(16, 8192, 8192), &operands(DType::BF16, false, tb), &H100);
-            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvMma, 8, 1024));
+            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvMma { clustered: true }, 8, 1024));
         }
         // Slices of the tensor-core kernel are whole steps of 32 k.
         let p = plan(&dims(3, 256, 2008), &operands(DType::F16, false, true), &H100);
-        assert!(p.path == GemmPath::GemvMma && p.slices > 1 && p.k_chunk % 32 == 0);
+        assert!(matches!(p.path, GemmPath::GemvMma { .. }) && p.slices > 1 && p.k_chunk % 32 == 0);
         // Slices are whole vectors per lane (32 · 4 f32) and at least SPLIT_MIN_K long.
         let p = plan(&dims(1, 64, 3000), &operands(DType::F32, false, true), &H100);
         assert_eq!(p.k_chunk % 128, 0);

@@ -16,6 +16,8 @@ use std::marker::PhantomData;
 
 /// Shared memory (static and dynamic together) a block gets without opting in.
 const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
+/// Blocks a cluster may have without the non-portable opt-in.
+pub(crate) const PORTABLE_CLUSTER: u32 = 8;
 
 /// Element types a kernel's pointers may point to.
 pub trait DeviceElement: Copy + 'static {}
@@ -280,7 +282,7 @@ impl<A: KernelArgs> Kernel<A> {
     /// device runs at once (`cuOccupancyMaxActiveClusters`): clusters beyond it wait for a
     /// free set of SMs.
     pub fn max_active_clusters(&self, stream: &Stream, cfg: LaunchConfig, cluster: u32) -> Result<usize> {
-        let f = opt_in(stream, self.info, cfg)?;
+        let f = opt_in(stream, self.info, cfg, cluster)?;
         let mut attribute = [cluster_attribute(cluster)];
         let config = driver_config(stream, cfg, &mut attribute);
         let mut clusters = 0;
@@ -332,14 +334,18 @@ fn driver_config(
     }
 }
 
-/// The kernel's handle in the stream's context, opted in to `cfg`'s shared memory.
-fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig) -> Result<&Function> {
+/// The kernel's handle in the stream's context, opted in to `cfg`'s shared memory and clusters of
+/// `cluster` blocks.
+fn opt_in(stream: &Stream, kernel: KernelInfo, cfg: LaunchConfig, cluster: u32) -> Result<&Function> {
     let device = &stream.device;
     device.bind()?;
     let f = device.modules.function(kernel)?;
     // Static and dynamic shared memory together past 48 KiB only when the kernel opts in.
     if cfg.shared_bytes > 0 && cfg.shared_bytes as usize + f.static_shared > DEFAULT_SHARED_LIMIT {
         f.allow_dynamic_shared(cfg.shared_bytes)?;
+    }
+    if cluster > PORTABLE_CLUSTER {
+        f.allow_non_portable_clusters()?;
     }
     Ok(f)
 }
@@ -354,7 +360,7 @@ unsafe fn launch_raw(
     footprint: Footprint<'_>,
     args: &mut [*mut c_void],
 ) -> Result<()> {
-    let f = opt_in(stream, kernel, cfg)?;
+    let f = opt_in(stream, kernel, cfg, cluster)?;
     let kind = || ProfiledKind::Kernel {
         name: kernel.name,
         grid: cfg.grid,

@@ -20,7 +20,7 @@ use super::kernel::KernelInfo;
 use crate::kernels::{KERNEL_COUNT, MODULES};
 use cudarc::driver::{result, sys};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,8 @@ pub(crate) struct Function {
     /// Serialises raises, so that a smaller request never lowers a larger one another thread set
     /// (and relies on) in between.
     raising: Mutex<()>,
+    /// Clusters past the portable 8 blocks are allowed (set once, never cleared).
+    non_portable_clusters: AtomicBool,
 }
 
 impl Function {
@@ -109,6 +111,25 @@ impl Function {
         }
         .call("cuFuncSetAttribute")?;
         self.opted_in.store(bytes, Ordering::Release);
+        Ok(())
+    }
+
+    /// Let launches take clusters of more than 8 blocks (up to 16 on the H100), once.
+    pub(crate) fn allow_non_portable_clusters(&self) -> Result<()> {
+        if self.non_portable_clusters.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: `raw` is a live kernel handle; the attribute only allows larger clusters, and
+        // setting it twice from two threads sets the same value.
+        unsafe {
+            result::function::set_function_attribute(
+                self.raw.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                1,
+            )
+        }
+        .call("cuFuncSetAttribute")?;
+        self.non_portable_clusters.store(true, Ordering::Release);
         Ok(())
     }
 }
@@ -240,8 +261,14 @@ impl KernelModules {
         }
         .call("cuFuncGetAttribute")? as usize;
         let dependent = self.dependent_launch && DEPENDENT_LAUNCH_KERNELS.binary_search(&kernel.name).is_ok();
-        let f =
-            Function { raw, static_shared, dependent, opted_in: AtomicU32::new(0), raising: Mutex::new(()) };
+        let f = Function {
+            raw,
+            static_shared,
+            dependent,
+            opted_in: AtomicU32::new(0),
+            raising: Mutex::new(()),
+            non_portable_clusters: AtomicBool::new(false),
+        };
         Ok(self.functions[kernel.index].get_or_init(|| f))
     }
 }
