@@ -225,55 +225,45 @@ unsafe fn reduce_cluster<E: GemmElem<Elem = u16>>(
         trap();
     }
     #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
-    reduce_in_cluster::<E>(g, acc, batch, cluster, position);
-}
-
-#[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
-#[inline(always)]
-unsafe fn reduce_in_cluster<E: GemmElem<Elem = u16>>(
-    g: &Gemv<u16>,
-    acc: &[[[f32; 4]; 2]; TILES],
-    batch: usize,
-    cluster: usize,
-    position: impl Fn(usize, usize, usize) -> (usize, usize),
-) {
-    let sums = shared_ptr(&raw mut GEMV_MMA_SUMS);
-    let slot = |w: usize| sums.add((w * GEMV_MMA_THREADS + thread_x()) * 4) as *mut [f32; 4];
-    unroll!(j in [0, 1, 2, 3] => {
-        unroll!(q in [0, 1] => {
-            *slot(2 * j + q) = acc[j][q];
-        });
-    });
-    cluster_sync();
-    let mut w = cluster_rank() as usize;
-    while w < GROUPS {
-        let (j, q) = (w / 2, w % 2);
-        if 8 * q < g.m {
-            let addr = shared_addr(slot(w));
-            let mut parts = [[0.0f32; 4]; CLUSTER_MAX];
-            unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
-                if r < cluster {
-                    // SAFETY: block `r` of the cluster stored its group `w` before the barrier
-                    // above and waits at the one below before it can exit.
-                    parts[r] = load_cluster_shared_f32x4(addr, r as u32);
-                }
+    {
+        let sums = shared_ptr(&raw mut GEMV_MMA_SUMS);
+        let slot = |w: usize| sums.add((w * GEMV_MMA_THREADS + thread_x()) * 4) as *mut [f32; 4];
+        unroll!(j in [0, 1, 2, 3] => {
+            unroll!(q in [0, 1] => {
+                *slot(2 * j + q) = acc[j][q];
             });
-            unroll!(e in [0, 1, 2, 3] => {
-                let mut v = parts[0][e];
-                unroll!(r in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+        });
+        cluster_sync();
+        let mut w = cluster_rank() as usize;
+        while w < GROUPS {
+            let (j, q) = (w / 2, w % 2);
+            if 8 * q < g.m {
+                let addr = shared_addr(slot(w));
+                let mut parts = [[0.0f32; 4]; CLUSTER_MAX];
+                unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
                     if r < cluster {
-                        v += parts[r][e];
+                        // SAFETY: block `r` of the cluster stored its group `w` before the barrier
+                        // above and waits at the one below before it can exit.
+                        parts[r] = load_cluster_shared_f32x4(addr, r as u32);
                     }
                 });
-                let (row, col) = position(j, q, e);
-                if row < g.m && col < g.n {
-                    g.finish::<E>((batch, 0), (row, col), v);
-                }
-            });
+                unroll!(e in [0, 1, 2, 3] => {
+                    let mut v = parts[0][e];
+                    unroll!(r in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
+                        if r < cluster {
+                            v += parts[r][e];
+                        }
+                    });
+                    let (row, col) = position(j, q, e);
+                    if row < g.m && col < g.n {
+                        g.finish::<E>((batch, 0), (row, col), v);
+                    }
+                });
+            }
+            w += cluster;
         }
-        w += cluster;
+        cluster_sync();
     }
-    cluster_sync();
 }
 
 macro_rules! gemv_mma_kernels {
