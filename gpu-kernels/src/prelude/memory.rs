@@ -189,6 +189,20 @@ pub unsafe fn load_nc_u32x4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// As [`load_nc_u32x4`], asking L2 to fetch the whole 256-byte block around `p` from DRAM
+/// (`.L2::256B`): for streams whose neighbouring bytes other warps or later steps read soon.
+///
+/// # Safety
+/// As [`load_nc_f32x4`].
+#[inline(always)]
+pub unsafe fn load_nc_l2_256_u32x4(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.nc.L2::256B.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+         options(pure, readonly, nostack));
+    [a, b, c, d]
+}
+
 /// Four 32-bit words as eight 16-bit values, the lower half first.
 #[inline(always)]
 fn unpack_u16x8(w: [u32; 4]) -> U16x8 {
