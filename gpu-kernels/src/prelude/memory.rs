@@ -176,31 +176,30 @@ pub unsafe fn load_nc_u16x8(p: *const u16) -> U16x8 {
     unpack_u16x8(load_nc_u32x4(p as *const u32))
 }
 
-/// `ld.global.nc.v4.u32`: 16 bytes through the read-only path, as four words.
-///
-/// # Safety
-/// As [`load_nc_f32x4`].
-#[inline(always)]
-pub unsafe fn load_nc_u32x4(p: *const u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    asm!("ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
-         options(pure, readonly, nostack));
-    [a, b, c, d]
+/// Read-only 16-byte loads as four words, one function per PTX form.
+macro_rules! load_nc_words {
+    ($($(#[$doc:meta])* $name:ident: $instr:literal;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As [`load_nc_f32x4`].
+        #[inline(always)]
+        pub unsafe fn $name(p: *const u32) -> [u32; 4] {
+            let (a, b, c, d): (u32, u32, u32, u32);
+            asm!(concat!($instr, " {{{a}, {b}, {c}, {d}}}, [{p}];"),
+                 p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+                 options(pure, readonly, nostack));
+            [a, b, c, d]
+        }
+    )*};
 }
 
-/// As [`load_nc_u32x4`], asking L2 to fetch the whole 256-byte block around `p` from DRAM
-/// (`.L2::256B`): for streams whose neighbouring bytes other warps or later steps read soon.
-///
-/// # Safety
-/// As [`load_nc_f32x4`].
-#[inline(always)]
-pub unsafe fn load_nc_l2_256_u32x4(p: *const u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    asm!("ld.global.nc.L2::256B.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
-         options(pure, readonly, nostack));
-    [a, b, c, d]
+load_nc_words! {
+    /// `ld.global.nc.v4.u32`: 16 bytes through the read-only path, as four words.
+    load_nc_u32x4: "ld.global.nc.v4.u32";
+    /// As [`load_nc_u32x4`], asking L2 to fetch the whole 256-byte block around `p` from DRAM
+    /// (`.L2::256B`): for streams whose neighbouring bytes other warps or later steps read soon.
+    load_nc_l2_256_u32x4: "ld.global.nc.L2::256B.v4.u32";
 }
 
 /// Four 32-bit words as eight 16-bit values, the lower half first.
