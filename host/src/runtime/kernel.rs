@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 /// Shared memory (static and dynamic together) a block gets without opting in.
 const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
 /// Blocks a cluster may have without the non-portable opt-in.
-pub(crate) const PORTABLE_CLUSTER: u32 = 8;
+const PORTABLE_CLUSTER: u32 = 8;
 
 /// Element types a kernel's pointers may point to.
 pub trait DeviceElement: Copy + 'static {}
