@@ -298,10 +298,21 @@ impl RowTeam {
     /// [`RowTeam::each`] over the first `K` chunks only: for kernels whose rows never reach a
     /// thread's later chunks, so that their registers are never allocated.
     #[inline(always)]
-    pub fn each_first<const K: usize>(&self, mut f: impl FnMut(usize, usize)) {
+    pub fn each_first<const K: usize>(&self, f: impl FnMut(usize, usize)) {
+        self.visit_first::<K, true>(f)
+    }
+
+    /// [`RowTeam::each_first`]; `BY_LAYOUT`: vector and scalar chunks wholly in range in two
+    /// branches instead of one. Measured (nineteenth session): the backward kernels' loops are
+    /// ~10% faster with two (layer norm bf16 (16384, 384)), the forward folds (`fold_slots`,
+    /// `welford_slots`) 1-5% faster with one.
+    #[inline(always)]
+    fn visit_first<const K: usize, const BY_LAYOUT: bool>(&self, mut f: impl FnMut(usize, usize)) {
         unroll!(k in [0, 1, 2, 3] => {
             if k < K {
-                if self.inside(k) {
+                if BY_LAYOUT && self.whole(k) {
+                    unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { f(k, e); });
+                } else if self.inside(k) {
                     unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { f(k, e); });
                 } else if self.holds(k, 0) {
                     unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
@@ -744,7 +755,7 @@ fn block_combine<S: RowStat>(s: S) -> S {
 #[inline(always)]
 pub fn fold_slots<R: ReduceOp, const K: usize>(t: &RowTeam, v: &Slots, f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = R::IDENTITY;
-    t.each_first::<K>(|k, e| acc = R::combine(acc, f(v[k][e])));
+    t.visit_first::<K, false>(|k, e| acc = R::combine(acc, f(v[k][e])));
     acc
 }
 
@@ -754,7 +765,7 @@ pub fn fold_slots<R: ReduceOp, const K: usize>(t: &RowTeam, v: &Slots, f: impl F
 #[inline(always)]
 pub fn welford_slots<const K: usize>(t: &RowTeam, v: &Slots) -> Welford {
     let (mut n, mut sum) = (0u32, 0.0f32);
-    t.each_first::<K>(|k, e| {
+    t.visit_first::<K, false>(|k, e| {
         n += 1;
         sum += v[k][e];
     });
