@@ -33,14 +33,14 @@
 //!   `gemm_reduce_*`.
 //!
 //! Requirements (the host's plan checks them): K a multiple of 8, N too for `_nn`, A and B
-//! 16-byte aligned. Launch: block `GEMV_MMA_THREADS`, grid `(⌈N / (64·warps)⌉ · cluster,
+//! 16-byte aligned. Launch: block of `warps` · 32 threads (`GEMV_MMA_THREADS` or one warp, for
+//! products too small to fill the SMs otherwise), grid `(⌈N / (64·warps)⌉ · cluster,
 //! slices, batch)` with `slices` = 1 when `cluster` > 1, no dynamic shared memory.
 use super::gemv::Gemv;
 use super::GemmElem;
 use crate::prelude::*;
 use crate::shapes::{GEMV_MMA_COLS, GEMV_MMA_THREADS};
 
-const WARPS: usize = GEMV_MMA_THREADS / 32;
 /// 16-row MMA tiles of columns a warp owns.
 const TILES: usize = GEMV_MMA_COLS / 16;
 const _: () = assert!(TILES == 4, "the kernel unrolls four tiles");
@@ -111,7 +111,7 @@ unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u
     };
     let (a, b) = (g.a.add(batch * g.stride_a), g.b.add(batch * g.stride_b));
     let (grp, t) = (lane() / 4, lane() % 4);
-    let n0 = (column_group * WARPS + warp_in_block()) * GEMV_MMA_COLS;
+    let n0 = (column_group * (block_dim_x() / 32) + warp_in_block()) * GEMV_MMA_COLS;
     let (m, n, k) = (g.m, g.n, g.k);
     let two = m > 8;
     let mut acc = [[[0.0f32; 4]; 2]; TILES];

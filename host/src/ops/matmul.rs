@@ -9,7 +9,7 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
-//! | 1 | M ≤ 16, A not transposed: f16/bf16 with K (and N unless B is transposed) a multiple of 8 and 16-byte aligned operands, K > 0 | `gemv_mma_{f16,bf16}_{nn,nt}`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp | slices until the grid holds 2 blocks per SM, each ≥ 512 of k, multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
+//! | 1 | M ≤ 16, A not transposed: f16/bf16 with K (and N unless B is transposed) a multiple of 8 and 16-byte aligned operands, K > 0 | `gemv_mma_{f16,bf16}_{nn,nt}`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
@@ -283,7 +283,8 @@ impl<'a> Gemm<'a> {
         }
         let (a, b, ta, tb) = (self.a, self.b, self.transpose_a, self.transpose_b);
         // Split-K: the slices' raw f32 sums, `[batch][slices][M][N]`, reduced by a second kernel.
-        let workspace = if plan.slices > 1 && plan.path != (GemmPath::GemvMma { clustered: true }) {
+        let workspace = if plan.slices > 1 && !matches!(plan.path, GemmPath::GemvMma { clustered: true, .. })
+        {
             Some(stream.device.pool.alloc(stream, d.batch * plan.slices * d.m * d.n * 4, op)?)
         } else {
             None
@@ -459,14 +460,14 @@ impl<'a> Gemm<'a> {
         workspace: Option<&DeviceBuffer>,
     ) -> Result<()> {
         let dtype = self.a.dtype();
-        let blocks_x = gemv_mma_blocks_x(d.n) as u32;
-        let (grid, cluster) = match plan.path {
-            GemmPath::GemvMma { clustered: true } => {
-                ((blocks_x * plan.slices as u32, 1, d.batch as u32), plan.slices as u32)
-            }
-            _ => ((blocks_x, plan.slices as u32, d.batch as u32), 1),
+        let GemmPath::GemvMma { clustered, warps } = plan.path else { unreachable!("a few-row plan") };
+        let blocks_x = gemv_mma_blocks_x(d.n, warps) as u32;
+        let (grid, cluster) = if clustered {
+            ((blocks_x * plan.slices as u32, 1, d.batch as u32), plan.slices as u32)
+        } else {
+            ((blocks_x, plan.slices as u32, d.batch as u32), 1)
         };
-        let cfg = LaunchConfig { grid, block: (GEMV_MMA_THREADS as u32, 1, 1), shared_bytes: 0 };
+        let cfg = LaunchConfig { grid, block: (32 * warps as u32, 1, 1), shared_bytes: 0 };
         let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
         let table = &GEMV_MMA_KERNELS[usize::from(self.transpose_b)];
         // SAFETY: `gemv_mma_<dtype>_<nn|nt>(a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a,
@@ -854,10 +855,10 @@ struct Operands {
 enum GemmPath {
     /// `gemv_*`: A has at most `rows` (4 or 16) rows.
     Gemv { rows: usize },
-    /// `gemv_mma_*`: 16-bit, at most 16 rows of A, on tensor cores; `clustered`: a column
-    /// group's slices of K run as one cluster and add their sums in it (no workspace, no
-    /// `gemm_reduce_*`).
-    GemvMma { clustered: bool },
+    /// `gemv_mma_*`: 16-bit, at most 16 rows of A, on tensor cores, in blocks of `warps` warps;
+    /// `clustered`: a column group's slices of K run as one cluster and add their sums in it (no
+    /// workspace, no `gemm_reduce_*`).
+    GemvMma { clustered: bool, warps: usize },
     /// SIMT f32 with this tile.
     Simt { tile: (usize, usize) },
     /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 16×16 tiles, whole chunks of K per load).
@@ -908,6 +909,11 @@ const GEMV_MMA_BLOCKS_PER_SM: usize = 2;
 /// The most slices of `gemv_mma_*` that add their sums in a cluster (the H100's largest cluster,
 /// non-portable past 8).
 const GEMV_MMA_CLUSTER_MAX: usize = 16;
+/// The shortest K-slice of one-warp few-row blocks (slices added in a cluster cost no workspace).
+/// GPT-2-sized decode products (nineteenth session, call I, bf16): (1, 3072, 768) 0.016-0.017 →
+/// 0.012 ms (48 one-warp column groups × 3 slices instead of 12 blocks), (16, 3072, 768) 0.020 →
+/// 0.0135, (1, 768, 3072) 0.0144-0.015 → 0.0115-0.0123; cuBLAS 0.015-0.020 there.
+const GEMV_MMA_CLUSTER_MIN_K: usize = 256;
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
 /// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
@@ -944,9 +950,9 @@ fn gemv_blocks_x(n: usize, dtype: DType, transpose_b: bool) -> usize {
     }
 }
 
-/// Blocks of a 16-bit few-row launch on tensor cores along N.
-fn gemv_mma_blocks_x(n: usize) -> usize {
-    n.div_ceil(GEMV_MMA_THREADS / 32 * GEMV_MMA_COLS)
+/// Blocks of a 16-bit few-row launch on tensor cores along N, in blocks of `warps` warps.
+fn gemv_mma_blocks_x(n: usize, warps: usize) -> usize {
+    n.div_ceil(warps * GEMV_MMA_COLS)
 }
 
 /// Split `k` into slices of a multiple of `align` elements so that `blocks` blocks per slice
@@ -1068,10 +1074,21 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     // Row 1, 16-bit on tensor cores: whole 16-byte vectors of both operands.
     let mma_fits = d.k % 8 == 0 && (o.transpose_b || d.n % 8 == 0) && o.aligned_a && o.aligned_b;
     if d.m <= GEMV_ROWS && !o.transpose_a && o.dtype != DType::F32 && mma_fits && d.k > 0 {
-        let blocks = gemv_mma_blocks_x(d.n) * d.batch;
+        let warps = GEMV_MMA_THREADS / 32;
+        let blocks = gemv_mma_blocks_x(d.n, warps) * d.batch;
         let (slices, k_chunk) = split_k(d.k, blocks, GEMV_MMA_BLOCKS_PER_SM * dev.sms, (32, SPLIT_MIN_K));
+        if blocks * slices < dev.sms / 2 && dev.clusters {
+            // Too small to fill the SMs: one-warp blocks and shorter slices in clusters.
+            let blocks = gemv_mma_blocks_x(d.n, 1) * d.batch;
+            let target = GEMV_MMA_BLOCKS_PER_SM * warps * dev.sms;
+            let (slices, k_chunk) = split_k(d.k, blocks, target, (32, GEMV_MMA_CLUSTER_MIN_K));
+            if slices <= GEMV_MMA_CLUSTER_MAX {
+                let path = GemmPath::GemvMma { clustered: slices > 1, warps: 1 };
+                return GemmPlan { path, slices, k_chunk };
+            }
+        }
         let clustered = slices > 1 && slices <= GEMV_MMA_CLUSTER_MAX && dev.clusters;
-        return GemmPlan { path: GemmPath::GemvMma { clustered }, slices, k_chunk };
+        return GemmPlan { path: GemmPath::GemvMma { clustered, warps }, slices, k_chunk };
     }
     if d.m <= GEMV_ROWS && !o.transpose_a {
         let rows = if d.m <= GEMV_ROWS_SMALL { GEMV_ROWS_SMALL } else { GEMV_ROWS };
@@ -1801,10 +1818,11 @@ mod tests {
                 let o = operands(dtype, false, tb);
                 // 16-bit with whole 16-byte vectors: tensor cores; else the f32-pipe kernels.
                 let (mma, vectors) = (dtype != DType::F32, |rows| GemmPath::Gemv { rows });
-                let wide = |rows| if mma { GemmPath::GemvMma { clustered: false } } else { vectors(rows) };
+                let wide =
+                    |rows| if mma { GemmPath::GemvMma { clustered: false, warps: 4 } } else { vectors(rows) };
                 // Whether the slices run in clusters: `few_rows_on_tensor_cores_add_slices_in_clusters`.
                 let path = |d, o, dev| match path(d, o, dev) {
-                    GemmPath::GemvMma { .. } => GemmPath::GemvMma { clustered: false },
+                    GemmPath::GemvMma { .. } => GemmPath::GemvMma { clustered: false, warps: 4 },
                     p => p,
                 };
                 assert_eq!(path(dims(1, 8192, 8192), o, H100), wide(4));
@@ -1838,19 +1856,22 @@ mod tests {
         let o = operands(DType::BF16, false, true);
         // 8 slices: one cluster per column group where the device has clusters.
         let p = plan(&dims(16, 8192, 8192), &o, &H100);
-        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: true }, 8));
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: true, warps: 4 }, 8));
         let p = plan(&dims(16, 8192, 8192), &o, &OLDER);
-        assert_eq!(p.path, GemmPath::GemvMma { clustered: false });
+        assert_eq!(p.path, GemmPath::GemvMma { clustered: false, warps: 4 });
         assert!(p.slices > 1);
         // Past the portable 8: 15 slices of 17 column groups, one cluster each.
         let p = plan(&dims(1, 4099, 8200), &o, &H100);
-        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: true }, 15));
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: true, warps: 4 }, 15));
         // More slices than a cluster holds (one column group, K = 2^16): the workspace.
         let p = plan(&dims(16, 256, 1 << 16), &o, &H100);
-        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: false }, MAX_SLICES));
-        // One slice: nothing to add.
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: false, warps: 4 }, MAX_SLICES));
+        // Too few blocks of four warps for half the SMs: one-warp blocks, slices of 256 in clusters
+        // (GPT-2's (1, 3072, 768): 48 columns groups × 3 slices instead of 12 blocks), or one slice.
+        let p = plan(&dims(1, 3072, 768), &o, &H100);
+        assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvMma { clustered: true, warps: 1 }, 3, 256));
         let p = plan(&dims(16, 8192, 256), &o, &H100);
-        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: false }, 1));
+        assert_eq!((p.path, p.slices), (GemmPath::GemvMma { clustered: false, warps: 1 }, 1));
     }
 
     #[test]
@@ -1862,7 +1883,10 @@ mod tests {
         // blocks on each of 132 SMs at most).
         for tb in [false, true] {
             let p = plan(&dims(16, 8192, 8192), &operands(DType::BF16, false, tb), &H100);
-            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvMma { clustered: true }, 8, 1024));
+            assert_eq!(
+                (p.path, p.slices, p.k_chunk),
+                (GemmPath::GemvMma { clustered: true, warps: 4 }, 8, 1024)
+            );
         }
         // Slices of the tensor-core kernel are whole steps of 32 k.
         let p = plan(&dims(3, 256, 2008), &operands(DType::F16, false, true), &H100);
