@@ -533,9 +533,10 @@ fn check_product_tf32(
 fn every_dispatch_branch(gpu: &Context) {
     let small = under_sanitizer();
     // (M, N, K): few rows (one slice; many slices; K = 1 with 4 and 16 rows; N and K off every
-    // vector with 4 and 16 rows; 16-bit on
-    // tensor cores where K, and N for B [K, N], are multiples of 8: one or two 8-row MMA
-    // columns, N off the warp's 64 columns, K off the 32-step), then 17 rows and thin outputs
+    // vector with 4 and 16 rows; 16-bit on tensor cores where K, and N for B [K, N], are
+    // multiples of 8: one or two 8-row MMA columns, N off the warp's 64 columns, K off the
+    // 32-step, slices in clusters of 4-warp blocks (16, 4104, 2056) and of one-warp blocks (the
+    // small products), and through the workspace (16, 260, 9000)), then 17 rows and thin outputs
     // with long K (split-K), short K, and tiles partly outside.
     let few: &[(usize, usize, usize)] = if small {
         &[(1, 33, 65), (3, 40, 1), (16, 129, 1500), (9, 40, 72)]
@@ -551,6 +552,7 @@ fn every_dispatch_branch(gpu: &Context) {
             (9, 1000, 808),
             (7, 264, 2056),
             (16, 8192, 1032),
+            (16, 4104, 2056),
             (13, 1001, 1),
             (11, 4097, 1999),
         ]
