@@ -103,7 +103,8 @@ fn pair_halves(x: u32, y: u32) -> (u32, u32) {
 unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u16>) {
     let cluster = cluster_blocks() as usize;
     let (batch, slice, k_lo, k_hi, column_group) = if cluster > 1 {
-        let (slice, lo) = (cluster_rank() as usize, cluster_rank() as usize * g.k_chunk);
+        let slice = cluster_rank() as usize;
+        let lo = slice * g.k_chunk;
         (block_z(), slice, lo, (lo + g.k_chunk).min(g.k), block_x() / cluster)
     } else {
         let (batch, slice, lo, hi) = g.slice();

@@ -277,6 +277,8 @@ impl RowTeam {
     /// instructions a value).
     #[inline(always)]
     fn scalar_run<T>(&self, row_start: *const T, k: usize) -> (*const T, usize) {
+        // `slot_offset`'s scalar layout at e = 0, written out: through `slot_offset` the
+        // multiplications reassociate and 30 row kernels' SASS changes.
         let [begin, _, lane, size] = self.narrow;
         let first = begin + lane + size * 8 * k as u32;
         // SAFETY: address arithmetic within the row (the chunk is inside it).

@@ -1074,17 +1074,17 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     // Row 1, 16-bit on tensor cores: whole 16-byte vectors of both operands.
     let mma_fits = d.k % 8 == 0 && (o.transpose_b || d.n % 8 == 0) && o.aligned_a && o.aligned_b;
     if d.m <= GEMV_ROWS && !o.transpose_a && o.dtype != DType::F32 && mma_fits && d.k > 0 {
-        let warps = GEMV_MMA_THREADS / 32;
+        let mut warps = GEMV_MMA_THREADS / 32;
         let blocks = gemv_mma_blocks_x(d.n, warps) * d.batch;
-        let (slices, k_chunk) = split_k(d.k, blocks, GEMV_MMA_BLOCKS_PER_SM * dev.sms, (32, SPLIT_MIN_K));
+        let (mut slices, mut k_chunk) =
+            split_k(d.k, blocks, GEMV_MMA_BLOCKS_PER_SM * dev.sms, (32, SPLIT_MIN_K));
         if blocks * slices < dev.sms / 2 && dev.clusters {
             // Too small to fill the SMs: one-warp blocks and shorter slices in clusters.
             let blocks = gemv_mma_blocks_x(d.n, 1) * d.batch;
             let target = GEMV_MMA_BLOCKS_PER_SM * warps * dev.sms;
-            let (slices, k_chunk) = split_k(d.k, blocks, target, (32, GEMV_MMA_CLUSTER_MIN_K));
-            if slices <= GEMV_MMA_CLUSTER_MAX {
-                let path = GemmPath::GemvMma { clustered: slices > 1, warps: 1 };
-                return GemmPlan { path, slices, k_chunk };
+            let small = split_k(d.k, blocks, target, (32, GEMV_MMA_CLUSTER_MIN_K));
+            if small.0 <= GEMV_MMA_CLUSTER_MAX {
+                (warps, slices, k_chunk) = (1, small.0, small.1);
             }
         }
         let clustered = slices > 1 && slices <= GEMV_MMA_CLUSTER_MAX && dev.clusters;
