@@ -58,7 +58,8 @@ kernel_table! {
         conv::backward_weight_wgmma {
             [
                 conv2d_bwd_weight_wgmma_tf32, conv2d_bwd_weight_wgmma_tf32_256x128,
-                conv2d_bwd_weight_wgmma_tf32_128x64
+                conv2d_bwd_weight_wgmma_tf32_128x64, conv2d_bwd_weight_wgmma_f32x3_128x128,
+                conv2d_bwd_weight_wgmma_f32x3_128x64
             ](
                 maps: *const u8, out: *mut f32, ws: *mut f32, m: usize, n: usize, k: usize,
                 k_steps: usize, layers: usize, q_steps: u32, rows: u32, taps_s: u32, dilation_h: u32,

@@ -3,6 +3,12 @@
 //! TMA reads straight from dy and x in NCHW: their rows are already pixel-contiguous, the K-major
 //! layout TF32 `wgmma` needs when the reduction runs over pixels.
 //!
+//! Exact f32 (`_f32x3_*`, the 128×128 and 128×64 tiles) is 3xTF32 with promoted sums, as the
+//! forward's, but the low parts of dy and x are made in shared memory by the producer
+//! warpgroup from each k-step's pieces (`Operands::SPLIT_HERE`): a copy of them in global memory
+//! would double what crosses L2 (the TF32 kernel is bound there, every tap reading dy again)
+//! and cost a splitting pass over dy and x first.
+//!
 //! | GEMM | convolution |
 //! | --- | --- |
 //! | M (tile rows) | output channels K |
@@ -23,8 +29,8 @@
 //! raw sums `[K, C]` to the workspace `ws[z]` (without a split, straight to `out[tap]`); the host
 //! adds the slices in order (`gemm_reduce_f32`) and transposes `[R·S, K·C]` to `[K, C, R, S]`.
 //!
-//! Floor: 2·N·K·P·Q·C·R·S flops at the H100's ~495 TFLOP/s dense TF32; rows of Q = 56 in
-//! 32-column pieces spend an eighth of it on the zeros past Q.
+//! Floor: 2·N·K·P·Q·C·R·S flops at the H100's ~495 TFLOP/s dense TF32 (3xTF32: three times
+//! those); rows of Q = 56 in 32-column pieces spend an eighth of it on the zeros past Q.
 //! Launch: as the `wgmma` GEMM (block `WGMMA_THREADS`, dynamic shared memory `WGMMA_SHARED_BYTES`,
 //! a persistent grid of at most one block an SM, no clusters); `maps` holds the five tensor maps
 //! above; m = K, n = C, k = the k-steps × 32, `k_steps` per slice, `layers` = R·S · slices.
@@ -32,9 +38,10 @@ use super::forward_wgmma::CHANNELS as COLUMNS;
 use crate::matmul::gemm_wgmma::{gemm, Operands};
 use crate::prelude::*;
 
-/// A weight gradient as the `wgmma` pipeline's operands (see the module documentation).
+/// A weight gradient as the `wgmma` pipeline's operands (see the module documentation);
+/// `SPLIT`: exact f32 as 3xTF32, the low parts made in shared memory.
 #[derive(Clone, Copy)]
-pub struct WeightTaps {
+pub struct WeightTaps<const SPLIT: bool> {
     /// 32-column pieces of an output row (⌈Q / 32⌉), output rows P, taps per filter row S.
     q_steps: u32,
     rows: u32,
@@ -57,12 +64,14 @@ pub struct WeightWalk {
     q_step: u32,
 }
 
-impl Operands for WeightTaps {
+impl<const SPLIT: bool> Operands for WeightTaps<SPLIT> {
     const CONV: bool = true;
     const STORES: bool = false;
     /// dy's, then x's and its three shifted copies' (see the module documentation).
     const MAPS: usize = 5;
-    const SPLIT: bool = false;
+    const SPLIT: bool = SPLIT;
+    const PROMOTE: bool = SPLIT;
+    const SPLIT_HERE: bool = SPLIT;
     type Walk = WeightWalk;
 
     #[inline(always)]
@@ -108,9 +117,10 @@ impl Operands for WeightTaps {
 }
 
 macro_rules! conv_wgmma_weight_kernels {
-    ($($name:ident: $tile:literal;)*) => {$(
-        /// TF32 weight gradient at stride 1 on `wgmma` (see the module documentation): `maps`
-        /// holds dy's map, x's and its shifted copies'; `ws` is null without a split (then `out` gets `[R·S, K, C]`).
+    ($($name:ident: $tile:literal, $split:literal;)*) => {$(
+        /// TF32 (or exact f32 as 3xTF32) weight gradient at stride 1 on `wgmma` (see the module
+        /// documentation): `maps` holds dy's map, x's and its shifted copies'; `ws` is null
+        /// without a split (then `out` gets `[R·S, K, C]`).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             maps: *const u8, out: *mut f32, ws: *mut f32, m: usize, n: usize, k: usize,
@@ -125,7 +135,7 @@ macro_rules! conv_wgmma_weight_kernels {
                 padding: (padding_h, padding_w),
             };
             let none = core::ptr::null::<f32>();
-            gemm::<Tf32, false, true, $tile, WeightTaps>(
+            gemm::<Tf32, false, true, $tile, WeightTaps<$split>>(
                 maps, (none, none, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0), (k_steps, ws),
                 (layers, false, 1), taps,
             )
@@ -134,7 +144,9 @@ macro_rules! conv_wgmma_weight_kernels {
 }
 
 conv_wgmma_weight_kernels! {
-    conv2d_bwd_weight_wgmma_tf32: 0;
-    conv2d_bwd_weight_wgmma_tf32_256x128: 1;
-    conv2d_bwd_weight_wgmma_tf32_128x64: 3;
+    conv2d_bwd_weight_wgmma_tf32: 0, false;
+    conv2d_bwd_weight_wgmma_tf32_256x128: 1, false;
+    conv2d_bwd_weight_wgmma_tf32_128x64: 3, false;
+    conv2d_bwd_weight_wgmma_f32x3_128x128: 4, true;
+    conv2d_bwd_weight_wgmma_f32x3_128x64: 3, true;
 }

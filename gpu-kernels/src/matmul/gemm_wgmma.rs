@@ -57,7 +57,8 @@
 //! of them); each k-step's A_lo·B, A·B_lo and A·B go into fresh accumulators, which the consumers
 //! add to a second set of sums in f32 once the k-step's `wgmma` have finished (`PROMOTE`): no
 //! tensor-core accumulation spans more than 32 products. Floor: three TF32 products, ~165
-//! TFLOP/s of f32.
+//! TFLOP/s of f32. The convolutions' weight gradient makes its low parts in shared memory
+//! instead (`Operands::SPLIT_HERE`).
 //!
 //! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(cluster · min(units,
 //! resident clusters or SMs), 1, 1)` in clusters of `cluster` along x, dynamic shared memory
@@ -181,6 +182,12 @@ pub(crate) trait Operands: Copy {
     /// accuracy past a few hundred products, perf-notes), while the k-step's own error stays
     /// that of 32 products. Twice the accumulator registers: the 128×128 tile only.
     const PROMOTE: bool = false;
+    /// With `SPLIT`: the low parts are made here, not loaded. TMA brings the pieces alone (onto
+    /// the stage's `loaded` barrier); warps 1-3 of the producer warpgroup then write each
+    /// value's low part (`tf32_low`, the tensor cores truncating the piece itself) `dst.2`
+    /// bytes after it and hand the stage to the consumers on `full`. No low parts cross L2, and
+    /// no pass before the launch splits the operands.
+    const SPLIT_HERE: bool = false;
     /// The product is computed transposed (TF32, the 128×192 and 128×64 tiles): A is stored
     /// M-major, which TF32 `wgmma` cannot read from shared memory, so its fragments come through
     /// registers (`swapped_fragment`), and the sums are written transposed (`store_transposed`).
@@ -297,10 +304,22 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
     // Each consumer's copy of a 16-bit bias for its tile's columns.
     let bias_buf = |wg: u32| barriers + (16 * MAX_STAGES) as u32 + wg * WGMMA_BIAS_BYTES as u32;
     let empty = |s: usize| barriers + 8 * (MAX_STAGES + s) as u32;
+    // `SPLIT_HERE`: where TMA's copies complete, in the `full` barriers' upper half (a split
+    // stage takes twice the room: at most half of `MAX_STAGES` of them).
+    const {
+        assert!(
+            STAGES * STAGE_BYTES / (2 * (WGMMA_TILES[3].0 + WGMMA_TILES[3].1) * WGMMA_ROW_BYTES)
+                <= MAX_STAGES / 2
+        )
+    };
+    let loaded = |s: usize| if O::SPLIT_HERE { full(MAX_STAGES / 2 + s) } else { full(s) };
     let a_bytes = (bm * WGMMA_ROW_BYTES) as u32;
     if t == 0 {
         for s in 0..stages {
             mbarrier_init(full(s), 1);
+            if O::SPLIT_HERE {
+                mbarrier_init(loaded(s), 1);
+            }
             // With a cluster, each block's copies land in both blocks' stages: a stage is free
             // when the consumers of both have released it.
             mbarrier_init(empty(s), (CONSUMERS * cluster) as u32);
@@ -345,16 +364,16 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     // A's and B's pieces (less than the stage holds for the 128×192 tile), and
                     // their low parts for 3xTF32.
                     // With `SPLIT`, the low parts too (swapped: B's only).
-                    let low_rows = match (O::SPLIT, O::SWAPPED) {
-                        (false, _) => 0,
-                        (true, false) => bm + bn,
-                        (true, true) => bn,
+                    let low_rows = match (O::SPLIT, O::SPLIT_HERE, O::SWAPPED) {
+                        (false, _, _) | (true, true, _) => 0,
+                        (true, false, false) => bm + bn,
+                        (true, false, true) => bn,
                     };
-                    mbarrier_arrive_expect_tx(full(s), ((bm + bn + low_rows) * WGMMA_ROW_BYTES) as u32);
+                    mbarrier_arrive_expect_tx(loaded(s), ((bm + bn + low_rows) * WGMMA_ROW_BYTES) as u32);
                     let (a_dst, b_dst) = (stage(s), stage(s) + a_bytes);
                     let k0 = ((first_step + step) * bk) as i32;
                     if O::CONV {
-                        walk = operands.load(walk, (a_dst, b_dst, lo), maps, full(s));
+                        walk = operands.load(walk, (a_dst, b_dst, lo), maps, loaded(s));
                         it += 1;
                         continue;
                     }
@@ -392,6 +411,44 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     pieces(map_a, map_b, 0, true);
                     if O::SPLIT {
                         pieces(maps.add(3 * 128), maps.add(4 * 128), lo, !O::SWAPPED);
+                    }
+                    it += 1;
+                }
+                unit += unit_stride;
+            }
+        } else if O::SPLIT_HERE && t >= 32 {
+            // Warps 1-3: each k-step's low parts, `lo` bytes after its pieces (a 128-byte
+            // swizzle repeats every 1024 bytes, so value i's low part is at i's offset + `lo`).
+            const SPLITTERS: u32 = 96;
+            let mut it = 0usize;
+            let mut unit = first_unit;
+            while unit < sched.units {
+                let (z, _, _) = sched.origin(unit);
+                let (_, _, steps) = layer_steps(z, all_steps, k_steps);
+                for _ in 0..steps {
+                    let s = it % stages;
+                    mbarrier_wait(loaded(s), ((it / stages) & 1) as u32);
+                    // Four vectors a thread in flight: one shared-memory latency per four.
+                    let (end, stride) = (stage(s) + lo, SPLITTERS * 16);
+                    let mut at = stage(s) + (t as u32 - 32) * 16;
+                    while at < end {
+                        let mut v = [[0.0f32; 4]; 4];
+                        unroll!(i in [0, 1, 2, 3] => {
+                            if at + i as u32 * stride < end {
+                                v[i] = load_shared_f32x4(at + i as u32 * stride);
+                            }
+                        });
+                        unroll!(i in [0, 1, 2, 3] => {
+                            if at + i as u32 * stride < end {
+                                store_shared_f32x4(at + i as u32 * stride + lo, v[i].map(tf32_low));
+                            }
+                        });
+                        at += 4 * stride;
+                    }
+                    fence_proxy_async_shared();
+                    named_barrier_sync::<3, SPLITTERS>();
+                    if t == 32 {
+                        mbarrier_arrive(full(s));
                     }
                     it += 1;
                 }

@@ -221,6 +221,30 @@ pub unsafe fn load_shared_u32(addr: u32) -> u32 {
     v
 }
 
+/// The four `f32` at shared address `addr`.
+///
+/// # Safety
+/// `addr` is a 16-byte-aligned shared address in this block's allocation, written before a
+/// barrier (or an mbarrier wait) this thread has passed.
+#[inline(always)]
+pub unsafe fn load_shared_f32x4(addr: u32) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    asm!("ld.shared.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];", p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b,
+         c = out(reg32) c, d = out(reg32) d, options(nostack, readonly));
+    [a, b, c, d]
+}
+
+/// Store `v` at shared address `addr`.
+///
+/// # Safety
+/// `addr` is a 16-byte-aligned shared address in this block's allocation that no other thread
+/// or proxy reads or writes until a barrier (or fence and mbarrier) orders them.
+#[inline(always)]
+pub unsafe fn store_shared_f32x4(addr: u32, v: [f32; 4]) {
+    asm!("st.shared.v4.f32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1],
+         c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
+}
+
 /// Release registers to the other warpgroups (`setmaxnreg.dec`) down to `REGS` per thread;
 /// every thread of the warpgroup executes it.
 #[inline(always)]

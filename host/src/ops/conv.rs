@@ -19,8 +19,9 @@
 //! instead: `WgmmaForward` (x transposed to NHWC and w to `[K, R·S, C]` first, C a multiple of 4,
 //! not the pointwise layers; in f32 as 3xTF32 from `F32X3_MIN_FLOPS`, every k-step's sums
 //! promoted to f32 registers: 2.5e-7 relative error over 4608 products, against 2.3e-7 on the FMA
-//! kernels), `WgmmaWeight` (TF32 only; W and Q multiples of 4, split over the SMs), the data
-//! gradient through the flipped forward; each with its tile and split chosen the same way. `FERROCUDA_CONV_WGMMA=0`
+//! kernels), `WgmmaWeight` (W and Q multiples of 4, split over the SMs; in f32 as 3xTF32 with
+//! promoted sums too, the low parts made in shared memory), the data gradient through the
+//! flipped forward; each with its tile and split chosen the same way. `FERROCUDA_CONV_WGMMA=0`
 //! keeps every convolution on the FMA and `mma.sync` kernels, `=1` takes the `wgmma` ones at any
 //! size (tests).
 use crate::kernels;
@@ -784,11 +785,23 @@ impl WgmmaForward {
 
 /// The `wgmma` weight gradient's tiles (output channels × input channels, from `WGMMA_TILES`),
 /// kernels and cost weights (as `WGMMA_FORWARD_TILES`).
-const WGMMA_WEIGHT_TILES: [(usize, f64, Kernel<WgmmaWeightArgs>); 3] = [
+const WGMMA_WEIGHT_TILES: [WeightTile; 3] = [
     (0, 1.0, kernels::conv2d_bwd_weight_wgmma_tf32),
     (1, 1.0, kernels::conv2d_bwd_weight_wgmma_tf32_256x128),
     (3, 1.2, kernels::conv2d_bwd_weight_wgmma_tf32_128x64),
 ];
+/// As `WGMMA_WEIGHT_TILES` for exact f32 as 3xTF32 (the tiles whose promoted sums fit the
+/// registers; weights as `F32X3_FORWARD_TILES`).
+const F32X3_WEIGHT_TILES: [WeightTile; 2] = [
+    (4, 1.0, kernels::conv2d_bwd_weight_wgmma_f32x3_128x128),
+    (3, 1.2, kernels::conv2d_bwd_weight_wgmma_f32x3_128x64),
+];
+/// The rows (output channels) of every `F32X3_WEIGHT_TILES` tile.
+const F32X3_WEIGHT_ROWS: usize = 128;
+const _: () = assert!(WGMMA_TILES[F32X3_WEIGHT_TILES[0].0].0 == F32X3_WEIGHT_ROWS);
+const _: () = assert!(WGMMA_TILES[F32X3_WEIGHT_TILES[1].0].0 == F32X3_WEIGHT_ROWS);
+/// A weight-gradient tile: its index in `WGMMA_TILES`, its cost weight, its kernel.
+type WeightTile = (usize, f64, Kernel<WgmmaWeightArgs>);
 
 /// `conv2d_bwd_weight_wgmma_tf32*(maps, out, ws, m, n, k, k_steps, layers, q_steps, rows, taps_s,
 /// dilation_h, dilation_w, padding_h, padding_w)`.
@@ -823,12 +836,15 @@ fn wgmma_enabled(x: &Tensor, g: &Geometry, min_flops: f64) -> bool {
     setting.as_deref() != Ok("0") && large && x.context().uses_sm90a_kernels()
 }
 
-/// The TF32 weight gradient on Hopper's `wgmma` (`gpu-kernels/src/conv/backward_weight_wgmma.rs`):
-/// one GEMM a tap over the output pixels, each split into `slices` parts of `k_steps` k-steps.
+/// The weight gradient on Hopper's `wgmma` (`gpu-kernels/src/conv/backward_weight_wgmma.rs`), TF32
+/// or, for exact f32, 3xTF32: one GEMM a tap over the output pixels, each split into `slices`
+/// parts of `k_steps` k-steps.
 #[derive(Clone, Copy, Debug)]
 struct WgmmaWeight {
     geometry: Geometry,
-    /// Index in `WGMMA_WEIGHT_TILES`.
+    /// 3xTF32: the context does not allow TF32.
+    split: bool,
+    /// Index in `WGMMA_WEIGHT_TILES` (TF32) or `F32X3_WEIGHT_TILES`.
     tile: usize,
     slices: usize,
     k_steps: usize,
@@ -836,11 +852,15 @@ struct WgmmaWeight {
 }
 
 impl WgmmaWeight {
-    /// The plan for `g` on `x`'s device, if the `wgmma` weight gradient takes it: TF32 allowed,
-    /// as `wgmma_enabled`, stride 1, and rows of x and dy of 16-byte multiples (W, Q multiples
-    /// of 4).
+    /// The plan for `g` on `x`'s device, if the `wgmma` weight gradient takes it: as
+    /// `wgmma_enabled`, stride 1, and rows of x and dy of 16-byte multiples (W, Q multiples of
+    /// 4). 3xTF32 also needs the output channels to fill three quarters of its 128-row tiles:
+    /// at K = 64 (ResNet's 56×56 layer) half of every tile's products are zeros, and the FMA
+    /// kernels took 0.23 ms against its 0.33.
     fn plan(op: &'static str, g: &Geometry, x: &Tensor) -> Result<Option<Self>> {
-        if !wgmma_enabled(x, g, WGMMA_MIN_FLOPS) || !x.context().allow_tf32() {
+        let split = !x.context().allow_tf32();
+        let filled = 4 * g.k >= 3 * g.k.next_multiple_of(F32X3_WEIGHT_ROWS);
+        if !wgmma_enabled(x, g, if split { F32X3_MIN_FLOPS } else { WGMMA_MIN_FLOPS }) || split && !filled {
             return Ok(None);
         }
         let fits = g.params.stride == (1, 1)
@@ -849,7 +869,7 @@ impl WgmmaWeight {
             && g.r * g.s <= 65_535
             && Tensor::transpose_fits(g.r * g.s);
         let sms = x.context().stream(op)?.device.info.sm_count as usize;
-        Ok(fits.then(|| Self::for_sms(g, sms)))
+        Ok(fits.then(|| Self::for_sms(g, sms, split)))
     }
 
     /// k-steps of one tap's reduction: images × output rows × 32-column pieces.
@@ -861,10 +881,10 @@ impl WgmmaWeight {
     /// (× taps) split into as many slices as fill the SMs once, at least `WGMMA_WEIGHT_MIN_SLICE`
     /// k-steps each; work = units per SM (rounded up) × k-steps per slice × the tile's area × its
     /// weight.
-    fn for_sms(g: &Geometry, sms: usize) -> Self {
+    fn for_sms(g: &Geometry, sms: usize, split: bool) -> Self {
         let steps = Self::steps(g);
         let mut best = (f64::INFINITY, None);
-        for (index, &(kind, weight, _)) in WGMMA_WEIGHT_TILES.iter().enumerate() {
+        for (index, &(kind, weight, _)) in Self::tiles(split).iter().enumerate() {
             let (rows, cols) = WGMMA_TILES[kind];
             let tiles = g.k.div_ceil(rows) * g.c.div_ceil(cols) * g.r * g.s;
             let wanted = (sms / tiles).min(steps / WGMMA_WEIGHT_MIN_SLICE).max(1);
@@ -872,17 +892,26 @@ impl WgmmaWeight {
             let slices = steps.div_ceil(k_steps);
             let cost = (tiles * slices).div_ceil(sms) as f64 * k_steps as f64 * (rows * cols) as f64 * weight;
             if cost < best.0 {
-                best = (cost, Some(Self { geometry: *g, tile: index, slices, k_steps, sms }));
+                best = (cost, Some(Self { geometry: *g, split, tile: index, slices, k_steps, sms }));
             }
         }
         best.1.expect("at least one tile")
+    }
+
+    /// The tiles of a TF32 weight gradient, or (`split`) a 3xTF32 one.
+    fn tiles(split: bool) -> &'static [WeightTile] {
+        if split {
+            &F32X3_WEIGHT_TILES
+        } else {
+            &WGMMA_WEIGHT_TILES
+        }
     }
 
     /// dy's and x's tensor maps to the device, the launch, the slices added in order, and the
     /// `[R·S, K·C]` sums transposed to `[K, C, R, S]`.
     fn run(&self, op: &'static str, x: &Tensor, dy: &Tensor) -> Result<Tensor> {
         let g = &self.geometry;
-        let (kind, _, kernel) = WGMMA_WEIGHT_TILES[self.tile];
+        let (kind, _, kernel) = Self::tiles(self.split)[self.tile];
         let (rows, cols) = WGMMA_TILES[kind];
         let taps = g.r * g.s;
         // A 4-D map of NCHW rows `pitch` floats apart (`width` of them the tensor's), boxes of 32
@@ -1260,7 +1289,7 @@ fn cpu_backward_weight(g: &Geometry, x: &[f32], dy: &[f32]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{conv_plan, Conv2dParams, ConvPlan, Geometry, WgmmaForward, WgmmaWeight, WGMMA_WEIGHT_TILES};
+    use super::{conv_plan, Conv2dParams, ConvPlan, Geometry, WgmmaForward, WgmmaWeight};
     use crate::shapes::WGMMA_TILES;
 
     /// Plans on an H100 (132 SMs), as (kernel, splits); (M, N, K) of the benchmarks' shapes.
@@ -1370,15 +1399,20 @@ mod tests {
         assert_eq!(f32x3([32, 128, 28, 28], [128, 128, 3, 3]), ((128, 128), (32, 4, 1), 224));
         assert_eq!(f32x3([32, 64, 56, 56], [64, 64, 3, 3]), ((128, 64), (64, 2, 1), 896));
         assert_eq!(f32x3([32, 512, 7, 7], [512, 512, 3, 3]), ((128, 64), (8, 8, 2), 128));
-        let weight = |x, w| {
-            let plan = WgmmaWeight::for_sms(&g(x, w), 132);
-            (WGMMA_TILES[WGMMA_WEIGHT_TILES[plan.tile].0], plan.slices, plan.k_steps)
+        let weight_as = |x, w, split| {
+            let plan = WgmmaWeight::for_sms(&g(x, w), 132, split);
+            (WGMMA_TILES[WgmmaWeight::tiles(split)[plan.tile].0], plan.slices, plan.k_steps)
         };
+        let weight = |x, w| weight_as(x, w, false);
         // 9 taps of one 128×64 tile each, 14 slices of 32·128·4 = 16384 k-steps: 126 units.
         assert_eq!(weight([32, 64, 128, 128], [128, 64, 3, 3]), ((128, 64), 14, 1171));
         assert_eq!(weight([32, 64, 56, 56], [64, 64, 3, 3]), ((128, 64), 14, 256));
         // Few k-steps: slices of at least 16.
         assert_eq!(weight([1, 8, 8, 8], [8, 8, 3, 3]), ((128, 64), 1, 8));
+        // 3xTF32: the same 128×64 tiles where C = 64; 128 channels each way fill 128×128.
+        let f32x3 = |x, w| weight_as(x, w, true);
+        assert_eq!(f32x3([32, 64, 128, 128], [128, 64, 3, 3]), ((128, 64), 14, 1171));
+        assert_eq!(f32x3([32, 128, 28, 28], [128, 128, 3, 3]), ((128, 128), 14, 64));
     }
 
     fn col2im_wins(x: [usize; 4], w: [usize; 4], p: Conv2dParams) -> bool {
