@@ -345,22 +345,26 @@ const SIMT_TILES: [ConvTile; 3] = [
     ConvTile { shape: GEMM_TILE_MEDIUM, weight: 105.0, warps: 4, resident: CONV_MEDIUM_BLOCKS_PER_SM },
     ConvTile { shape: GEMM_TILE_SMALL, weight: 125.0, warps: 2, resident: 4 },
 ];
-const TF32_TILE: ConvTile = ConvTile { shape: MMA_TILE, weight: 100.0, warps: 8, resident: 1 };
+/// TF32's `mma.sync` tile at 60: the stem (N = 64, which half-fills its 128 columns) ran 0.377
+/// ms on it against 0.328 on the medium SIMT tile (twentieth session), the seed layer 1.34 ms
+/// against 2.27 on the large one (fifteenth); both give ~60 in this model.
+const TF32_TILE: ConvTile = ConvTile { shape: MMA_TILE, weight: 60.0, warps: 8, resident: 1 };
 /// Warps an SM needs before these kernels run at full rate (two a scheduler: one's shared-memory
 /// loads and barriers under the other's multiply-adds); fewer run proportionally slower.
 const FULL_RATE_WARPS: usize = 8;
 
-/// The plan whose busiest SM finishes first: for every tile (TF32's one, or the three SIMT
-/// ones) and every split of the reduction into pieces of at least four tensor-core k-steps,
+/// The plan whose busiest SM finishes first: for every tile (the three SIMT ones, and TF32's
+/// where the context allows TF32: a layer that fills the SIMT tiles far better may still run
+/// exact) and every split of the reduction into pieces of at least four tensor-core k-steps,
 /// the tiles the busiest SM runs (`⌈blocks / SMs⌉`, so a wave with a few blocks past the last
 /// full one costs a whole tile) times a tile's work, slowed where the SM holds fewer than
 /// `FULL_RATE_WARPS` warps, plus the partials' traffic and the split sum. Ties go to the
 /// larger tile and then to fewer splits.
 fn conv_plan((m, n, k): (usize, usize, usize), sms: usize, tf32: bool) -> ConvPlan {
-    let tiles: &[ConvTile] = if tf32 { core::slice::from_ref(&TF32_TILE) } else { &SIMT_TILES };
+    let tf32_tile = tf32.then_some((TF32_KERNEL, &TF32_TILE));
     let most = k.div_ceil(4 * CONV_SPLIT_ALIGN).clamp(1, 65_535);
     let mut best = (f64::INFINITY, ConvPlan { kernel: if tf32 { TF32_KERNEL } else { 0 }, k_chunk: k });
-    for (index, t) in tiles.iter().enumerate() {
+    for (index, t) in SIMT_TILES.iter().enumerate().chain(tf32_tile) {
         let tile = t.shape;
         let blocks = m.div_ceil(tile.0) * n.div_ceil(tile.1);
         // Past four blocks an SM more splits only add partials.
@@ -379,7 +383,7 @@ fn conv_plan((m, n, k): (usize, usize, usize), sms: usize, tf32: bool) -> ConvPl
                 seconds += SPLIT_LAUNCH_SECONDS + (2 * splits * m * n * 4) as f64 / SPLIT_BYTES_PER_SECOND;
             }
             if seconds < best.0 {
-                best = (seconds, ConvPlan { kernel: if tf32 { TF32_KERNEL } else { index }, k_chunk });
+                best = (seconds, ConvPlan { kernel: index, k_chunk });
             }
         }
     }
@@ -1321,6 +1325,10 @@ mod tests {
         assert_eq!(plan((91, 4, 27), true), (3, 1));
         // The seed's small layer: three splits of the large tile (96 blocks).
         assert_eq!(plan((4096, 64, 288), false), (0, 3));
+        // Under TF32 the SIMT tiles still compete: ResNet's stem (K = 64 half-fills TF32's
+        // 128 columns) runs exact on the medium tile; the seed's small layer stays on TF32.
+        assert_eq!(plan((401408, 64, 147), true), (1, 1));
+        assert_eq!(plan((4096, 64, 288), true), (3, 3));
     }
 
     /// The kernels' division by a fixed divisor equals `/` and `%` for every dividend below 2^31.
