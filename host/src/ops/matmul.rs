@@ -1248,7 +1248,9 @@ fn in_place_k_major(k: usize, aligned: bool) -> bool {
 /// same call): (8192, 8192, 128) 0.397 ms on 3xTF32 against 0.471 on FMA, the model 0.39 /
 /// 0.43; (128, 8192, 8192) with B to transpose 0.502 against 0.465, the model 0.48 / 0.43; 1024³
 /// 0.051 against 0.072, the model 0.034 / 0.054; 512³ 0.039 against 0.050, the model 0.012 /
-/// 0.055. The swapped kernel splits only A (8 bytes a value) and reads B once, its product at
+/// 0.055 (twentieth session: the FMA kernels' time also counts their tiles' padding and the
+/// output's bytes; the stem's col2im product (147, 12544, 64) × 32 images: 0.362 ms on the
+/// swapped kernel against 0.494 on FMA, the model 0.30 / 0.41). The swapped kernel splits only A (8 bytes a value) and reads B once, its product at
 /// `F32X3_SWAPPED_FLOPS_PER_S` (128×64 tiles, k-steps not overlapped), its output's bytes at
 /// `TF32_SWAPPED_STORE_BYTES_PER_S`.
 fn f32x3_path(d: &Dims, o: &Operands, dev: &DeviceFacts) -> Option<GemmPath> {
@@ -1277,9 +1279,14 @@ fn f32x3_path(d: &Dims, o: &Operands, dev: &DeviceFacts) -> Option<GemmPath> {
         + 8.0 * a_values / COPY_BYTES_PER_S
         + swapped_product
         + 4.0 * flops / (2.0 * d.k as f64) / TF32_SWAPPED_STORE_BYTES_PER_S;
-    let tiles = d.m.div_ceil(GEMM_TILE_LARGE.0) * d.n.div_ceil(GEMM_TILE_LARGE.1) * d.batch;
+    let (tiles_m, tiles_n) = (d.m.div_ceil(GEMM_TILE_LARGE.0), d.n.div_ceil(GEMM_TILE_LARGE.1));
+    let tiles = tiles_m * tiles_n * d.batch;
     let fill = if d.k >= 2 * SPLIT_MIN_K { 1.0 } else { (tiles as f64 / dev.sms as f64).min(1.0) };
-    let fma_s = flops / (FMA_FLOPS_PER_S * fill);
+    // The FMA kernels compute whole tiles and write their output besides: at K = 64 and M = 147
+    // (a convolution stem's columns, 32 images) 0.494 ms measured against 0.19 from the flops.
+    let tiled = (tiles * GEMM_TILE_LARGE.0 * GEMM_TILE_LARGE.1) as f64 / (d.batch * d.m * d.n) as f64;
+    let fma_s =
+        flops * tiled / (FMA_FLOPS_PER_S * fill) + 4.0 * (d.batch * d.m * d.n) as f64 / COPY_BYTES_PER_S;
     let candidates =
         [(swapped, swapped_s, GemmPath::F32x3WgmmaSwapped), (k_major, k_major_s, GemmPath::F32x3Wgmma)];
     candidates
