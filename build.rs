@@ -65,7 +65,7 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 12] = [
+const MAX_THREADS: [(&str, usize); 13] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
     ("conv2d_fwd_wgmma_", shapes::WGMMA_THREADS),
     ("conv2d_bwd_weight_wgmma_", shapes::WGMMA_THREADS),
@@ -80,6 +80,9 @@ const MAX_THREADS: [(&str, usize); 12] = [
     // At most 128 registers a thread: two blocks fit an SM (one leaves 8 warps, too few to hide
     // the latency of the loads of B and of the FMAs' shared loads of A; perf-notes).
     ("gemv_f32_nn_r16", shapes::GEMV_F32_NN_R16_BLOCKS_PER_SM * shapes::GEMV_THREADS),
+    // At most 64 registers a thread: four blocks of 256 an SM for the layer norm of rows split
+    // over a cluster (the other builds keep 72: the aligned rows' 32 values a thread spill).
+    ("layernorm_fwd_cluster_", 1024),
     // Three blocks an SM, as `conv_plan` counts them (host/src/ops/conv.rs).
     (
         "conv2d_fwd_f32_medium",

@@ -296,7 +296,7 @@ kernel_table! {
             );
         }
         nn::layernorm {
-            [layernorm_fwd_f32, layernorm_fwd_v16_f32, layernorm_fwd_v8_f32](
+            [layernorm_fwd_f32, layernorm_fwd_v16_f32, layernorm_fwd_v8_f32, layernorm_fwd_cluster_f32](
                 x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32, eps: f32
@@ -323,7 +323,8 @@ kernel_table! {
             );
             [
                 layernorm_fwd_f16, layernorm_fwd_bf16, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16,
-                layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16
+                layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16, layernorm_fwd_cluster_f16,
+                layernorm_fwd_cluster_bf16
             ](
                 x: *const u16, gamma: *const u16, beta: *const u16, y: *mut u16, mean_out: *mut f32,
                 rstd_out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,

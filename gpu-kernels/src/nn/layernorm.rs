@@ -18,12 +18,14 @@
 //! transformer widths) take one fused launch instead (`layernorm_bwd_<dtype>`): dx and the
 //! parameter sums from one read of x and dy.
 use crate::prelude::*;
-use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS};
+use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_CLUSTER};
 
 /// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
+/// `CLUSTER`: a build launched only for rows split over a cluster (`ROW_CLUSTER`), so that the
+/// other modes' code drops out.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_rows<F: Float, const K: usize>(
+unsafe fn layernorm_rows<F: Float, const K: usize, const CLUSTER: bool>(
     x: *const F::Raw,
     gamma: *const F::Raw,
     beta: *const F::Raw,
@@ -36,7 +38,7 @@ unsafe fn layernorm_rows<F: Float, const K: usize>(
 ) {
     row_items::<F, K>(
         (rows, cols, team, chunk),
-        mode,
+        if CLUSTER { ROW_CLUSTER } else { mode },
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -331,8 +333,8 @@ unsafe fn layernorm_bwd_params_cols<F: Float>(
     );
 }
 
-macro_rules! layernorm_row_kernels {
-    ($($fwd:ident, $dx:ident: $f:ty, $k:literal;)*) => {$(
+macro_rules! layernorm_fwd_kernels {
+    ($($fwd:ident: $f:ty, $k:literal, $cluster:literal;)*) => {$(
         /// Layer norm forward; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
@@ -342,8 +344,13 @@ macro_rules! layernorm_row_kernels {
         ) {
             grid_dependency_sync();
             let shape = (rows, cols, team, chunk, mode);
-            layernorm_rows::<$f, $k>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
+            layernorm_rows::<$f, $k, $cluster>(x, gamma, beta, y, mean_out, rstd_out, partials, shape, eps)
         }
+    )*};
+}
+
+macro_rules! layernorm_dx_kernels {
+    ($($dx:ident: $f:ty, $k:literal;)*) => {$(
         /// `dx` of layer norm.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dx(
@@ -358,16 +365,33 @@ macro_rules! layernorm_row_kernels {
     )*};
 }
 
-layernorm_row_kernels! {
-    layernorm_fwd_f32, layernorm_bwd_dx_f32: f32, 4;
-    layernorm_fwd_f16, layernorm_bwd_dx_f16: F16, 4;
-    layernorm_fwd_bf16, layernorm_bwd_dx_bf16: BF16, 4;
-    layernorm_fwd_v16_f32, layernorm_bwd_dx_v16_f32: f32, 2;
-    layernorm_fwd_v16_f16, layernorm_bwd_dx_v16_f16: F16, 2;
-    layernorm_fwd_v16_bf16, layernorm_bwd_dx_v16_bf16: BF16, 2;
-    layernorm_fwd_v8_f32, layernorm_bwd_dx_v8_f32: f32, 1;
-    layernorm_fwd_v8_f16, layernorm_bwd_dx_v8_f16: F16, 1;
-    layernorm_fwd_v8_bf16, layernorm_bwd_dx_v8_bf16: BF16, 1;
+// `_cluster_`: the 32-value build again for rows split over a cluster, which build.rs holds to
+// 64 registers (four blocks of 256 an SM instead of three; perf-notes, twentieth session).
+layernorm_fwd_kernels! {
+    layernorm_fwd_f32: f32, 4, false;
+    layernorm_fwd_f16: F16, 4, false;
+    layernorm_fwd_bf16: BF16, 4, false;
+    layernorm_fwd_v16_f32: f32, 2, false;
+    layernorm_fwd_v16_f16: F16, 2, false;
+    layernorm_fwd_v16_bf16: BF16, 2, false;
+    layernorm_fwd_v8_f32: f32, 1, false;
+    layernorm_fwd_v8_f16: F16, 1, false;
+    layernorm_fwd_v8_bf16: BF16, 1, false;
+    layernorm_fwd_cluster_f32: f32, 4, true;
+    layernorm_fwd_cluster_f16: F16, 4, true;
+    layernorm_fwd_cluster_bf16: BF16, 4, true;
+}
+
+layernorm_dx_kernels! {
+    layernorm_bwd_dx_f32: f32, 4;
+    layernorm_bwd_dx_f16: F16, 4;
+    layernorm_bwd_dx_bf16: BF16, 4;
+    layernorm_bwd_dx_v16_f32: f32, 2;
+    layernorm_bwd_dx_v16_f16: F16, 2;
+    layernorm_bwd_dx_v16_bf16: BF16, 2;
+    layernorm_bwd_dx_v8_f32: f32, 1;
+    layernorm_bwd_dx_v8_f16: F16, 1;
+    layernorm_bwd_dx_v8_bf16: BF16, 1;
 }
 
 macro_rules! layernorm_kernels {

@@ -123,6 +123,9 @@ const LAYERNORM_FWD: RowKernels<LayerNormArgs<f32>, LayerNormArgs<u16>> = [
     by_dtype!(layernorm_fwd_v16_f32, layernorm_fwd_v16_f16, layernorm_fwd_v16_bf16),
     by_dtype!(layernorm_fwd_v8_f32, layernorm_fwd_v8_f16, layernorm_fwd_v8_bf16),
 ];
+/// The 32-value build at 64 registers, for rows split over a cluster (build.rs).
+const LAYERNORM_FWD_CLUSTER: ByDType<LayerNormArgs<f32>, LayerNormArgs<u16>> =
+    by_dtype!(layernorm_fwd_cluster_f32, layernorm_fwd_cluster_f16, layernorm_fwd_cluster_bf16);
 const LAYERNORM_DX: RowKernels<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> = [
     by_dtype!(layernorm_bwd_dx_f32, layernorm_bwd_dx_f16, layernorm_bwd_dx_bf16),
     by_dtype!(layernorm_bwd_dx_v16_f32, layernorm_bwd_dx_v16_f16, layernorm_bwd_dx_v16_bf16),
@@ -688,7 +691,12 @@ pub fn layer_norm(
                 let stream = ctx.stream(OP)?;
                 let plan = RowPlan::new(OP, x.shape(), (rows, cols), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
-                    launch_by_dtype!(LAYERNORM_FWD[l.variant()], dtype, |k| {
+                    let kernels = if l.cluster > 1 && l.variant() == 0 {
+                        &LAYERNORM_FWD_CLUSTER
+                    } else {
+                        &LAYERNORM_FWD[l.variant()]
+                    };
+                    launch_by_dtype!(*kernels, dtype, |k| {
                         let args = (
                             x.ptr(),
                             Tensor::ptr_or_null(gamma),
