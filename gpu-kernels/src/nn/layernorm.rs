@@ -349,8 +349,9 @@ macro_rules! layernorm_fwd_kernels {
     )*};
 }
 
-macro_rules! layernorm_dx_kernels {
-    ($($dx:ident: $f:ty, $k:literal;)*) => {$(
+macro_rules! layernorm_row_kernels {
+    ($($fwd:ident, $dx:ident: $f:ty, $k:literal;)*) => {$(
+        layernorm_fwd_kernels! { $fwd: $f, $k, false; }
         /// `dx` of layer norm.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dx(
@@ -365,33 +366,24 @@ macro_rules! layernorm_dx_kernels {
     )*};
 }
 
-// `_cluster_`: the 32-value build again for rows split over a cluster, which build.rs holds to
-// 64 registers (four blocks of 256 an SM instead of three; perf-notes, twentieth session).
+layernorm_row_kernels! {
+    layernorm_fwd_f32, layernorm_bwd_dx_f32: f32, 4;
+    layernorm_fwd_f16, layernorm_bwd_dx_f16: F16, 4;
+    layernorm_fwd_bf16, layernorm_bwd_dx_bf16: BF16, 4;
+    layernorm_fwd_v16_f32, layernorm_bwd_dx_v16_f32: f32, 2;
+    layernorm_fwd_v16_f16, layernorm_bwd_dx_v16_f16: F16, 2;
+    layernorm_fwd_v16_bf16, layernorm_bwd_dx_v16_bf16: BF16, 2;
+    layernorm_fwd_v8_f32, layernorm_bwd_dx_v8_f32: f32, 1;
+    layernorm_fwd_v8_f16, layernorm_bwd_dx_v8_f16: F16, 1;
+    layernorm_fwd_v8_bf16, layernorm_bwd_dx_v8_bf16: BF16, 1;
+}
+
+// The 32-value build again for rows split over a cluster, which build.rs holds to 64 registers
+// (four blocks of 256 an SM instead of three; perf-notes, twentieth session).
 layernorm_fwd_kernels! {
-    layernorm_fwd_f32: f32, 4, false;
-    layernorm_fwd_f16: F16, 4, false;
-    layernorm_fwd_bf16: BF16, 4, false;
-    layernorm_fwd_v16_f32: f32, 2, false;
-    layernorm_fwd_v16_f16: F16, 2, false;
-    layernorm_fwd_v16_bf16: BF16, 2, false;
-    layernorm_fwd_v8_f32: f32, 1, false;
-    layernorm_fwd_v8_f16: F16, 1, false;
-    layernorm_fwd_v8_bf16: BF16, 1, false;
     layernorm_fwd_cluster_f32: f32, 4, true;
     layernorm_fwd_cluster_f16: F16, 4, true;
     layernorm_fwd_cluster_bf16: BF16, 4, true;
-}
-
-layernorm_dx_kernels! {
-    layernorm_bwd_dx_f32: f32, 4;
-    layernorm_bwd_dx_f16: F16, 4;
-    layernorm_bwd_dx_bf16: BF16, 4;
-    layernorm_bwd_dx_v16_f32: f32, 2;
-    layernorm_bwd_dx_v16_f16: F16, 2;
-    layernorm_bwd_dx_v16_bf16: BF16, 2;
-    layernorm_bwd_dx_v8_f32: f32, 1;
-    layernorm_bwd_dx_v8_f16: F16, 1;
-    layernorm_bwd_dx_v8_bf16: BF16, 1;
 }
 
 macro_rules! layernorm_kernels {
