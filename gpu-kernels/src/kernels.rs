@@ -266,7 +266,7 @@ kernel_table! {
         nn::softmax {
             [
                 softmax_f32, log_softmax_f32, softmax_v16_f32, log_softmax_v16_f32, softmax_v8_f32,
-                log_softmax_v8_f32
+                log_softmax_v8_f32, softmax_cluster_f32
             ](
                 x: *const f32, out: *mut f32, partials: *mut f32, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32
@@ -274,7 +274,8 @@ kernel_table! {
             [
                 softmax_f16, log_softmax_f16, softmax_bf16, log_softmax_bf16, softmax_v16_f16,
                 log_softmax_v16_f16, softmax_v16_bf16, log_softmax_v16_bf16, softmax_v8_f16,
-                log_softmax_v8_f16, softmax_v8_bf16, log_softmax_v8_bf16
+                log_softmax_v8_f16, softmax_v8_bf16, log_softmax_v8_bf16, softmax_cluster_f16,
+                softmax_cluster_bf16
             ](
                 x: *const u16, out: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize,
                 chunk: usize, mode: u32

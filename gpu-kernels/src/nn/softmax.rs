@@ -13,11 +13,14 @@
 //! Backward (`y` the forward output): softmax `dx = y (dy - Σ dy·y)`, log-softmax
 //! `dx = dy - e^y Σ dy`, the same structure with one sum.
 use crate::prelude::*;
+use crate::shapes::ROW_CLUSTER;
 
 /// Softmax (or log-softmax) of the rows of `[rows, cols]`; see the module documentation.
+/// `CLUSTER`: a build launched only for rows split over a cluster (`ROW_CLUSTER`), so that the
+/// other modes' code drops out.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
+unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const CLUSTER: bool>(
     x: *const F::Raw,
     out: *mut F::Raw,
     partials: *mut f32,
@@ -29,7 +32,7 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize>(
 ) {
     row_items::<F, K>(
         (rows, cols, team, chunk),
-        mode,
+        if CLUSTER { ROW_CLUSTER } else { mode },
         #[inline(always)]
         |t, mode| {
             let offset = t.row * cols;
@@ -100,26 +103,24 @@ unsafe fn softmax_bwd_rows<F: Float, const LOG: bool, const K: usize>(
     );
 }
 
+macro_rules! softmax_fwd_kernels {
+    ($($name:ident: $f:ty, $log:literal, $k:literal, $cluster:literal;)*) => {$(
+        /// Softmax (log-softmax where `$log`) of each row; see the module documentation for the
+        /// launch.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
+            cols: usize, team: usize, chunk: usize, mode: u32,
+        ) {
+            grid_dependency_sync();
+            softmax_rows::<$f, $log, $k, $cluster>(x, out, partials, rows, cols, team, chunk, mode)
+        }
+    )*};
+}
+
 macro_rules! softmax_kernels {
     ($($fwd:ident, $log:ident, $bwd:ident, $log_bwd:ident: $f:ty, $k:literal;)*) => {$(
-        /// Softmax of each row; see the module documentation for the launch.
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $fwd(
-            x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
-            cols: usize, team: usize, chunk: usize, mode: u32,
-        ) {
-            grid_dependency_sync();
-            softmax_rows::<$f, false, $k>(x, out, partials, rows, cols, team, chunk, mode)
-        }
-        /// Log-softmax of each row.
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $log(
-            x: *const <$f as Float>::Raw, out: *mut <$f as Float>::Raw, partials: *mut f32, rows: usize,
-            cols: usize, team: usize, chunk: usize, mode: u32,
-        ) {
-            grid_dependency_sync();
-            softmax_rows::<$f, true, $k>(x, out, partials, rows, cols, team, chunk, mode)
-        }
+        softmax_fwd_kernels! { $fwd: $f, false, $k, false; $log: $f, true, $k, false; }
         /// Backward of softmax: `dx = y (dy - Σ dy·y)` per row.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $bwd(
@@ -151,4 +152,11 @@ softmax_kernels! {
     softmax_v8_f32, log_softmax_v8_f32, softmax_bwd_v8_f32, log_softmax_bwd_v8_f32: f32, 1;
     softmax_v8_f16, log_softmax_v8_f16, softmax_bwd_v8_f16, log_softmax_bwd_v8_f16: F16, 1;
     softmax_v8_bf16, log_softmax_v8_bf16, softmax_bwd_v8_bf16, log_softmax_bwd_v8_bf16: BF16, 1;
+}
+
+// The 32-value softmax again for rows split over a cluster (see `CLUSTER` above).
+softmax_fwd_kernels! {
+    softmax_cluster_f32: f32, false, 4, true;
+    softmax_cluster_f16: F16, false, 4, true;
+    softmax_cluster_bf16: BF16, false, 4, true;
 }

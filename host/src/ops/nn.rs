@@ -103,6 +103,9 @@ const SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
     by_dtype!(softmax_v16_f32, softmax_v16_f16, softmax_v16_bf16),
     by_dtype!(softmax_v8_f32, softmax_v8_f16, softmax_v8_bf16),
 ];
+/// The 32-value softmax for rows split over a cluster (its mode a compile-time constant).
+const SOFTMAX_CLUSTER: ByDType<SoftmaxArgs<f32>, SoftmaxArgs<u16>> =
+    by_dtype!(softmax_cluster_f32, softmax_cluster_f16, softmax_cluster_bf16);
 const LOG_SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
     by_dtype!(log_softmax_f32, log_softmax_f16, log_softmax_bf16),
     by_dtype!(log_softmax_v16_f32, log_softmax_v16_f16, log_softmax_v16_bf16),
@@ -193,7 +196,12 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
             let table = if log { LOG_SOFTMAX } else { SOFTMAX };
             let plan = RowPlan::new(op, x.shape(), (rows, cols), &stream.device.info)?;
             plan.run(op, stream, 2, |l, partials| {
-                launch_by_dtype!(table[l.variant()], dtype, |k| {
+                let kernels = if !log && l.cluster > 1 && l.variant() == 0 {
+                    &SOFTMAX_CLUSTER
+                } else {
+                    &table[l.variant()]
+                };
+                launch_by_dtype!(*kernels, dtype, |k| {
                     let args = (x.ptr(), out.ptr_mut(), partials, l.rows, cols, l.team, l.chunk, l.mode);
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type; partials holds the plan's statistics (or is null and
