@@ -1250,9 +1250,9 @@ fn in_place_k_major(k: usize, aligned: bool) -> bool {
 /// 0.051 against 0.072, the model 0.034 / 0.054; 512³ 0.039 against 0.050, the model 0.012 /
 /// 0.055 (twentieth session: the FMA kernels' time also counts their tiles' padding and the
 /// output's bytes; the stem's col2im product (147, 12544, 64) × 32 images: 0.362 ms on the
-/// swapped kernel against 0.494 on FMA, the model 0.30 / 0.41). The swapped kernel splits only A (8 bytes a value) and reads B once, its product at
-/// `F32X3_SWAPPED_FLOPS_PER_S` (128×64 tiles, k-steps not overlapped), its output's bytes at
-/// `TF32_SWAPPED_STORE_BYTES_PER_S`.
+/// swapped kernel against 0.494 on FMA, the model 0.30 / 0.41). The swapped kernel splits only
+/// A (8 bytes a value) and reads B once, its product at `F32X3_SWAPPED_FLOPS_PER_S` (128×64
+/// tiles, k-steps not overlapped), its output's bytes at `TF32_SWAPPED_STORE_BYTES_PER_S`.
 fn f32x3_path(d: &Dims, o: &Operands, dev: &DeviceFacts) -> Option<GemmPath> {
     let (swapped, k_major) = (swapped_layout(d, o), f32x3_fits(d, o));
     match o.f32x3 {

@@ -206,7 +206,9 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type; partials holds the plan's statistics (or is null and
                     // unread: modes ROW_WHOLE and ROW_CLUSTER); the launch shape is RowPlan's
-                    // (team, chunk, grid, and clusters of a row's chunks for ROW_CLUSTER).
+                    // (team, chunk, grid, and clusters of a row's chunks for ROW_CLUSTER, the
+                    // only launches with clusters, so the only ones `softmax_cluster_<dtype>`,
+                    // which runs ROW_CLUSTER whatever its mode argument, gets).
                     unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                 })
             })?;
@@ -723,7 +725,9 @@ pub fn layer_norm(
                         // SAFETY: `layernorm_fwd_<dtype>`: x and y hold rows·cols values of the
                         // kernel's type, gamma/beta cols values of it (same dtype, checked) or
                         // null, mean/rstd rows floats; partials and the launch shape are
-                        // RowPlan's.
+                        // RowPlan's (`layernorm_fwd_cluster_<dtype>` runs ROW_CLUSTER whatever
+                        // its mode argument, and gets only the launches with clusters, which
+                        // are RowPlan's ROW_CLUSTER ones).
                         unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                     })
                 })?;
