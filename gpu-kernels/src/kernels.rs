@@ -399,6 +399,10 @@ kernel_table! {
                 logits: *const u16, labels: *const u32, loss: *mut f32, grad: *mut u16, rows: usize,
                 cols: usize, lanes: usize, scale: f32
             );
+            [cross_entropy_cluster_f32](
+                logits: *const f32, labels: *const u32, loss: *mut f32, grad: *mut f32, rows: usize, cols: usize,
+                team: usize, chunk: usize, scale: f32
+            );
         }
         nn::embedding {
             [embedding_f32](

@@ -37,15 +37,7 @@ unsafe fn softmax_rows<F: Float, const LOG: bool, const K: usize, const CLUSTER:
         |t, mode| {
             let offset = t.row * cols;
             let v = t.load_first::<F, K>(x.wrapping_add(offset), f32::NEG_INFINITY);
-            // Whole rows and chunks: the team's max, then its sum of exponentials (two plain
-            // reductions); only the merge of a split row's chunks takes the online form.
-            let Some(MaxSumExp(m, s)) = t.row_stat(mode, partials, || {
-                let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(&t, &v, |e| e))).0;
-                MaxSumExp(
-                    m,
-                    t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(&t, &v, |e| exp_fast(e - m)))).0,
-                )
-            }) else {
+            let Some(MaxSumExp(m, s)) = t.row_stat(mode, partials, || max_sum_exp::<K>(&t, &v)) else {
                 return;
             };
             let (shift, inv) = (m + ln_fast(s), 1.0 / s);

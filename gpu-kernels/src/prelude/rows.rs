@@ -753,6 +753,15 @@ fn block_combine<S: RowStat>(s: S) -> S {
     total
 }
 
+/// The team's `(max, Σ e^(x - max))` of this thread's values `v` (its first `K` chunks): the max,
+/// then the sum of exponentials, two plain team reductions (only the merge of a split row's
+/// chunks takes the online form).
+#[inline(always)]
+pub fn max_sum_exp<const K: usize>(t: &RowTeam, v: &Slots) -> MaxSumExp {
+    let m = t.combine(Folded::<Max>::new(fold_slots::<Max, K>(t, v, |e| e))).0;
+    MaxSumExp(m, t.combine(Folded::<Sum>::new(fold_slots::<Sum, K>(t, v, |e| exp_fast(e - m)))).0)
+}
+
 /// The fold by `R` of `f(value)` over this thread's values in range (its first `K` chunks).
 #[inline(always)]
 pub fn fold_slots<R: ReduceOp, const K: usize>(t: &RowTeam, v: &Slots, f: impl Fn(f32) -> f32) -> f32 {
