@@ -334,8 +334,9 @@ unsafe fn cross_entropy_narrow<E: Elem>(
 /// order, then each block writes its chunk's `scale · softmax`, and thread 0 of the block whose
 /// chunk holds the label, after a barrier, the label's gradient and the row's loss, from the
 /// label's logit it read before the merge (a test of every value's column against the label
-/// cost as much as the rest of the kernel). One read of each logit (and the label's twice); `grad` may be
-/// the logits: a block writes only its own chunk, after the merge that follows every read of it.
+/// cost as much as the rest of the kernel). One read of each logit (and the label's twice);
+/// `grad` may be the logits: a block writes only its own chunk, after the merge that follows
+/// every read of it.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn cross_entropy_cluster_rows<F: Float>(

@@ -197,19 +197,15 @@ fn softmax_impl(x: &Tensor, log: bool) -> Result<Tensor> {
             let table = if log { LOG_SOFTMAX } else { SOFTMAX };
             let plan = RowPlan::new(op, x.shape(), (rows, cols), &stream.device.info)?;
             plan.run(op, stream, 2, |l, partials| {
-                let kernels = if !log && l.cluster > 1 && l.variant() == 0 {
-                    &SOFTMAX_CLUSTER
-                } else {
-                    &table[l.variant()]
-                };
+                let kernels = if !log && l.clustered() { &SOFTMAX_CLUSTER } else { &table[l.variant()] };
                 launch_by_dtype!(*kernels, dtype, |k| {
                     let args = (x.ptr(), out.ptr_mut(), partials, l.rows, cols, l.team, l.chunk, l.mode);
                     // SAFETY: `<log_>softmax_<dtype>`: x and out hold rows·cols values of the
                     // kernel's type; partials holds the plan's statistics (or is null and
                     // unread: modes ROW_WHOLE and ROW_CLUSTER); the launch shape is RowPlan's
                     // (team, chunk, grid, and clusters of a row's chunks for ROW_CLUSTER, the
-                    // only launches with clusters, so the only ones `softmax_cluster_<dtype>`,
-                    // which runs ROW_CLUSTER whatever its mode argument, gets).
+                    // only launches `softmax_cluster_<dtype>`, which runs ROW_CLUSTER whatever
+                    // its mode argument, gets).
                     unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                 })
             })?;
@@ -558,20 +554,23 @@ fn cross_entropy_cuda(
         return Ok((losses.mean()?, grad));
     }
     // f32 rows that split over a cluster run as softmax's do there (one read of each logit, held
-    // in registers): (8192, 50257) at 86-87% of copy, 77.5% on the kernels below.
-    let plan = RowPlan::new(op, logits.shape(), (rows, cols), info)?;
-    if let ([l], DType::F32) = (&plan.launches()[..], logits.dtype()) {
-        if l.cluster > 1 && l.variant() == 0 {
-            let args = (logits.ptr(), lab, loss, grad.ptr_mut(), rows, cols, l.team, l.chunk, scale);
-            // SAFETY: `cross_entropy_cluster_f32(logits, labels, loss, grad, rows, cols, team,
-            // chunk, scale)`: logits and grad hold rows·cols f32 (grad may be the logits: a block
-            // writes only the chunk it has read, after the cluster's merge, which follows every
-            // read of it), labels and loss `rows` u32 / f32, each label < cols; grid, block,
-            // team, chunk and clusters are RowPlan's one ROW_CLUSTER launch, the only mode the
-            // kernel runs.
-            unsafe { kernels::cross_entropy_cluster_f32.launch_clustered(stream, l.cfg, l.cluster, args)? };
-            return Ok((losses.mean()?, grad));
-        }
+    // in registers): (8192, 50257) at 86-87% of copy, 77.5% on the kernels below. Rows the row
+    // machinery refuses (longer than 2^26 values) are no cluster's: the kernels below take them.
+    let cluster = if logits.dtype() == DType::F32 {
+        RowPlan::new(op, logits.shape(), (rows, cols), info).ok().and_then(|plan| plan.cluster_launch())
+    } else {
+        None
+    };
+    if let Some(l) = cluster {
+        let args = (logits.ptr(), lab, loss, grad.ptr_mut(), rows, cols, l.team, l.chunk, scale);
+        // SAFETY: `cross_entropy_cluster_f32(logits, labels, loss, grad, rows, cols, team,
+        // chunk, scale)`: logits and grad hold rows·cols f32 (grad may be the logits: a block
+        // writes only the chunk it has read, after the cluster's merge, which follows every
+        // read of it), labels and loss `rows` u32 / f32, each label < cols; grid, block,
+        // team, chunk and clusters are RowPlan's one ROW_CLUSTER launch, the only mode the
+        // kernel runs.
+        unsafe { kernels::cross_entropy_cluster_f32.launch_clustered(stream, l.cfg, l.cluster, args)? };
+        return Ok((losses.mean()?, grad));
     }
     let vec = 16 / logits.dtype().size_bytes();
     let threads_for = |elems: usize| {
@@ -718,11 +717,8 @@ pub fn layer_norm(
                 let stream = ctx.stream(OP)?;
                 let plan = RowPlan::new(OP, x.shape(), (rows, cols), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
-                    let kernels = if l.cluster > 1 && l.variant() == 0 {
-                        &LAYERNORM_FWD_CLUSTER
-                    } else {
-                        &LAYERNORM_FWD[l.variant()]
-                    };
+                    let kernels =
+                        if l.clustered() { &LAYERNORM_FWD_CLUSTER } else { &LAYERNORM_FWD[l.variant()] };
                     launch_by_dtype!(*kernels, dtype, |k| {
                         let args = (
                             x.ptr(),
@@ -743,8 +739,7 @@ pub fn layer_norm(
                         // kernel's type, gamma/beta cols values of it (same dtype, checked) or
                         // null, mean/rstd rows floats; partials and the launch shape are
                         // RowPlan's (`layernorm_fwd_cluster_<dtype>` runs ROW_CLUSTER whatever
-                        // its mode argument, and gets only the launches with clusters, which
-                        // are RowPlan's ROW_CLUSTER ones).
+                        // its mode argument, and gets only RowPlan's ROW_CLUSTER launches).
                         unsafe { k.launch_clustered(stream, l.cfg, l.cluster, args) }
                     })
                 })?;

@@ -67,6 +67,13 @@ impl RowLaunch {
             _ => 0,
         }
     }
+
+    /// A `ROW_CLUSTER` launch (a row's chunks in one cluster, the 32-value build): the launches
+    /// that may take a kernel's cluster-only build (`*_cluster_*`, which runs `ROW_CLUSTER`
+    /// whatever its mode argument).
+    pub(crate) fn clustered(&self) -> bool {
+        self.mode == ROW_CLUSTER && self.variant() == 0
+    }
 }
 
 /// How rows of `cols` values run; see the module documentation.
@@ -164,6 +171,11 @@ impl RowPlan {
         } else {
             0
         }
+    }
+
+    /// The plan's `ROW_CLUSTER` launch, if its rows run in clusters (then it is the only one).
+    pub(crate) fn cluster_launch(&self) -> Option<RowLaunch> {
+        self.launches().into_iter().find(RowLaunch::clustered)
     }
 
     /// The launches, in order.
