@@ -132,6 +132,11 @@ kernel_table! {
             );
         }
         matmul::gemv_mma {
+            [gemv_mma_f32_nt](
+                a: *const f32, b: *const f32, c: *const f32, bias: *const f32, out: *mut f32,
+                ws: *mut f32, m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize,
+                stride_b: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32
+            );
             [gemv_mma_f16_nn, gemv_mma_f16_nt, gemv_mma_bf16_nn, gemv_mma_bf16_nt](
                 a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16,
                 ws: *mut f32, m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize,

@@ -1,28 +1,36 @@
-//! Few-row 16-bit GEMM on tensor cores: `out = act(alpha · A · op(B) + beta · C + bias)` with A
+//! Few-row GEMM on tensor cores: `out = act(alpha · A · op(B) + beta · C + bias)` with A
 //! `[M, K]` of at most 16 rows, B `[K, N]` (`_nn`) or `[N, K]` (`_nt`, a linear layer's weight),
-//! f16 or bf16 with f32 accumulation, batched over `gridDim.z`.
+//! f16 or bf16 with f32 accumulation, or f32 (`_nt` alone) as 3xTF32, batched over `gridDim.z`.
 //!
 //! Floor: the bytes of B, read once: (16, 8192, 8192) in bf16 is 128 MiB, ~45 µs at the copy's
-//! ~3 TB/s. Its 2·16 FLOP per element of B need ~80% of the FP32 pipes with the conversions on
-//! top (the f32-pipe `gemv_*` ran it at 7% of DRAM bandwidth), but ~4% of the tensor cores.
+//! ~3 TB/s (f32: 256 MiB, ~90 µs). Its 2·16 FLOP per element of B need ~80% of the FP32 pipes
+//! with the conversions on top (the f32-pipe `gemv_*` ran it at 7% of DRAM bandwidth in 16-bit,
+//! 31-59% in f32), but a few percent of the tensor cores, three TF32 products included.
 //!
-//! The product is computed transposed, `outᵀ = op(B)ᵀ · Aᵀ`, as `mma.m16n8k16`: B's columns n are
-//! the MMA's 16 rows, A's rows its 8 (or twice 8) columns, so A's few rows waste nothing of B's
-//! bytes. Since a sum over k (and the naming of the MMA's rows) may be permuted freely, each lane
-//! loads whole 16-byte vectors of B and A in the order memory holds them, and the permutation
-//! maps them to fragment registers:
-//! - `_nt` (B `[N, K]`): in a pair of steps (64 k), lane 4g + t loads k = 16t..16t+7 (first
-//!   step) and 16t+8..16t+15 (second) of B's rows `n0 + 16j + g` and `+ 8` for its warp's four
-//!   row tiles j, and the same k of A's rows g and g + 8, so that a row's 128 bytes are read
-//!   together rather than in 64-byte halves a step apart.
-//!   The first MMA of a step takes words 0 and 1 of each vector, the second words 2 and 3.
-//! - `_nn` (B `[K, N]`): in each half of the step, lane 4g + t loads B's rows k = 4t..4t+3 at
-//!   columns `n0 + 8g..+7`; the MMA row of tile j and group g is column `n0 + 8g + 2j` (row g + 8:
-//!   `+ 1`), whose four k are gathered from the four vectors' word j (`prmt`), and A comes as
-//!   4 consecutive k of rows g and g + 8.
+//! The product is computed transposed, `outᵀ = op(B)ᵀ · Aᵀ`, as `mma.m16n8k16` (16-bit) or three
+//! `mma.m16n8k8` (f32: b_hi·a_lo + b_lo·a_hi + b_hi·a_hi, the high parts the values themselves,
+//! which the tensor cores truncate, the low parts `tf32_low`): B's columns n are the MMA's 16
+//! rows, A's rows its 8 (or twice 8) columns, so A's few rows waste nothing of B's bytes. Since a
+//! sum over k (and the naming of the MMA's rows) may be permuted freely, each lane loads whole
+//! 16-byte vectors of B and A in the order memory holds them, and the permutation maps them to
+//! fragment registers. A step is 4 vectors' k (32 in 16-bit, 16 in f32), two MMAs' worth (h):
+//! - `_nt` (B `[N, K]`): in a pair of steps (`V` = a vector's k), lane 4g + t loads k =
+//!   2Vt..2Vt+V-1 (first step) and 2Vt+V..2Vt+2V-1 (second) of B's rows `n0 + 16j + g` and `+ 8`
+//!   for its warp's four row tiles j, and the same k of A's rows g and g + 8, so that a row's 128
+//!   bytes are read together rather than in 64-byte halves a step apart. MMA h of a step takes
+//!   words 2h and 2h + 1 of each vector.
+//! - `_nn` (B `[K, N]`, 16-bit only): in each half h of the step, lane 4g + t loads B's rows
+//!   k = 4t..4t+3 at columns `n0 + 8g..+7`; the MMA row of tile j and group g is column
+//!   `n0 + 8g + 2j` (row g + 8: `+ 1`), whose four k are gathered from the four vectors' word j
+//!   (`prmt`), and A comes as 4 consecutive k of rows g and g + 8.
 //!
-//! Each warp owns 64 columns (four 16-row tiles) over the block's k-slice, two steps of 32 k in
-//! flight (16 vectors of B a lane). Slices of `k_chunk` (a multiple of 32) of K, one of two ways:
+//! Each warp owns 64 columns (four 16-row tiles) over the block's k-slice, two steps in flight
+//! (16 vectors of B a lane). f32 adds each step's sums to its accumulators in f32 registers: the
+//! tensor cores truncate their own additions, an error that would grow with the slice. Its step
+//! is ~410 instructions a warp (the low parts, their rounding, the fragments' moves) for 8 KB of
+//! B, with 8 warps an SM (216 registers): it reaches ~60% of copy, not the 16-bit kernels' ~80%,
+//! and the host takes it only where the f32-pipe kernels do worse (`_nt`, more than 4 rows).
+//! Slices of `k_chunk` (a multiple of 32) of K, one of two ways:
 //! - in clusters (sm_90, up to 16 blocks): the blocks of a cluster along x are one column
 //!   group's slices (rank = slice); each puts its sums in shared memory, and after a cluster
 //!   barrier each block adds a share of the tile's outputs over the cluster's blocks in rank
@@ -32,19 +40,20 @@
 //! - or on `gridDim.y` as in `gemv`: one slice applies the epilogue, several write raw sums for
 //!   `gemm_reduce_*`.
 //!
-//! Requirements (the host's plan checks them): K a multiple of 8, N too for `_nn`, A and B
-//! 16-byte aligned. Launch: block of `warps` · 32 threads (`GEMV_MMA_THREADS` or one warp, for
-//! products too small to fill the SMs otherwise), grid `(⌈N / (64·warps)⌉ · cluster,
-//! slices, batch)` with `slices` = 1 when `cluster` > 1, no dynamic shared memory.
+//! Requirements (the host's plan checks them): K a multiple of a vector (8 in 16-bit, 4 in f32),
+//! N too for `_nn`, A and B 16-byte aligned. Launch: block of `warps` · 32 threads
+//! (`GEMV_MMA_THREADS` or one warp, for products too small to fill the SMs otherwise), grid
+//! `(⌈N / (64·warps)⌉ · cluster, slices, batch)` with `slices` = 1 when `cluster` > 1, no dynamic
+//! shared memory.
 use super::gemv::Gemv;
-use super::GemmElem;
+use super::{GemmElem, F32};
 use crate::prelude::*;
 use crate::shapes::{GEMV_MMA_COLS, GEMV_MMA_THREADS};
 
 /// 16-row MMA tiles of columns a warp owns.
 const TILES: usize = GEMV_MMA_COLS / 16;
 const _: () = assert!(TILES == 4, "the kernel unrolls four tiles");
-/// Steps of 32 k whose loads are in flight at once.
+/// Steps whose loads are in flight at once.
 const DEPTH: usize = 2;
 /// The sums of a cluster's block: 4-value groups `w` (tile j = w / 2, A's rows q = w % 2) of each
 /// thread, `[w][thread][4]` (16-byte stores, conflict-free).
@@ -55,7 +64,7 @@ shared_array!(static GEMV_MMA_SUMS: [f32; 8 * 128 * 4]);
 const CLUSTER_MAX: usize = 16;
 const _: () = assert!(GROUPS == 8 && GEMV_MMA_THREADS == 128);
 
-/// B's vectors and A's words of one step of 32 k for one lane.
+/// B's vectors and A's words of one step for one lane.
 #[derive(Clone, Copy)]
 struct Step {
     b: [[u32; 4]; 2 * TILES],
@@ -64,6 +73,47 @@ struct Step {
 
 const EMPTY: Step = Step { b: [[0; 4]; 2 * TILES], a: [[0; 4]; 2] };
 
+/// A format's MMA over half a step (16 k of 16-bit values, 8 of f32).
+trait FewRowMma: GemmElem {
+    /// Whether a step's sums go to the accumulators through f32 additions.
+    const PROMOTE: bool;
+    /// Whether both 8-column halves of the MMAs run whatever M (A's rows past M load as zeros):
+    /// three dependent products a tile interleave with the other tiles' only without a branch
+    /// per tile.
+    const BOTH_HALVES: bool;
+    /// `d += a · b` on fragments of this format's words (`mma_16x8x16`'s layout; f32: k t and
+    /// t + 4 where 16-bit holds 2t.. and 2t+8..).
+    fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]);
+}
+
+macro_rules! few_row_mma_16bit {
+    ($($e:ty),*) => {$(
+        impl FewRowMma for $e {
+            const PROMOTE: bool = false;
+            const BOTH_HALVES: bool = false;
+            #[inline(always)]
+            fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+                <$e as MmaInput>::mma_16x8x16(d, a, b)
+            }
+        }
+    )*};
+}
+
+few_row_mma_16bit!(F16, BF16);
+
+impl FewRowMma for F32 {
+    const PROMOTE: bool = true;
+    const BOTH_HALVES: bool = true;
+    /// 3xTF32: the products of the low parts with the high ones first, while `d` is small.
+    #[inline(always)]
+    fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+        let low = |w: u32| tf32_low(f32::from_bits(w)).to_bits();
+        mma_tf32_16x8x8(d, a, b.map(low));
+        mma_tf32_16x8x8(d, a.map(low), b);
+        mma_tf32_16x8x8(d, a, b);
+    }
+}
+
 /// Four words at `p` (16 bytes, or zeros when `!inside`), L2 fetching the 256 bytes around them
 /// (the rest of the row's line pair, or the neighbouring warps' columns): 2-4% faster at
 /// (1-16, 8192, 8192) than plain loads (nineteenth session, call F).
@@ -71,7 +121,7 @@ const EMPTY: Step = Step { b: [[0; 4]; 2 * TILES], a: [[0; 4]; 2] };
 /// # Safety
 /// When `inside`, `p` is 16-byte aligned global memory nothing writes during the kernel.
 #[inline(always)]
-unsafe fn words4(p: *const u16, inside: bool) -> [u32; 4] {
+unsafe fn words4<T>(p: *const T, inside: bool) -> [u32; 4] {
     if inside {
         load_nc_l2_256_u32x4(p as *const u32)
     } else {
@@ -84,7 +134,7 @@ unsafe fn words4(p: *const u16, inside: bool) -> [u32; 4] {
 /// # Safety
 /// As [`words4`], 8-byte aligned.
 #[inline(always)]
-unsafe fn words2(p: *const u16, inside: bool) -> [u32; 2] {
+unsafe fn words2<T>(p: *const T, inside: bool) -> [u32; 2] {
     if inside {
         let v = load_nc_f32x2(p as *const f32);
         [v[0].to_bits(), v[1].to_bits()]
@@ -100,7 +150,10 @@ fn pair_halves(x: u32, y: u32) -> (u32, u32) {
 }
 
 #[inline(always)]
-unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u16>) {
+unsafe fn gemv_mma<E: FewRowMma, const NT: bool>(g: Gemv<E::Elem>) {
+    // k of one vector, and of one step (four vectors a lane in each of its row tiles).
+    let (vk, step) = (E::VEC, 4 * E::VEC);
+    const { assert!(NT || E::VEC == 8, "f32 runs `_nt` alone") };
     let cluster = cluster_blocks() as usize;
     let (batch, slice, k_lo, k_hi, column_group) = if cluster > 1 {
         let slice = cluster_rank() as usize;
@@ -120,8 +173,12 @@ unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u
     let load = #[inline(always)]
     |k0: usize, d: usize| -> Step {
         let mut s = EMPTY;
+        let a_row = |q: usize, kk: usize| {
+            let row = 8 * q + grp;
+            (a.add(row * k + kk), kk < k_hi && row < m && (q == 0 || two))
+        };
         if NT {
-            let kk = k0 + 16 * t + 8 * d;
+            let kk = k0 + 2 * vk * t + vk * d;
             let inside = kk < k_hi;
             unroll!(j in [0, 1, 2, 3] => {
                 unroll!(h in [0, 1] => {
@@ -130,19 +187,19 @@ unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u
                 });
             });
             unroll!(q in [0, 1] => {
-                let row = 8 * q + grp;
-                s.a[q] = words4(a.add(row * k + kk), inside && row < m && (q == 0 || two));
+                let (p, inside) = a_row(q, kk);
+                s.a[q] = words4(p, inside);
             });
         } else {
-            let (col, k0) = (n0 + 8 * grp, k0 + 32 * d);
+            let (col, k0) = (n0 + 8 * grp, k0 + step * d);
             unroll!(h in [0, 1] => {
                 unroll!(e in [0, 1, 2, 3] => {
                     let kk = k0 + 16 * h + 4 * t + e;
                     s.b[4 * h + e] = words4(b.add(kk * n + col), kk < k_hi && col < n);
                 });
                 unroll!(q in [0, 1] => {
-                    let (row, kk) = (8 * q + grp, k0 + 16 * h + 4 * t);
-                    let w = words2(a.add(row * k + kk), kk < k_hi && row < m && (q == 0 || two));
+                    let (p, inside) = a_row(q, k0 + 16 * h + 4 * t);
+                    let w = words2(p, inside);
                     s.a[q][2 * h] = w[0];
                     s.a[q][2 * h + 1] = w[1];
                 });
@@ -152,6 +209,7 @@ unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u
     };
     let mut multiply = #[inline(always)]
     |s: &Step| {
+        let mut sums = if E::PROMOTE { [[[0.0f32; 4]; 2]; TILES] } else { acc };
         unroll!(h in [0, 1] => {
             unroll!(j in [0, 1, 2, 3] => {
                 let frag = if NT {
@@ -164,28 +222,39 @@ unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u
                     [r0, r1, r2, r3]
                 };
                 unroll!(q in [0, 1] => {
-                    if q == 0 || two {
-                        E::mma_16x8x16(&mut acc[j][q], frag, [s.a[q][2 * h], s.a[q][2 * h + 1]]);
+                    if q == 0 || two || E::BOTH_HALVES {
+                        E::mma(&mut sums[j][q], frag, [s.a[q][2 * h], s.a[q][2 * h + 1]]);
                     }
                 });
             });
         });
+        if E::PROMOTE {
+            unroll!(j in [0, 1, 2, 3] => {
+                unroll!(q in [0, 1] => {
+                    unroll!(e in [0, 1, 2, 3] => {
+                        acc[j][q][e] += sums[j][q][e];
+                    });
+                });
+            });
+        } else {
+            acc = sums;
+        }
     };
     let mut k0 = k_lo;
     while k0 < k_hi {
         let mut steps = [EMPTY; DEPTH];
-        // `_nt`'s second step holds k in the first 32 too.
+        // `_nt`'s second step holds k in the first step's range too.
         unroll!(d in [0, 1] => {
-            if NT || k0 + 32 * d < k_hi {
+            if NT || k0 + step * d < k_hi {
                 steps[d] = load(k0, d);
             }
         });
         unroll!(d in [0, 1] => {
-            if NT || k0 + 32 * d < k_hi {
+            if NT || k0 + step * d < k_hi {
                 multiply(&steps[d]);
             }
         });
-        k0 += 32 * DEPTH;
+        k0 += step * DEPTH;
     }
     // d0, d1: MMA row g, columns (A's rows) 2t, 2t + 1; d2, d3: row g + 8.
     let position = |j: usize, q: usize, e: usize| {
@@ -214,8 +283,8 @@ unsafe fn gemv_mma<E: MmaInput + GemmElem<Elem = u16>, const NT: bool>(g: Gemv<u
 /// cluster (16 bytes each) and added in rank order; a second barrier keeps each block's shared
 /// memory alive until the others have read it.
 #[inline(always)]
-unsafe fn reduce_cluster<E: GemmElem<Elem = u16>>(
-    g: &Gemv<u16>,
+unsafe fn reduce_cluster<E: GemmElem>(
+    g: &Gemv<E::Elem>,
     acc: &[[[f32; 4]; 2]; TILES],
     batch: usize,
     cluster: usize,
@@ -270,12 +339,11 @@ unsafe fn reduce_cluster<E: GemmElem<Elem = u16>>(
 }
 
 macro_rules! gemv_mma_kernels {
-    ($($name:ident: $e:ty, $nt:literal;)*) => {$(
-        /// Few-row 16-bit GEMM on tensor cores; see the module documentation. Arguments as
-        /// `gemv_*`'s.
+    ($($name:ident: $e:ty, $elem:ty, $nt:literal;)*) => {$(
+        /// Few-row GEMM on tensor cores; see the module documentation. Arguments as `gemv_*`'s.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            a: *const u16, b: *const u16, c: *const u16, bias: *const u16, out: *mut u16,
+            a: *const $elem, b: *const $elem, c: *const $elem, bias: *const $elem, out: *mut $elem,
             ws: *mut f32, m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize,
             stride_b: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32,
         ) {
@@ -288,8 +356,9 @@ macro_rules! gemv_mma_kernels {
 }
 
 gemv_mma_kernels! {
-    gemv_mma_f16_nn: F16, false;
-    gemv_mma_f16_nt: F16, true;
-    gemv_mma_bf16_nn: BF16, false;
-    gemv_mma_bf16_nt: BF16, true;
+    gemv_mma_f32_nt: F32, f32, true;
+    gemv_mma_f16_nn: F16, u16, false;
+    gemv_mma_f16_nt: F16, u16, true;
+    gemv_mma_bf16_nn: BF16, u16, false;
+    gemv_mma_bf16_nt: BF16, u16, true;
 }

@@ -9,7 +9,7 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
-//! | 1 | M ≤ 16, A not transposed: f16/bf16 with K (and N unless B is transposed) a multiple of 8 and 16-byte aligned operands, K > 0 | `gemv_mma_{f16,bf16}_{nn,nt}`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
+//! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` (f32: 3xTF32 on `mma.m16n8k8`, each step's sums added in f32) on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
@@ -450,7 +450,7 @@ impl<'a> Gemm<'a> {
         (a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a, stride_b, stride_c, alpha, beta, act)
     }
 
-    /// Few 16-bit rows on tensor cores (dispatch row 1).
+    /// Few rows on tensor cores (dispatch row 1).
     fn launch_gemv_mma(
         &self,
         d: &Dims,
@@ -474,7 +474,7 @@ impl<'a> Gemm<'a> {
         // stride_b, stride_c, alpha, beta, activation)`: a, b, c, bias and the fresh `out` are
         // live buffers of this stream of the shapes `dims()` checked (c, bias may be null); A is
         // not transposed and has at most 16 rows, K (and N when B is not transposed) is a multiple
-        // of 8 and A and B are 16-byte aligned (the plan's conditions, so every batch's rows
+        // of a 16-byte vector and A and B are 16-byte aligned (the plan's conditions, so every batch's rows
         // start 16-byte aligned too); `ws` is null or the workspace of batch·slices·M·N floats,
         // ⌈k / k_chunk⌉ slices (grid y, or each cluster along x when `cluster` > 1, where `ws` is
         // null) with `k_chunk` a multiple of 32; block and grid are the kernel's.
@@ -855,7 +855,7 @@ struct Operands {
 enum GemmPath {
     /// `gemv_*`: A has at most `rows` (4 or 16) rows.
     Gemv { rows: usize },
-    /// `gemv_mma_*`: 16-bit, at most 16 rows of A, on tensor cores, in blocks of `warps` warps;
+    /// `gemv_mma_*`: at most 16 rows of A, on tensor cores, in blocks of `warps` warps;
     /// `clustered`: a column group's slices of K run as one cluster and add their sums in it (no
     /// workspace, no `gemm_reduce_*`).
     GemvMma { clustered: bool, warps: usize },
@@ -950,7 +950,7 @@ fn gemv_blocks_x(n: usize, dtype: DType, transpose_b: bool) -> usize {
     }
 }
 
-/// Blocks of a 16-bit few-row launch on tensor cores along N, in blocks of `warps` warps.
+/// Blocks of a few-row launch on tensor cores along N, in blocks of `warps` warps.
 fn gemv_mma_blocks_x(n: usize, warps: usize) -> usize {
     n.div_ceil(warps * GEMV_MMA_COLS)
 }
@@ -1071,9 +1071,12 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     let whole = |path| GemmPlan { path, slices: 1, k_chunk: d.k.max(1) };
     let tiles = |tile: (usize, usize)| d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
     let small_dims = d.m.max(d.n).max(d.k) < 1 << 31;
-    // Row 1, 16-bit on tensor cores: whole 16-byte vectors of both operands.
-    let mma_fits = d.k % 8 == 0 && (o.transpose_b || d.n % 8 == 0) && o.aligned_a && o.aligned_b;
-    if d.m <= GEMV_ROWS && !o.transpose_a && o.dtype != DType::F32 && mma_fits && d.k > 0 {
+    // Row 1, on tensor cores: whole 16-byte vectors of both operands. f32 (3xTF32) only where
+    // it measured faster than the f32-pipe kernels: B [N, K] and more than 4 rows (perf-notes).
+    let vec = vector_elems(o.dtype);
+    let mma_fits = d.k % vec == 0 && (o.transpose_b || d.n % vec == 0) && o.aligned_a && o.aligned_b;
+    let mma_pays = o.dtype != DType::F32 || (o.transpose_b && d.m > GEMV_ROWS_SMALL);
+    if d.m <= GEMV_ROWS && !o.transpose_a && mma_fits && mma_pays && d.k > 0 {
         let mut warps = GEMV_MMA_THREADS / 32;
         let blocks = gemv_mma_blocks_x(d.n, warps) * d.batch;
         let (mut slices, mut k_chunk) =
@@ -1092,7 +1095,6 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     }
     if d.m <= GEMV_ROWS && !o.transpose_a {
         let rows = if d.m <= GEMV_ROWS_SMALL { GEMV_ROWS_SMALL } else { GEMV_ROWS };
-        let vec = vector_elems(o.dtype);
         let blocks = gemv_blocks_x(d.n, o.dtype, o.transpose_b) * d.batch;
         let (slices, k_chunk) =
             split_k(d.k, blocks, GEMV_BLOCKS_PER_SM * dev.sms, (32 * vec, SPLIT_MIN_K.max(32 * vec)));
@@ -1450,11 +1452,11 @@ type GemvArgs<E> = (
     u32,
 );
 
-/// `gemv_mma_*` by `transpose_b` (16-bit only: the f32 entry is never launched, the plan keeps
-/// f32 on `gemv_*`).
+/// `gemv_mma_*` by `transpose_b` (f32 with B `[K, N]` is never launched: the plan keeps it on
+/// `gemv_*`).
 const GEMV_MMA_KERNELS: [ByDType<GemvArgs<f32>, GemvArgs<u16>>; 2] = [
     ByDType { f32: kernels::gemv_f32_nn_r16, f16: kernels::gemv_mma_f16_nn, bf16: kernels::gemv_mma_bf16_nn },
-    ByDType { f32: kernels::gemv_f32_nt_r16, f16: kernels::gemv_mma_f16_nt, bf16: kernels::gemv_mma_bf16_nt },
+    ByDType { f32: kernels::gemv_mma_f32_nt, f16: kernels::gemv_mma_f16_nt, bf16: kernels::gemv_mma_bf16_nt },
 ];
 
 /// `[up to 16 rows][B transposed]`.
@@ -1822,28 +1824,35 @@ mod tests {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for tb in [false, true] {
                 let o = operands(dtype, false, tb);
-                // 16-bit with whole 16-byte vectors: tensor cores; else the f32-pipe kernels.
-                let (mma, vectors) = (dtype != DType::F32, |rows| GemmPath::Gemv { rows });
-                let wide =
-                    |rows| if mma { GemmPath::GemvMma { clustered: false, warps: 4 } } else { vectors(rows) };
+                // Whole 16-byte vectors: tensor cores (f32: B transposed and more than 4 rows);
+                // else the f32-pipe kernels.
+                let mma = GemmPath::GemvMma { clustered: false, warps: 4 };
+                let f32_pipe = dtype == DType::F32 && !tb;
+                let vectors = |rows| {
+                    if f32_pipe || dtype == DType::F32 && rows == 4 {
+                        GemmPath::Gemv { rows }
+                    } else {
+                        mma
+                    }
+                };
                 // Whether the slices run in clusters: `few_rows_on_tensor_cores_add_slices_in_clusters`.
                 let path = |d, o, dev| match path(d, o, dev) {
                     GemmPath::GemvMma { .. } => GemmPath::GemvMma { clustered: false, warps: 4 },
                     p => p,
                 };
-                assert_eq!(path(dims(1, 8192, 8192), o, H100), wide(4));
+                assert_eq!(path(dims(1, 8192, 8192), o, H100), vectors(4));
                 assert_eq!(path(dims(4, 3, 1), o, OLDER), GemmPath::Gemv { rows: 4 });
-                assert_eq!(path(dims(5, 8192, 8192), o, H100), wide(16));
+                assert_eq!(path(dims(5, 8192, 8192), o, H100), vectors(16));
                 assert_eq!(path(dims(16, 1, 1), o, H100), GemmPath::Gemv { rows: 16 });
-                // N not a multiple of 8: B's rows only allow vectors when B is transposed.
+                // N not a multiple of a vector: B's rows only allow vectors when B is transposed.
                 let odd_n = path(dims(16, 8191, 8192), o, H100);
-                assert_eq!(odd_n, if tb { wide(16) } else { GemmPath::Gemv { rows: 16 } });
-                // K not a multiple of 8, or an operand off a 16-byte boundary: no vectors.
+                assert_eq!(odd_n, if tb { vectors(16) } else { GemmPath::Gemv { rows: 16 } });
+                // K not a multiple of a vector, or an operand off a 16-byte boundary: no vectors.
                 assert_eq!(path(dims(16, 8192, 8190), o, H100), GemmPath::Gemv { rows: 16 });
                 let unaligned = Operands { aligned_b: false, ..o };
                 assert_eq!(path(dims(16, 8192, 8192), unaligned, H100), GemmPath::Gemv { rows: 16 });
                 // TF32 allowed or not: the few-row kernel is exact and bound by B anyway.
-                assert_eq!(path(dims(16, 96, 96), Operands { tf32: true, ..o }, H100), wide(16));
+                assert_eq!(path(dims(16, 96, 96), Operands { tf32: true, ..o }, H100), vectors(16));
                 assert!(!matches!(
                     path(dims(17, 8192, 8192), o, H100),
                     GemmPath::Gemv { .. } | GemmPath::GemvMma { .. }
@@ -1882,13 +1891,15 @@ mod tests {
 
     #[test]
     fn few_rows_split_k_until_the_sms_are_busy() {
-        // B [N, K] f32, 8192 wide: 256 blocks of 32 columns, 2 slices fill 4 blocks per SM.
-        let p = plan(&dims(1, 8192, 8192), &operands(DType::F32, false, true), &H100);
+        // The f32-pipe kernels (B off a 16-byte boundary): B [N, K] f32, 8192 wide: 256 blocks of
+        // 32 columns, 2 slices fill 4 blocks per SM.
+        let vectorless = Operands { aligned_b: false, ..operands(DType::F32, false, true) };
+        let p = plan(&dims(1, 8192, 8192), &vectorless, &H100);
         assert_eq!((p.slices, p.k_chunk), (2, 4096));
-        // bf16 on tensor cores, either layout: 32 blocks of 256 columns; 8 slices of 1024 (2
-        // blocks on each of 132 SMs at most).
-        for tb in [false, true] {
-            let p = plan(&dims(16, 8192, 8192), &operands(DType::BF16, false, tb), &H100);
+        // On tensor cores, either layout: 32 blocks of 256 columns; 8 slices of 1024 (2 blocks on
+        // each of 132 SMs at most).
+        for (dtype, tb) in [(DType::F32, true), (DType::BF16, false), (DType::BF16, true)] {
+            let p = plan(&dims(16, 8192, 8192), &operands(dtype, false, tb), &H100);
             assert_eq!(
                 (p.path, p.slices, p.k_chunk),
                 (GemmPath::GemvMma { clustered: true, warps: 4 }, 8, 1024)
@@ -1898,11 +1909,11 @@ mod tests {
         let p = plan(&dims(3, 256, 2008), &operands(DType::F16, false, true), &H100);
         assert!(matches!(p.path, GemmPath::GemvMma { .. }) && p.slices > 1 && p.k_chunk % 32 == 0);
         // Slices are whole vectors per lane (32 · 4 f32) and at least SPLIT_MIN_K long.
-        let p = plan(&dims(1, 64, 3000), &operands(DType::F32, false, true), &H100);
+        let p = plan(&dims(1, 64, 3000), &vectorless, &H100);
         assert_eq!(p.k_chunk % 128, 0);
         assert!(p.k_chunk >= SPLIT_MIN_K && p.slices == 3000usize.div_ceil(p.k_chunk) && p.slices > 1);
         // Short K or enough columns: one slice, the epilogue in the kernel.
-        let p = plan(&dims(1, 8192, 700), &operands(DType::F32, false, true), &H100);
+        let p = plan(&dims(1, 8192, 700), &vectorless, &H100);
         assert_eq!((p.slices, p.k_chunk), (1, 700));
         let p = plan(&dims(1, 1 << 20, 8192), &operands(DType::F32, false, true), &H100);
         assert_eq!(p.slices, 1);
