@@ -7,18 +7,22 @@
 //! with the conversions on top (the f32-pipe `gemv_*` ran it at 7% of DRAM bandwidth in 16-bit,
 //! 31-59% in f32), but a few percent of the tensor cores, three TF32 products included.
 //!
-//! The product is computed transposed, `outᵀ = op(B)ᵀ · Aᵀ`, as `mma.m16n8k16` (16-bit) or three
-//! `mma.m16n8k8` (f32: b_hi·a_lo + b_lo·a_hi + b_hi·a_hi, the high parts the values themselves,
-//! which the tensor cores truncate, the low parts `tf32_low`): B's columns n are the MMA's 16
-//! rows, A's rows its 8 (or twice 8) columns, so A's few rows waste nothing of B's bytes. Since a
-//! sum over k (and the naming of the MMA's rows) may be permuted freely, each lane loads whole
-//! 16-byte vectors of B and A in the order memory holds them, and the permutation maps them to
-//! fragment registers. A step is 4 vectors' k (32 in 16-bit, 16 in f32), two MMAs' worth (h):
+//! 16-bit computes the product transposed, `outᵀ = op(B)ᵀ · Aᵀ`, as `mma.m16n8k16`: B's columns
+//! n are the MMA's 16 rows, A's rows its 8 (or twice 8) columns, so A's few rows waste nothing of
+//! B's bytes. f32 computes `out = A · op(B)` as three `mma.m16n8k8` (b_lo·a_hi, b_hi·a_lo,
+//! b_hi·a_hi; the high parts the values themselves, which the tensor cores truncate, the low parts
+//! `tf32_low_by_add`): A's 16 rows (zeros past M) are the MMA's rows and 8 of B's columns its
+//! columns, so B's fragment is two words of one loaded vector (no register moves); its tensor work
+//! is a small share of the time either way. Since a sum over k (and the naming of the MMA's rows)
+//! may be permuted freely, each lane loads whole 16-byte vectors of B and A in the order memory
+//! holds them, and the permutation maps them to fragment registers. A step is 4 vectors' k (32 in
+//! 16-bit, 16 in f32), two MMAs' worth (h):
 //! - `_nt` (B `[N, K]`): in a pair of steps (`V` = a vector's k), lane 4g + t loads k =
 //!   2Vt..2Vt+V-1 (first step) and 2Vt+V..2Vt+2V-1 (second) of B's rows `n0 + 16j + g` and `+ 8`
 //!   for its warp's four row tiles j, and the same k of A's rows g and g + 8, so that a row's 128
 //!   bytes are read together rather than in 64-byte halves a step apart. MMA h of a step takes
-//!   words 2h and 2h + 1 of each vector.
+//!   words 2h and 2h + 1 of each vector (f32: B's rows `n0 + 16j + g + 8h` are column g of the
+//!   8-column tile 2j + h).
 //! - `_nn` (B `[K, N]`, 16-bit only): in each half h of the step, lane 4g + t loads B's rows
 //!   k = 4t..4t+3 at columns `n0 + 8g..+7`; the MMA row of tile j and group g is column
 //!   `n0 + 8g + 2j` (row g + 8: `+ 1`), whose four k are gathered from the four vectors' word j
@@ -77,10 +81,11 @@ const EMPTY: Step = Step { b: [[0; 4]; 2 * TILES], a: [[0; 4]; 2] };
 trait FewRowMma: GemmElem {
     /// Whether a step's sums go to the accumulators through f32 additions.
     const PROMOTE: bool;
-    /// Whether both 8-column halves of the MMAs run whatever M (A's rows past M load as zeros):
-    /// three dependent products a tile interleave with the other tiles' only without a branch
-    /// per tile.
-    const BOTH_HALVES: bool;
+    /// Whether the MMA computes `out = A · op(B)` itself, A's 16 rows (zeros past M) as its rows
+    /// and 8 of B's columns as its columns (`_nt` f32: B's fragment is then two words of one
+    /// vector, with no register moves, and no branch per tile parts the dependent products),
+    /// rather than the transposed product.
+    const DIRECT: bool;
     /// `d += a · b` on fragments of this format's words (`mma_16x8x16`'s layout; f32: k t and
     /// t + 4 where 16-bit holds 2t.. and 2t+8..).
     fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]);
@@ -90,7 +95,7 @@ macro_rules! few_row_mma_16bit {
     ($($e:ty),*) => {$(
         impl FewRowMma for $e {
             const PROMOTE: bool = false;
-            const BOTH_HALVES: bool = false;
+            const DIRECT: bool = false;
             #[inline(always)]
             fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
                 <$e as MmaInput>::mma_16x8x16(d, a, b)
@@ -103,11 +108,11 @@ few_row_mma_16bit!(F16, BF16);
 
 impl FewRowMma for F32 {
     const PROMOTE: bool = true;
-    const BOTH_HALVES: bool = true;
+    const DIRECT: bool = true;
     /// 3xTF32: the products of the low parts with the high ones first, while `d` is small.
     #[inline(always)]
     fn mma(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-        let low = |w: u32| tf32_low(f32::from_bits(w)).to_bits();
+        let low = |w: u32| tf32_low_by_add(f32::from_bits(w)).to_bits();
         mma_tf32_16x8x8(d, a, b.map(low));
         mma_tf32_16x8x8(d, a.map(low), b);
         mma_tf32_16x8x8(d, a, b);
@@ -211,22 +216,31 @@ unsafe fn gemv_mma<E: FewRowMma, const NT: bool>(g: Gemv<E::Elem>) {
     |s: &Step| {
         let mut sums = if E::PROMOTE { [[[0.0f32; 4]; 2]; TILES] } else { acc };
         unroll!(h in [0, 1] => {
-            unroll!(j in [0, 1, 2, 3] => {
-                let frag = if NT {
-                    let (lo, hi) = (s.b[2 * j], s.b[2 * j + 1]);
-                    [lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]]
-                } else {
-                    let v = |e: usize| s.b[4 * h + e][j];
-                    let (r0, r1) = pair_halves(v(0), v(1));
-                    let (r2, r3) = pair_halves(v(2), v(3));
-                    [r0, r1, r2, r3]
-                };
-                unroll!(q in [0, 1] => {
-                    if q == 0 || two || E::BOTH_HALVES {
-                        E::mma(&mut sums[j][q], frag, [s.a[q][2 * h], s.a[q][2 * h + 1]]);
-                    }
+            if E::DIRECT {
+                // A's rows g and g + 8 at k t and t + 4 (words 2h and 2h + 1); B's column tile
+                // `2j + q` (the vectors' order) at the same k.
+                let frag = [s.a[0][2 * h], s.a[1][2 * h], s.a[0][2 * h + 1], s.a[1][2 * h + 1]];
+                unroll!(v in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    E::mma(&mut sums[v / 2][v % 2], frag, [s.b[v][2 * h], s.b[v][2 * h + 1]]);
                 });
-            });
+            } else {
+                unroll!(j in [0, 1, 2, 3] => {
+                    let frag = if NT {
+                        let (lo, hi) = (s.b[2 * j], s.b[2 * j + 1]);
+                        [lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1]]
+                    } else {
+                        let v = |e: usize| s.b[4 * h + e][j];
+                        let (r0, r1) = pair_halves(v(0), v(1));
+                        let (r2, r3) = pair_halves(v(2), v(3));
+                        [r0, r1, r2, r3]
+                    };
+                    unroll!(q in [0, 1] => {
+                        if q == 0 || two {
+                            E::mma(&mut sums[j][q], frag, [s.a[q][2 * h], s.a[q][2 * h + 1]]);
+                        }
+                    });
+                });
+            }
         });
         if E::PROMOTE {
             unroll!(j in [0, 1, 2, 3] => {
@@ -259,6 +273,10 @@ unsafe fn gemv_mma<E: FewRowMma, const NT: bool>(g: Gemv<E::Elem>) {
     // d0, d1: MMA row g, columns (A's rows) 2t, 2t + 1; d2, d3: row g + 8.
     let position = |j: usize, q: usize, e: usize| {
         let upper = e / 2;
+        if E::DIRECT {
+            // d0, d1: row g, columns 2t, 2t + 1 of tile 2j + q; d2, d3: row g + 8.
+            return (grp + 8 * upper, n0 + 8 * (2 * j + q) + 2 * t + e % 2);
+        }
         let col = if NT { n0 + 16 * j + grp + 8 * upper } else { n0 + 8 * grp + 2 * j + upper };
         (8 * q + 2 * t + e % 2, col)
     };
@@ -283,7 +301,7 @@ unsafe fn gemv_mma<E: FewRowMma, const NT: bool>(g: Gemv<E::Elem>) {
 /// cluster (16 bytes each) and added in rank order; a second barrier keeps each block's shared
 /// memory alive until the others have read it.
 #[inline(always)]
-unsafe fn reduce_cluster<E: GemmElem>(
+unsafe fn reduce_cluster<E: FewRowMma>(
     g: &Gemv<E::Elem>,
     acc: &[[[f32; 4]; 2]; TILES],
     batch: usize,
@@ -309,7 +327,7 @@ unsafe fn reduce_cluster<E: GemmElem>(
         let mut w = cluster_rank() as usize;
         while w < GROUPS {
             let (j, q) = (w / 2, w % 2);
-            if 8 * q < g.m {
+            if E::DIRECT || 8 * q < g.m {
                 let addr = shared_addr(slot(w));
                 let mut parts = [[0.0f32; 4]; CLUSTER_MAX];
                 unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
