@@ -30,10 +30,10 @@
 //!
 //! Each warp owns 64 columns (four 16-row tiles) over the block's k-slice, two steps in flight
 //! (16 vectors of B a lane). f32 adds each step's sums to its accumulators in f32 registers: the
-//! tensor cores truncate their own additions, an error that would grow with the slice. Its step
-//! is ~410 instructions a warp (the low parts, their rounding, the fragments' moves) for 8 KB of
-//! B, with 8 warps an SM (216 registers): it reaches ~60% of copy, not the 16-bit kernels' ~80%,
-//! and the host takes it only where the f32-pipe kernels do worse (`_nt`, more than 4 rows).
+//! tensor cores truncate their own additions, an error that would grow with the slice. Its two
+//! steps (8 KB of B a warp) take ~670 instructions (the low parts, the promotions, A's fragments)
+//! at 8 warps an SM (194 registers), latency-bound at ~64% of copy where the 16-bit kernels reach
+//! ~78%; the host takes it only where the f32-pipe kernels do worse (`_nt`, more than 4 rows).
 //! Slices of `k_chunk` (a multiple of 32) of K, one of two ways:
 //! - in clusters (sm_90, up to 16 blocks): the blocks of a cluster along x are one column
 //!   group's slices (rank = slice); each puts its sums in shared memory, and after a cluster
