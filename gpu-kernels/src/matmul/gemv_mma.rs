@@ -59,8 +59,8 @@ const TILES: usize = GEMV_MMA_COLS / 16;
 const _: () = assert!(TILES == 4, "the kernel unrolls four tiles");
 /// Steps whose loads are in flight at once.
 const DEPTH: usize = 2;
-/// The sums of a cluster's block: 4-value groups `w` (tile j = w / 2, A's rows q = w % 2) of each
-/// thread, `[w][thread][4]` (16-byte stores, conflict-free).
+/// The sums of a cluster's block: 4-value groups `w` (tile j = w / 2, A's rows q = w % 2; f32:
+/// B's 8-column tile w) of each thread, `[w][thread][4]` (16-byte stores, conflict-free).
 const GROUPS: usize = 2 * TILES;
 
 shared_array!(static GEMV_MMA_SUMS: [f32; 8 * 128 * 4]);
@@ -217,8 +217,8 @@ unsafe fn gemv_mma<E: FewRowMma, const NT: bool>(g: Gemv<E::Elem>) {
         let mut sums = if E::PROMOTE { [[[0.0f32; 4]; 2]; TILES] } else { acc };
         unroll!(h in [0, 1] => {
             if E::DIRECT {
-                // A's rows g and g + 8 at k t and t + 4 (words 2h and 2h + 1); B's column tile
-                // `2j + q` (the vectors' order) at the same k.
+                // A's rows g and g + 8 at k t and t + 4 (words 2h and 2h + 1); B's 8-column tile
+                // v (its vector v) at the same k, summed in `sums[v / 2][v % 2]`.
                 let frag = [s.a[0][2 * h], s.a[1][2 * h], s.a[0][2 * h + 1], s.a[1][2 * h + 1]];
                 unroll!(v in [0, 1, 2, 3, 4, 5, 6, 7] => {
                     E::mma(&mut sums[v / 2][v % 2], frag, [s.b[v][2 * h], s.b[v][2 * h + 1]]);
