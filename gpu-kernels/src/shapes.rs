@@ -429,7 +429,7 @@ pub const fn attn_wg_bwd_shared_bytes(d: usize, keys: bool) -> usize {
 /// The few-row GEMM (`gemv_*`): 256-thread blocks (8 warps); with B `[N, K]` each warp owns
 /// `GEMV_COLS_NT` columns; A has at most `GEMV_ROWS_SMALL` or `GEMV_ROWS` rows by kernel suffix.
 pub const GEMV_THREADS: usize = 256;
-/// `gemv_mma_*` (16-bit, tensor cores): threads of a block, and the columns of N each warp owns.
+/// `gemv_mma_*` (tensor cores): threads of a block, and the columns of N each warp owns.
 pub const GEMV_MMA_THREADS: usize = 128;
 pub const GEMV_MMA_COLS: usize = 64;
 pub const GEMV_COLS_NT: usize = 4;

@@ -28,8 +28,8 @@
 //!   `n0 + 8g + 2j` (row g + 8: `+ 1`), whose four k are gathered from the four vectors' word j
 //!   (`prmt`), and A comes as 4 consecutive k of rows g and g + 8.
 //!
-//! Each warp owns 64 columns (four 16-row tiles) over the block's k-slice, two steps in flight
-//! (16 vectors of B a lane). f32 adds each step's sums to its accumulators in f32 registers: the
+//! Each warp owns 64 columns (four 16-row tiles; f32: eight 8-column ones) over the block's
+//! k-slice, two steps in flight (16 vectors of B a lane). f32 adds each step's sums to its accumulators in f32 registers: the
 //! tensor cores truncate their own additions, an error that would grow with the slice. Its two
 //! steps (8 KB of B a warp) take ~670 instructions (the low parts, the promotions, A's fragments)
 //! at 8 warps an SM (194 registers), latency-bound at ~64% of copy where the 16-bit kernels reach

@@ -9,7 +9,7 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
-//! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` (f32: 3xTF32 on `mma.m16n8k8`, each step's sums added in f32) on `outᵀ = op(B)ᵀ·Aᵀ`, B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
+//! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, M·N ≥ 512·(M + N) (roughly M, N ≥ 1024), rows or pointers TMA cannot read | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
@@ -474,8 +474,8 @@ impl<'a> Gemm<'a> {
         // stride_b, stride_c, alpha, beta, activation)`: a, b, c, bias and the fresh `out` are
         // live buffers of this stream of the shapes `dims()` checked (c, bias may be null); A is
         // not transposed and has at most 16 rows, K (and N when B is not transposed) is a multiple
-        // of a 16-byte vector and A and B are 16-byte aligned (the plan's conditions, so every batch's rows
-        // start 16-byte aligned too); `ws` is null or the workspace of batch·slices·M·N floats,
+        // of a 16-byte vector and A and B are 16-byte aligned (the plan's conditions, so every
+        // batch's rows start 16-byte aligned too); `ws` is null or the workspace of batch·slices·M·N floats,
         // ⌈k / k_chunk⌉ slices (grid y, or each cluster along x when `cluster` > 1, where `ws` is
         // null) with `k_chunk` a multiple of 32; block and grid are the kernel's.
         unsafe {
