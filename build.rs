@@ -65,7 +65,7 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 13] = [
+const MAX_THREADS: [(&str, usize); 14] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
     ("conv2d_fwd_wgmma_", shapes::WGMMA_THREADS),
     ("conv2d_bwd_weight_wgmma_", shapes::WGMMA_THREADS),
@@ -83,6 +83,10 @@ const MAX_THREADS: [(&str, usize); 13] = [
     // At most 64 registers a thread: four blocks of 256 an SM for the layer norm of rows split
     // over a cluster (the other builds keep 72: the aligned rows' 32 values a thread spill).
     ("layernorm_fwd_cluster_", 1024),
+    // Five blocks an SM (48 registers, `MIN_BLOCKS_PER_SM`): the f32 softmax of rows split over a
+    // cluster is bound by L2 throughput, and four blocks an SM (56 registers) lost 4-5% at
+    // (4096, 50257).
+    ("softmax_cluster_f32", shapes::NN_ROW_BLOCK),
     // Three blocks an SM, as `conv_plan` counts them (host/src/ops/conv.rs).
     (
         "conv2d_fwd_f32_medium",
@@ -385,11 +389,12 @@ fn find_ptxas(root: &Path) -> Option<PathBuf> {
     on_path.chain([PathBuf::from("/usr/local/cuda/bin/ptxas")]).chain(from_pip).find(|p| p.is_file())
 }
 
-/// Kernels of `MAX_THREADS` that also get `.minnctapersm 1`: with it ptxas fixes the register
+/// Kernels of `MAX_THREADS` that also get `.minnctapersm`, the blocks ptxas must fit on an SM
+/// (it then caps the registers at 65536 / (threads · blocks)). With 1, ptxas fixes the register
 /// count at entry to 65536 / threads, which `setmaxnreg` needs (without it, a kernel whose code
 /// would fit in fewer registers gets "'setmaxnreg' ignored; unable to determine register count
 /// at entry").
-const ONE_BLOCK_PER_SM: [&str; 1] = ["attention_bwd_wgmma_"];
+const MIN_BLOCKS_PER_SM: [(&str, usize); 2] = [("attention_bwd_wgmma_", 1), ("softmax_cluster_f32", 5)];
 
 /// Add `.maxntid` (and `.minnctapersm`) to the kernels named in `MAX_THREADS` (rustc has no
 /// launch-bounds attribute).
@@ -398,16 +403,16 @@ fn with_max_threads(ptx: &str) -> String {
     let mut pending = None;
     for line in ptx.lines() {
         if let Some(name) = entry_name(line) {
-            pending = MAX_THREADS
-                .iter()
-                .find(|(prefix, _)| name.starts_with(prefix))
-                .map(|&(_, n)| (n, ONE_BLOCK_PER_SM.iter().any(|prefix| name.starts_with(prefix))));
+            pending = MAX_THREADS.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|&(_, n)| {
+                let blocks = MIN_BLOCKS_PER_SM.iter().find(|(prefix, _)| name.starts_with(prefix));
+                (n, blocks.map(|&(_, b)| b))
+            });
         }
         if line == "{" {
-            if let Some((threads, one_block)) = pending.take() {
+            if let Some((threads, blocks)) = pending.take() {
                 writeln!(out, ".maxntid {threads}, 1, 1").expect("write to String");
-                if one_block {
-                    writeln!(out, ".minnctapersm 1").expect("write to String");
+                if let Some(blocks) = blocks {
+                    writeln!(out, ".minnctapersm {blocks}").expect("write to String");
                 }
             }
         }

@@ -23,7 +23,7 @@ use super::sync::sync_threads;
 use super::sync::{cluster_sync, load_cluster_shared_f32};
 use super::tensor_core::shared_addr;
 use super::warp::shfl_xor;
-use crate::shapes::{ROW_APPLY, ROW_CLUSTER, ROW_PARTIAL, ROW_WHOLE};
+use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_CLUSTER, ROW_PARTIAL, ROW_WHOLE};
 use core::marker::PhantomData;
 
 /// Chunks of 8 values each thread of a team holds.
@@ -204,13 +204,17 @@ impl RowTeam {
 
     /// The team of this thread in a launch of `mode`: as [`RowTeam::new`], except that a
     /// `ROW_CLUSTER` launch runs a block per chunk with the row on `blockIdx.y` and the chunk on
-    /// `blockIdx.x` (see the module documentation).
+    /// `blockIdx.x` (see the module documentation). Its team is the block of `NN_ROW_BLOCK`
+    /// threads that `RowPlan` gives every split row, taken here as a constant (`size` is that
+    /// value): in the cluster builds the distance between a scalar chunk's values then folds into
+    /// each access's immediate offset, instead of a 64-bit multiply and add per value.
     #[inline(always)]
     pub fn in_mode<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize, mode: u32) -> Self {
         if mode != ROW_CLUSTER {
             return Self::new::<F>(rows, cols, size, chunk);
         }
-        Self::placed::<F>((block_y(), thread_x(), size), (block_x(), grid_dim_x()), (rows, cols, chunk))
+        let place = (block_y(), thread_x(), NN_ROW_BLOCK);
+        Self::placed::<F>(place, (block_x(), grid_dim_x()), (rows, cols, chunk))
     }
 
     /// The team at `row` with `lane` of `size` lanes, on chunk `c` of `chunks` of `chunk` values.
