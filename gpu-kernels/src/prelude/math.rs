@@ -80,7 +80,13 @@ pub fn round_tf32(x: f32) -> f32 {
 /// `x`·b + low·b is a 3xTF32 product with `x` read unchanged.
 #[inline(always)]
 pub fn tf32_low(x: f32) -> f32 {
-    round_tf32(x - f32::from_bits(x.to_bits() & 0xffff_e000))
+    round_tf32(below_tf32(x))
+}
+
+/// `x` less its truncation to TF32 (the low 13 mantissa bits, as an exact f32).
+#[inline(always)]
+fn below_tf32(x: f32) -> f32 {
+    x - f32::from_bits(x.to_bits() & 0xffff_e000)
 }
 
 /// [`tf32_low`] rounded by an integer add (the tensor cores drop the bits below it), two
@@ -89,8 +95,7 @@ pub fn tf32_low(x: f32) -> f32 {
 /// `x` itself, is what counts.
 #[inline(always)]
 pub fn tf32_low_by_add(x: f32) -> f32 {
-    let low = x - f32::from_bits(x.to_bits() & 0xffff_e000);
-    f32::from_bits(low.to_bits().wrapping_add(0x1000))
+    f32::from_bits(below_tf32(x).to_bits().wrapping_add(0x1000))
 }
 
 /// Fused multiply-add `a * b + c`, one rounding.

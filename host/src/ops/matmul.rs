@@ -475,9 +475,10 @@ impl<'a> Gemm<'a> {
         // live buffers of this stream of the shapes `dims()` checked (c, bias may be null); A is
         // not transposed and has at most 16 rows, K (and N when B is not transposed) is a multiple
         // of a 16-byte vector and A and B are 16-byte aligned (the plan's conditions, so every
-        // batch's rows start 16-byte aligned too); `ws` is null or the workspace of batch·slices·M·N floats,
-        // ⌈k / k_chunk⌉ slices (grid y, or each cluster along x when `cluster` > 1, where `ws` is
-        // null) with `k_chunk` a multiple of 32; block and grid are the kernel's.
+        // batch's rows start 16-byte aligned too); `ws` is null or the workspace of
+        // batch·slices·M·N floats, ⌈k / k_chunk⌉ slices (grid y, or each cluster along x when
+        // `cluster` > 1, where `ws` is null) with `k_chunk` a multiple of 32; block and grid are
+        // the kernel's.
         unsafe {
             launch_by_dtype!(table, dtype, |k| k.launch_clustered(
                 stream,
