@@ -177,7 +177,7 @@ fn main() {
             check_entries(spec, &text);
             refuse_unresolved_externs(&text);
             let waits = dependent_launch_entries(&text);
-            fs::write(&ptx, with_max_threads(&text))
+            fs::write(&ptx, with_max_threads(&with_tensor_map_alignment(&text)))
                 .unwrap_or_else(|e| fail(&format!("writing {}: {e}", ptx.display())));
             let module = BuiltModule { spec, arch, ptx };
             let (ptxas, cache, out) = (ptxas.clone(), cache.clone(), out.clone());
@@ -418,6 +418,39 @@ fn with_max_threads(ptx: &str) -> String {
         }
         out.push_str(line);
         out.push('\n');
+    }
+    out
+}
+
+/// Raise every [`shapes::TensorMaps`] kernel parameter (`.align 16`, `TENSOR_MAPS_BYTES` long) to
+/// the 64-byte alignment TMA needs of a tensor map read in place (rustc's kernel ABI stops at
+/// 16). A kernel that takes a parameter's address (`cvta.param`, the prelude's
+/// `kernel_param_address`) of any other parameter fails the build.
+fn with_tensor_map_alignment(ptx: &str) -> String {
+    let maps_param = |line: &str| {
+        let rest = line.trim_start().strip_prefix(".param .align 16 .b8 ")?;
+        let name = rest.trim_end_matches(',').strip_suffix(&format!("[{}]", shapes::TENSOR_MAPS_BYTES))?;
+        Some(name.to_string())
+    };
+    let mut raised = Vec::new();
+    let mut out = String::with_capacity(ptx.len());
+    for line in ptx.lines() {
+        match maps_param(line) {
+            Some(name) => {
+                out.push_str(&line.replacen(".align 16", ".align 64", 1));
+                raised.push(name);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    for line in ptx.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix("cvta.param.u64") {
+            let name = rest.rsplit(',').next().unwrap_or("").trim().trim_end_matches(';');
+            if !raised.iter().any(|r| r == name) {
+                fail(&format!("`{}`: the address of a parameter that is not a TensorMaps", line.trim()));
+            }
+        }
     }
     out
 }

@@ -22,9 +22,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 cpu=${NVPTX_TARGET_CPU:-$cpu}
-# The Hopper module uses PTX ISA 8.3 instructions (the tensor-map proxy fence); llc's default for
-# sm_90a is 8.0.
-[ "$cpu" != sm_90a ] || feat="${feat:+$feat,}+ptx83"
 base="${out%.*}"
 printf '%s\n' $syms > "$base.symbols.txt"
 # shellcheck disable=SC2086

@@ -454,8 +454,8 @@ fn tf32_long_k_falls_back(gpu: &Context) {
 }
 
 /// Many small 16-bit products in a row, each with other operands and shapes: on sm_90a each call's
-/// tensor maps land in the block the previous call's maps were in (the pool reuses it), so a
-/// descriptor the tensor-map proxy kept from the previous call would show as a wrong result.
+/// tensor maps travel in its launch's parameters, so a descriptor kept from the previous call (by
+/// the tensor-map proxy, or by the launch) would show as a wrong result.
 fn wgmma_maps_change_every_call(gpu: &Context) {
     let rounds = if under_sanitizer() { 6 } else { 60 };
     for i in 0..rounds {

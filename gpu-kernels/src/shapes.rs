@@ -477,6 +477,20 @@ pub const FILL_WORDS_MAX: usize = 500;
 #[derive(Clone, Copy)]
 pub struct ParamWords(pub [u64; FILL_WORDS_MAX]);
 
+/// Tensor maps (`CUtensorMap`, 128 bytes each) a Hopper kernel takes by value, the most any of
+/// them takes: A's, B's, the output's and two low parts' (3xTF32).
+pub const TENSOR_MAPS_MAX: usize = 5;
+/// Bytes of a [`TensorMaps`] parameter.
+pub const TENSOR_MAPS_BYTES: usize = 128 * TENSOR_MAPS_MAX;
+
+/// A kernel's tensor maps in order, passed by value as one kernel parameter, which TMA reads in
+/// place (a `__grid_constant__` parameter): no upload before the launch, and a captured graph
+/// keeps them in its kernel node. The kernel crate never reads it as a value; build.rs raises
+/// its PTX alignment to the 64 bytes TMA needs (rustc's kernel ABI stops at 16).
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub struct TensorMaps(pub [u64; TENSOR_MAPS_BYTES / 8]);
+
 /// Division by a divisor fixed for a whole kernel, of dividends below 2^31 (every index the
 /// convolution kernels form): a widening multiply and a shift instead of the ~20 instructions
 /// of a division by a run-time value. `q = ⌊n · mul / 2^shift⌋` with `shift = 31 + ⌈log2 d⌉`

@@ -40,13 +40,12 @@
 //! the dK/dV kernel.
 //!
 //! Launch: block `ATTN_WG_THREADS` (PTX `.maxntid` set by build.rs), dynamic shared memory
-//! `attn_wg_bwd_shared_bytes`; `maps` points to four `CUtensorMap`s in global memory (q, k,
-//! v, dout; 3-D: D, sequence, batch · heads; boxes of 64 × 64, 128-byte swizzle), copied in by
-//! the host on the launch's stream (see `matmul/gemm_wgmma.rs` for why not kernel parameters
-//! and why the producer fences the tensor-map proxy).
+//! `attn_wg_bwd_shared_bytes`; `maps` holds four tensor maps by value (q, k, v, dout; 3-D: D,
+//! sequence, batch · heads; boxes of 64 × 64, 128-byte swizzle), which TMA reads in the
+//! kernel's parameters.
 use crate::prelude::*;
 use crate::shapes::{
-    attn_wg_padded_rows, attn_wg_stages, attn_wg_streamed_rows, ATTN_WG_CONSUMERS as CONSUMERS,
+    attn_wg_padded_rows, attn_wg_stages, attn_wg_streamed_rows, TensorMaps, ATTN_WG_CONSUMERS as CONSUMERS,
     ATTN_WG_PANEL_BYTES, ATTN_WG_ROWS as ROWS,
 };
 use core::ops::IndexMut;
@@ -249,11 +248,6 @@ unsafe fn produce(
         return;
     }
     let map = |i: usize| maps.add(128 * i);
-    // The host copied the maps in before the launch, often to an address an earlier launch's
-    // maps had: see the module documentation.
-    for i in 0..4 {
-        tensormap_acquire(map(i));
-    }
     mbarrier_arrive_expect_tx(sm.held_full(), 2 * CONSUMERS as u32 * sm.held_bytes());
     for c in 0..CONSUMERS {
         for (which, &m) in held_maps.iter().enumerate() {
@@ -673,21 +667,22 @@ macro_rules! wgmma_backward_kernels {
         /// dQ `[B, Hq, Sq, D]` in the dtype; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dq(
-            maps: *const u8, lse2: *const f32, delta: *const f32, dq_out: *mut u16, sq: usize, sk: usize,
+            _maps: TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16, sq: usize, sk: usize,
             hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32,
         ) {
+            let maps = kernel_param_address!($dq, 0);
             dq::<$e, $tile, $dq_scores, $d>(maps, (lse2, delta), dq_out, (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
         }
         /// dK and dV: f32 per query head `[B, Hq, Sk, D]` into `dk`, `dv`, or (when `dk16` is
         /// not null, for Hq = Hkv) the dtype into `dk16`, `dv16`; see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dkdv(
-            maps: *const u8, lse2: *const f32, delta: *const f32, dk: *mut f32, dv: *mut f32,
+            _maps: TensorMaps, lse2: *const f32, delta: *const f32, dk: *mut f32, dv: *mut f32,
             dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
             scale_log2: f32, causal: u32,
         ) {
             dkdv::<$e, $tile, $dkdv_scores, $d>(
-                maps, (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
+                kernel_param_address!($dkdv, 0), (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
             )
         }
     )*};

@@ -36,16 +36,14 @@
 //! first. A row that sees no key writes 0 and a log-sum-exp of +∞.
 //!
 //! Launch: block `ATTN_WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(⌈Sq/128⌉, Hq, B)`,
-//! dynamic shared memory `attn_wgmma_shared_bytes(D)`; `maps` points to three `CUtensorMap`s in
-//! global memory (q, k, v; 3-D: D, rows, heads of all batches; boxes of 64 columns × 128 rows;
-//! 128-byte swizzle), copied in by the host on the launch's stream. The producer thread fences
-//! the tensor-map proxy on them first: see `matmul::gemm_wgmma` for why the maps are not kernel
-//! parameters.
+//! dynamic shared memory `attn_wgmma_shared_bytes(D)`; `maps` holds three tensor maps by value
+//! (q, k, v; 3-D: D, rows, heads of all batches; boxes of 64 columns × 128 rows; 128-byte
+//! swizzle), which TMA reads in the kernel's parameters.
 use super::block_coords;
 use crate::prelude::*;
 use crate::shapes::{
-    attn_wgmma_stages, ATTN_WGMMA_BLOCK_M as BM, ATTN_WGMMA_BLOCK_N as BN, ATTN_WGMMA_PANEL as PANEL,
-    ATTN_WGMMA_THREADS,
+    attn_wgmma_stages, TensorMaps, ATTN_WGMMA_BLOCK_M as BM, ATTN_WGMMA_BLOCK_N as BN,
+    ATTN_WGMMA_PANEL as PANEL, ATTN_WGMMA_THREADS,
 };
 
 const LN_2: f32 = core::f32::consts::LN_2;
@@ -138,9 +136,6 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
         setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 && tiles > 0 {
             let (map_q, map_k, map_v) = (maps, maps.add(128), maps.add(256));
-            tensormap_acquire(map_q);
-            tensormap_acquire(map_k);
-            tensormap_acquire(map_v);
             let kv_bytes = panels * KV_PANEL;
             mbarrier_arrive_expect_tx(at.q_full(), panels * Q_PANEL);
             for p in 0..panels {
@@ -438,9 +433,10 @@ macro_rules! forward_wgmma_kernels {
         /// `causal` 0 or 1.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            maps: *const u8, out: *mut u16, lse: *mut f32,
+            _maps: TensorMaps, out: *mut u16, lse: *mut f32,
             sq: usize, sk: usize, hq: usize, hkv: usize, scale_log2: f32, causal: u32,
         ) {
+            let maps = kernel_param_address!($name, 0);
             forward::<$e, $d, { $d / 2 }>((maps, out, lse), (sq, sk, hq, hkv), scale_log2, causal != 0)
         }
     )*};

@@ -37,6 +37,7 @@
 use super::forward_wgmma::CHANNELS as COLUMNS;
 use crate::matmul::gemm_wgmma::{gemm, Operands};
 use crate::prelude::*;
+use crate::shapes::TensorMaps;
 
 /// A weight gradient as the `wgmma` pipeline's operands (see the module documentation);
 /// `SPLIT`: exact f32 as 3xTF32, the low parts made in shared memory.
@@ -68,7 +69,6 @@ impl<const SPLIT: bool> Operands for WeightTaps<SPLIT> {
     const CONV: bool = true;
     const STORES: bool = false;
     /// dy's, then x's and its three shifted copies' (see the module documentation).
-    const MAPS: usize = 5;
     const SPLIT: bool = SPLIT;
     const PROMOTE: bool = SPLIT;
     const SPLIT_HERE: bool = SPLIT;
@@ -123,7 +123,7 @@ macro_rules! conv_wgmma_weight_kernels {
         /// without a split (then `out` gets `[R·S, K, C]`).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            maps: *const u8, out: *mut f32, ws: *mut f32, m: usize, n: usize, k: usize,
+            _maps: TensorMaps, out: *mut f32, ws: *mut f32, m: usize, n: usize, k: usize,
             k_steps: usize, layers: usize, q_steps: u32, rows: u32, taps_s: u32, dilation_h: u32,
             dilation_w: u32, padding_h: u32, padding_w: u32,
         ) {
@@ -136,7 +136,7 @@ macro_rules! conv_wgmma_weight_kernels {
             };
             let none = core::ptr::null::<f32>();
             gemm::<Tf32, false, true, $tile, WeightTaps<$split>>(
-                maps, (none, none, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0), (k_steps, ws),
+                kernel_param_address!($name, 0), (none, none, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0), (k_steps, ws),
                 (layers, false, 1), taps,
             )
         }

@@ -35,6 +35,7 @@
 //! A's and B's tensor maps; m = boxes × tile rows, n = K, k = R·S·⌈C/32⌉·32.
 use crate::matmul::gemm_wgmma::{for_each_pair, gemm, Operands};
 use crate::prelude::*;
+use crate::shapes::TensorMaps;
 
 /// Channels per k-step: one 128-byte row of f32.
 pub const CHANNELS: u32 = 32;
@@ -82,7 +83,6 @@ impl<const SPLIT: bool> ForwardTaps<SPLIT> {
 impl<const SPLIT: bool> Operands for ForwardTaps<SPLIT> {
     const CONV: bool = true;
     const STORES: bool = true;
-    const MAPS: usize = if SPLIT { 4 } else { 2 };
     const SPLIT: bool = SPLIT;
     const PROMOTE: bool = SPLIT;
     type Walk = ForwardWalk;
@@ -164,7 +164,7 @@ macro_rules! conv_wgmma_kernels {
         /// of x's and w's rounded TF32 values, then of their low parts); `bias` may be null.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            maps: *const u8, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
+            _maps: TensorMaps, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
             c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
             padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32,
             images: u32, channels: u32, rows: u32, cols: u32,
@@ -180,7 +180,7 @@ macro_rules! conv_wgmma_kernels {
             };
             let none = core::ptr::null::<f32>();
             gemm::<Tf32, false, true, $tile, ForwardTaps<$split>>(
-                maps, (none, bias, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0),
+                kernel_param_address!($name, 0), (none, bias, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0),
                 (k.div_ceil(CHANNELS as usize), core::ptr::null_mut()), (1, false, 1), taps,
             )
         }

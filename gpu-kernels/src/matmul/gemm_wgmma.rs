@@ -62,26 +62,16 @@
 //!
 //! Launch: block `WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(cluster · min(units,
 //! resident clusters or SMs), 1, 1)` in clusters of `cluster` along x, dynamic shared memory
-//! `WGMMA_SHARED_BYTES`; `maps` points to three `CUtensorMap`s in global
-//! memory (A's, B's, the output's; 3-D: contiguous dimension, rows, batch; boxes as above, the
-//! output's 128 bytes × 64 rows; 128-byte swizzle), copied in by the host on the launch's stream
-//! and left untouched until the kernel ends.
-//!
-//! The maps live in global memory, not in kernel parameters (`__grid_constant__`, which would save
-//! the upload): a by-value 128-byte parameter needs `.align 64`, which rustc's `ptx-kernel` ABI
-//! cannot express (it stops at 16-byte alignment, an internal compiler error above), and the
-//! kernel would have to take the parameter's own address, which LLVM gives only after copying it
-//! to local memory (a `.local` copy is no tensor map). So the producer thread issues the
-//! tensor-map acquire fence on A's and B's maps before its first TMA copy, and each consumer's
-//! storing thread on the output's: the pool gives a freed map block to the next launch on the
-//! stream, whose maps then sit at the same address with new contents, and without the fence the
-//! tensor-map proxy may still hold the earlier descriptor.
+//! `WGMMA_SHARED_BYTES`; `maps` holds the tensor maps by value (A's, B's, the output's; 3-D:
+//! contiguous dimension, rows, batch; boxes as above, the output's 128 bytes × 64 rows; 128-byte
+//! swizzle), which TMA reads in the kernel's parameters (`kernel_param_address`).
 use super::{activate, epilogue};
 use crate::prelude::*;
 use crate::shapes::{
-    ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_BIAS_BYTES, WGMMA_GROUP_M as GROUP_M,
-    WGMMA_MAX_STAGES as MAX_STAGES, WGMMA_MN_BOX as MN_BOX, WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES,
-    WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILES,
+    TensorMaps, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_BIAS_BYTES,
+    WGMMA_GROUP_M as GROUP_M, WGMMA_MAX_STAGES as MAX_STAGES, WGMMA_MN_BOX as MN_BOX,
+    WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES,
+    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILES,
 };
 
 /// One row of a k-step: the 128-byte swizzle width.
@@ -170,8 +160,6 @@ pub(crate) trait Operands: Copy {
     const CONV: bool;
     /// The consumers write through `store` instead of the GEMM's epilogue or split-K workspace.
     const STORES: bool;
-    /// Tensor maps the producer reads (128 bytes apart from `maps`).
-    const MAPS: usize;
     /// 3xTF32 (f32 products from TF32 ones): each piece's low part (what the tensor cores drop
     /// of it) also comes into the stage, `dst.2` bytes after the piece, and the consumers add
     /// A_lo·B and A·B_lo to A·B. A stage then takes twice the room.
@@ -204,7 +192,7 @@ pub(crate) trait Operands: Copy {
     /// returns the next k-step's place.
     ///
     /// # Safety
-    /// As `tma_load_3d` for the `MAPS` maps at `maps`; the stage at `dst` is free.
+    /// As `tma_load_3d` for the maps at `maps`; the stage at `dst` is free.
     unsafe fn load(&self, walk: Self::Walk, dst: (u32, u32, u32), maps: *const u8, bar: u32) -> Self::Walk;
     /// Write a consumer's finished sums of layer `tile.2`: rows from `origin.0` of the tile at
     /// row `tile.0` (`tile.1` tall), columns from `origin.1`, into `out.0` with `out.1` (a bias,
@@ -232,7 +220,6 @@ pub(crate) struct Matrices<const SPLIT: bool, const SWAPPED: bool>;
 impl<const SPLIT: bool, const SWAPPED: bool> Operands for Matrices<SPLIT, SWAPPED> {
     const CONV: bool = false;
     const STORES: bool = false;
-    const MAPS: usize = if SPLIT { 5 } else { 2 };
     const SPLIT: bool = SPLIT;
     const PROMOTE: bool = SPLIT;
     const SWAPPED: bool = SWAPPED;
@@ -337,16 +324,6 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
         setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 {
             let (map_a, map_b) = (maps, maps.add(128));
-            // The host copied the maps in before the launch, often to the address an earlier
-            // launch's maps had (the pool hands the block out again): see the module docs.
-            tensormap_acquire(map_a);
-            tensormap_acquire(map_b);
-            // (Swapped 3xTF32 has no map of A's low part: the consumers make it.)
-            for extra in 2..O::MAPS {
-                if !(O::SWAPPED && extra == 3) {
-                    tensormap_acquire(maps.add(128 * extra));
-                }
-            }
             // k-steps issued so far, over every tile of this block: stage and phase.
             let mut it = 0usize;
             let mut unit = first_unit;
@@ -468,9 +445,6 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
         let wg = (t / 128 - 1) as u32;
         let leader = t % 128 == 0;
         let map_out = maps.add(256);
-        if tma_store && leader {
-            tensormap_acquire(map_out);
-        }
         // Rows of the tile per consumer, and the first of this one's.
         let rows_wg = bm / CONSUMERS;
         let (swapped_row, frag_lo, frag_hi) = if O::SWAPPED { swapped_fragment(wg) } else { (0, 0, 0) };
@@ -994,13 +968,13 @@ macro_rules! wgmma_kernels {
         /// columns when B is K-major).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            maps: *const u8, c: *const $elem, bias: *const $elem, out: *mut $elem,
+            _maps: TensorMaps, c: *const $elem, bias: *const $elem, out: *mut $elem,
             m: usize, n: usize, k: usize, stride_c: usize,
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
             ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
             gemm::<$e, $ta, $tb, $tile, Matrices<$split, $swapped>>(
-                maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
+                kernel_param_address!($name, 0), (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
                 (k_steps, ws), (layers, tma_store != 0, cluster as usize), Matrices,
             )
         }

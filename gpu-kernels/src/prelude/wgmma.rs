@@ -72,26 +72,34 @@ pub unsafe fn mbarrier_wait(bar: u32, parity: u32) {
     }
 }
 
-/// Make the tensor map at global address `map` (128 bytes), written by the host (a copy from host
-/// memory) before this kernel was launched, visible to the tensor-map proxy that TMA reads it
-/// through (`fence.proxy.tensormap::generic.acquire.sys`, PTX ISA 8.3). Without it the proxy may
-/// use a descriptor it cached for the same address from an earlier launch. System scope because
-/// the host wrote the map (the programming guide's rule for maps copied in with `cudaMemcpy`).
-///
-/// # Safety
-/// `map` is the generic address of a 128-byte `CUtensorMap` in global memory.
-#[inline(always)]
-pub unsafe fn tensormap_acquire(map: *const u8) {
-    asm!("fence.proxy.tensormap::generic.acquire.sys [{m}], 128;", m = in(reg64) map, options(nostack));
+/// The generic address of parameter `$index` of kernel `$kernel` (the entry's own name): the
+/// tensor maps a kernel takes by value ([`TensorMaps`](crate::shapes::TensorMaps)), which TMA
+/// reads in place. Taking the address in Rust would make LLVM copy the parameter to local memory
+/// first, and a local copy is no tensor map, so `cvta.param` names the parameter's PTX symbol.
+/// Parameters are fixed for the whole launch, so the tensor-map proxy needs no fence.
+macro_rules! kernel_param_address {
+    ($kernel:ident, $index:literal) => {{
+        let address: u64;
+        // SAFETY: reads no memory; `cvta.param` of a parameter of the entry this expands in.
+        unsafe {
+            core::arch::asm!(
+                concat!("cvta.param.u64 {a}, ", stringify!($kernel), "_param_", stringify!($index), ";"),
+                a = out(reg64) address,
+                options(pure, nomem, nostack)
+            )
+        };
+        address as *const u8
+    }};
 }
+pub(crate) use kernel_param_address;
 
 /// TMA: copy the box at element coordinates `(c0, c1, c2)` of the 3-D tensor described by the
-/// tensor map at global address `map` into shared memory at `dst`; completion adds the box's
+/// tensor map at `map` into shared memory at `dst`; completion adds the box's
 /// bytes to `bar`'s transaction count. Out-of-bounds elements are filled with zeros.
 ///
 /// # Safety
-/// `map` is a 64-byte-aligned `CUtensorMap` in global memory, valid for the kernel's duration and
-/// made visible to the tensor-map proxy by [`tensormap_acquire`] in this thread;
+/// `map` is the generic address of a `CUtensorMap` kernel parameter
+/// ([`kernel_param_address`]);
 /// `dst` is a shared buffer of the box's size, aligned as the map's swizzle needs (1024 bytes
 /// for 128-byte swizzle); `bar` is an initialised shared `mbarrier`.
 #[inline(always)]
@@ -146,7 +154,7 @@ pub unsafe fn mbarrier_arrive_cluster(bar: u32, rank: u32) {
 }
 
 /// TMA: copy the box at `src` in shared memory to element coordinates `(c0, c1, c2)` of the 3-D
-/// tensor described by the tensor map at global address `map` (the box's layout and swizzle as
+/// tensor described by the tensor map at `map` (the box's layout and swizzle as
 /// the map says); the part of the box outside the tensor is not written. The copy joins this
 /// thread's current bulk-async group ([`bulk_commit`], [`bulk_wait_read`]).
 ///

@@ -16,16 +16,16 @@
 //! modules are loaded (compute capability 9.0, `FERROCUDA_DISABLE_SM90A` unset) the backward at
 //! D = 64 and 128 runs the `wgmma` kernels of `backward_wgmma.rs`, with the same contract.
 use crate::kernels;
-use crate::ops::matmul::{tensor_map, upload_tensor_maps};
+use crate::ops::matmul::{tensor_map, tensor_maps};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
     attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_rows, attn_fwd_shared_bytes,
-    attn_wg_bwd_shared_bytes, attn_wg_padded_rows, attn_wgmma_shared_bytes, ATTN_AUX_BLOCK, ATTN_BLOCK_M,
-    ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS, ATTN_WGMMA_BLOCK_M, ATTN_WGMMA_BLOCK_N, ATTN_WGMMA_PANEL,
-    ATTN_WGMMA_THREADS, ATTN_WG_CONSUMERS, ATTN_WG_ROWS, ATTN_WG_THREADS,
+    attn_wg_bwd_shared_bytes, attn_wg_padded_rows, attn_wgmma_shared_bytes, TensorMaps, ATTN_AUX_BLOCK,
+    ATTN_BLOCK_M, ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS, ATTN_WGMMA_BLOCK_M, ATTN_WGMMA_BLOCK_N,
+    ATTN_WGMMA_PANEL, ATTN_WGMMA_THREADS, ATTN_WG_CONSUMERS, ATTN_WG_ROWS, ATTN_WG_THREADS,
 };
 use crate::tensor::{DType, Storage, Tensor};
 use rayon::prelude::*;
@@ -204,7 +204,7 @@ fn uses_wgmma_forward(
         && d.sq.max(d.sk) < i32::MAX as usize / 2
 }
 
-/// The Hopper forward: q's, k's and v's tensor maps to the device, then the launch.
+/// The Hopper forward: q's, k's and v's tensor maps, then the launch.
 fn forward_wgmma(
     stream: &Arc<Stream>,
     d: Dims,
@@ -219,13 +219,12 @@ fn forward_wgmma(
     let boxed = (ATTN_WGMMA_PANEL, ATTN_WGMMA_BLOCK_N);
     let map_k = tensor_map(dtype, k.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
     let map_v = tensor_map(dtype, v.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
-    let maps_dev = upload_tensor_maps(stream, &[map_q, map_k, map_v], OP)?;
     let mut cfg = block_grid(OP, &d, d.sq.div_ceil(ATTN_WGMMA_BLOCK_M), attn_wgmma_shared_bytes(d.d))?;
     cfg.block = (ATTN_WGMMA_THREADS as u32, 1, 1);
     let kernel = FWD_WGMMA_KERNELS[dtype.index() - 1][usize::from(d.d == 128)];
     let scale_log2 = d.scale(params) * std::f32::consts::LOG2_E;
     let args = (
-        maps_dev.dev_ptr(),
+        tensor_maps(&[map_q, map_k, map_v]),
         out.ptr_mut(),
         lse.ptr_mut(),
         d.sq,
@@ -240,10 +239,8 @@ fn forward_wgmma(
     // above for their live, 16-byte aligned buffers with the shapes `dims()` checked (Hkv
     // dividing Hq, D the kernel's); out and lse are fresh buffers of [B, Hq, Sq, D] and
     // [B, Hq, Sq]; block, grid (B ≤ 65535 checked by `block_grid`) and dynamic shared memory are
-    // the kernel's; Sq, Sk > 0; scale_log2 > 0. `maps_dev` returns to the stream-ordered pool
-    // after this call, so no later work reuses it before the kernel ends; pool blocks are
-    // 256-byte aligned, so the maps are 64-byte aligned; the kernel fences the tensor-map proxy
-    // on them before its first TMA copy.
+    // the kernel's; Sq, Sk > 0; scale_log2 > 0. The maps travel by value in the launch's
+    // parameters, which the launch copies.
     unsafe { kernel.launch(stream, cfg, args) }
 }
 
@@ -403,7 +400,7 @@ fn sum_heads(stream: &Arc<Stream>, d: &Dims, parts: [&Tensor; 2], grads: [&Tenso
 }
 
 /// The Hopper backward (`backward_wgmma.rs`, sm_90a module, D = 64 or 128): the padded
-/// statistics, q, k, v and dout's tensor maps to the device, the dQ and dK/dV kernels, and the
+/// statistics, q, k, v and dout's tensor maps, the dQ and dK/dV kernels, and the
 /// GQA head sum when a kv head serves several query heads (else dK/dV land in the dtype
 /// directly).
 fn gpu_backward_wgmma(
@@ -434,8 +431,7 @@ fn gpu_backward_wgmma(
     for (t, s, h) in [(q, d.sq, d.hq), (k, d.sk, d.hkv), (v, d.sk, d.hkv), (dout, d.sq, d.hq)] {
         maps.push(tensor_map(dtype, t.device_ptr(), (d.d, s, d.b * h), s * d.d, (64, ATTN_WG_ROWS))?);
     }
-    let maps_dev = upload_tensor_maps(stream, &maps, OP)?;
-    let maps = maps_dev.dev_ptr();
+    let maps = tensor_maps(&maps);
 
     let block_rows = ATTN_WG_ROWS * ATTN_WG_CONSUMERS;
     // `keys`: the dQ kernel (keys streamed), else the dK/dV kernel.
@@ -450,10 +446,8 @@ fn gpu_backward_wgmma(
     let dq = Tensor::uninit_as(ctx, q.shape(), dtype, OP)?;
     // SAFETY (this launch and the next): `maps` holds the tensor maps of q, dout ([B, Hq, Sq,
     // D]) and k, v ([B, Hkv, Sk, D]), live buffers of this stream whose shapes `dims()` checked,
-    // made above with 64 × 64 boxes and 128-byte swizzle; `maps_dev` returns to the
-    // stream-ordered pool after this call, so no later work reuses it before the kernels end; pool
-    // blocks are 256-byte aligned, so each map is 64-byte aligned (the kernels fence the
-    // tensor-map proxy, see `gemm_wgmma.rs`). lse2 and delta hold `padded` rows per (batch, query
+    // made above with 64 × 64 boxes and 128-byte swizzle, by value in the launch's parameters.
+    // lse2 and delta hold `padded` rows per (batch, query
     // head), Hkv divides Hq, D is the kernel's; block, grid (x over 128-row tiles) and dynamic
     // shared memory are the kernel's. Here `attention_bwd_wgmma_dq_<dtype>_d<D>(maps, lse2, delta,
     // dq, sq, sk, hq, hkv, scale, scale_log2, causal)` with dq fresh [B, Hq, Sq, D].
@@ -550,7 +544,7 @@ type DkDvArgs = (
 );
 
 /// maps, out, lse, sq, sk, hq, hkv, scale_log2, causal.
-type WgmmaForwardArgs = (DevPtr<u8>, DevPtrMut<u16>, DevPtrMut<f32>, usize, usize, usize, usize, f32, u32);
+type WgmmaForwardArgs = (TensorMaps, DevPtrMut<u16>, DevPtrMut<f32>, usize, usize, usize, usize, f32, u32);
 /// `[f16, bf16][D = 64, 128]`.
 const FWD_WGMMA_KERNELS: [[Kernel<WgmmaForwardArgs>; 2]; 2] = [
     [kernels::attention_fwd_wgmma_f16_d64, kernels::attention_fwd_wgmma_f16_d128],
@@ -617,10 +611,10 @@ const STATS_KERNELS: [Kernel<StatsArgs>; 2] =
     [kernels::attention_bwd_stats_f16, kernels::attention_bwd_stats_bf16];
 /// maps, lse2, delta, dq, sq, sk, hq, hkv, scale, scale_log2, causal.
 type WgmmaDqArgs =
-    (DevPtr<u8>, DevPtr<f32>, DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize, f32, f32, u32);
+    (TensorMaps, DevPtr<f32>, DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize, f32, f32, u32);
 /// maps, lse2, delta, dk, dv (f32), dk, dv (dtype), sq, sk, hq, hkv, scale, scale_log2, causal.
 type WgmmaDkDvArgs = (
-    DevPtr<u8>,
+    TensorMaps,
     DevPtr<f32>,
     DevPtr<f32>,
     DevPtrMut<f32>,

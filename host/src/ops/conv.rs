@@ -26,13 +26,13 @@
 //! size (tests).
 use crate::kernels;
 use crate::ops::matmul::Gemm;
-use crate::ops::matmul::{tensor_map_tiled, upload_tensor_maps};
+use crate::ops::matmul::{tensor_map_tiled, tensor_maps};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::shapes::{
-    gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, ACTIVATION_NONE, CONV_BIAS_BLOCK,
+    gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, TensorMaps, ACTIVATION_NONE, CONV_BIAS_BLOCK,
     CONV_COL2IM_BLOCK, CONV_MEDIUM_BLOCKS_PER_SM, CONV_SPLIT_ALIGN, ELEMENTWISE_BLOCK, GEMM_REDUCE_THREADS,
     GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL, MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE,
     WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_TILES,
@@ -575,7 +575,7 @@ const F32X3_FORWARD_TILES: [ForwardTile; 2] =
 /// dilation_w, padding_h, padding_w, box_q_shift, box_p_shift, boxes_q, boxes_p, images,
 /// channels, rows, cols)`.
 type WgmmaForwardArgs = (
-    DevPtr<u8>,
+    TensorMaps,
     DevPtr<f32>,
     DevPtrMut<f32>,
     usize,
@@ -695,7 +695,7 @@ impl WgmmaForward {
     }
 
     /// x to NHWC, w to `[K, R·S, C]` (for 3xTF32, each as its TF32 rounding and remainder),
-    /// their tensor maps to the device, then the launch.
+    /// their tensor maps, then the launch.
     fn run(&self, op: &'static str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let g = &self.geometry;
         let (kind, _, kernel) = Self::tiles(self.split)[self.tile];
@@ -737,7 +737,6 @@ impl WgmmaForward {
         }
         let ctx = x.context();
         let stream = ctx.stream(op)?;
-        let maps_dev = upload_tensor_maps(stream, &maps, op)?;
         let y = Tensor::uninit(ctx, &g.y_shape(), op)?;
         let units = self.units();
         let cfg = LaunchConfig {
@@ -749,7 +748,7 @@ impl WgmmaForward {
         let Conv2dParams { dilation, padding, .. } = g.params;
         let u = |v: usize| v as u32;
         let args = (
-            maps_dev.dev_ptr(),
+            tensor_maps(&maps),
             Tensor::ptr_or_null(bias),
             y.ptr_mut(),
             self.pixel_boxes() * rows,
@@ -778,10 +777,9 @@ impl WgmmaForward {
         // is the boxes × `rows`, n = K, k = R·S·⌈C/32⌉·32; `bias` is null or K floats (checked by
         // `conv2d`) and the output the fresh [N, K, P, Q] `y` on this stream; `Geometry::check` bounded every extent below 2^31, so the kernel's 32-bit
         // coordinates hold; block, grid (at most one block an SM, no clusters) and dynamic
-        // shared memory are the kernel's. `maps_dev`, `x_nhwc`, `w_taps` and `low` return to the
+        // shared memory are the kernel's. `x_nhwc`, `w_taps` and `low` return to the
         // stream-ordered pool after this call, so no later work reuses them before the kernel
-        // ends; `upload_tensor_maps` aligned the maps, and the kernel fences the tensor-map
-        // proxy before its first TMA copy.
+        // ends; the maps travel by value in the launch's parameters.
         unsafe { kernel.launch(stream, cfg, args)? };
         Ok(y)
     }
@@ -810,7 +808,7 @@ type WeightTile = (usize, f64, Kernel<WgmmaWeightArgs>);
 /// `conv2d_bwd_weight_wgmma_tf32*(maps, out, ws, m, n, k, k_steps, layers, q_steps, rows, taps_s,
 /// dilation_h, dilation_w, padding_h, padding_w)`.
 type WgmmaWeightArgs = (
-    DevPtr<u8>,
+    TensorMaps,
     DevPtrMut<f32>,
     DevPtrMut<f32>,
     usize,
@@ -911,7 +909,7 @@ impl WgmmaWeight {
         }
     }
 
-    /// dy's and x's tensor maps to the device, the launch, the slices added in order, and the
+    /// dy's and x's tensor maps, the launch, the slices added in order, and the
     /// `[R·S, K·C]` sums transposed to `[K, C, R, S]`.
     fn run(&self, op: &'static str, x: &Tensor, dy: &Tensor) -> Result<Tensor> {
         let g = &self.geometry;
@@ -964,7 +962,6 @@ impl WgmmaWeight {
                 copy += (x_rows * pitch * 4) as u64;
             }
         }
-        let maps_dev = upload_tensor_maps(stream, &[map_dy, maps_x[0], maps_x[1], maps_x[2], maps_x[3]], op)?;
         let sums = Tensor::uninit(ctx, &[taps, g.k, g.c], op)?;
         let layers = taps * self.slices;
         let ws = if self.slices > 1 {
@@ -981,7 +978,7 @@ impl WgmmaWeight {
         let Conv2dParams { dilation, padding, .. } = g.params;
         let u = |v: usize| v as u32;
         let args = (
-            maps_dev.dev_ptr(),
+            tensor_maps(&[map_dy, maps_x[0], maps_x[1], maps_x[2], maps_x[3]]),
             sums.ptr_mut(),
             ws.as_ref().map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut),
             g.k,
@@ -1006,10 +1003,9 @@ impl WgmmaWeight {
         // `sums` gets [R·S, K, C]) or a fresh buffer of layers·K·C floats, `sums` a fresh
         // [R·S, K, C] buffer, all on this stream; `Geometry::check` bounded every extent below
         // 2^31, so the kernel's 32-bit coordinates hold; block, grid (at most one block an SM, no
-        // clusters) and dynamic shared memory are the kernel's. `maps_dev`, `copies` and `ws`
-        // return to the stream-ordered pool after the launches here, so no later work reuses them
-        // before the kernels end; pool blocks are 256-byte aligned, so every map is 64-byte
-        // aligned, and the kernel fences the tensor-map proxy on each before its first TMA copy.
+        // clusters) and dynamic shared memory are the kernel's. `copies` and `ws` return to the
+        // stream-ordered pool after the launches here, so no later work reuses them before the
+        // kernels end; the maps travel by value in the launch's parameters.
         unsafe { kernel.launch(stream, cfg, args)? };
         if let Some(ws) = &ws {
             let outputs = g.k * g.c;

@@ -42,12 +42,12 @@ use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
 use crate::runtime::stream::Stream;
 use crate::shapes::{
-    gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, gemv_piece, ACTIVATION_GELU, ACTIVATION_NONE,
-    ACTIVATION_RELU, GEMM_BK, GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM, GEMM_TILE_SMALL,
-    GEMM_TILE_TINY, GEMM_TILE_WIDE, GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT, GEMV_MMA_COLS,
-    GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES,
-    MMA_THREADS, MMA_TILE, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS,
-    WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
+    gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, gemv_piece, TensorMaps, ACTIVATION_GELU,
+    ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK, GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM,
+    GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE, GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT,
+    GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK,
+    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, TENSOR_MAPS_BYTES, TENSOR_MAPS_MAX, WGMMA_MN_BOX,
+    WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -627,7 +627,7 @@ impl<'a> Gemm<'a> {
     }
 
     /// The `wgmma` kernel on `a` and `b` (transposed as flagged) with tile `kind` of
-    /// `WGMMA_TILES`: A's, B's and the output's tensor maps go to the device (with `lows`, the
+    /// `WGMMA_TILES`: A's, B's and the output's tensor maps (with `lows`, the
     /// 3xTF32 kernel: then A's and B's low parts' too), then the launch.
     fn launch_wgmma(
         &self,
@@ -707,7 +707,6 @@ impl<'a> Gemm<'a> {
             }
             maps.push(map_b_of(b_lo)?);
         }
-        let maps_dev = upload_tensor_maps(stream, &maps, op)?;
 
         let layers = d.batch * plan.slices;
         let units = d.m.div_ceil(tile.0).div_ceil(cluster) * d.n.div_ceil(tile.1) * layers;
@@ -723,7 +722,7 @@ impl<'a> Gemm<'a> {
         // units `blockIdx.x / cluster + i·gridDim.x / cluster`.
         let resident = if cluster > 1 { clusters } else { stream.device.info.sm_count as usize };
         cfg.grid.0 = (units.min(resident).max(1) * cluster) as u32;
-        let maps = maps_dev.dev_ptr();
+        let maps = tensor_maps(&maps);
         let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
         let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
         let launch = (k_steps, ws, layers, u32::from(tma_store), cluster as u32);
@@ -740,11 +739,8 @@ impl<'a> Gemm<'a> {
         // split copies, which the caller keeps until after this launch) and `out` with the shapes
         // and strides `dims()` checked and the boxes of the kernel's tile; c and bias
         // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
-        // block, grid and dynamic shared memory are the kernel's. `maps_dev` returns to the
-        // stream-ordered pool after this call, so no later work reuses it before the kernel ends;
-        // pool blocks are 256-byte aligned, so both maps are 64-byte aligned. The kernel fences the
-        // tensor-map proxy on both maps before its first TMA copy, since the block may have held
-        // an earlier launch's maps at the same address.
+        // block, grid and dynamic shared memory are the kernel's. The maps travel by value in the
+        // launch's parameters.
         unsafe {
             match kernel {
                 WgmmaKernel::Tf32(k) => {
@@ -760,7 +756,7 @@ impl<'a> Gemm<'a> {
     /// The arguments of the `wgmma` kernels after the tensor maps `maps`.
     fn wgmma_args<E: DeviceElement>(
         &self,
-        maps: DevPtr<u8>,
+        maps: TensorMaps,
         d: &Dims,
         out: &Tensor,
         (k_steps, ws, layers, tma_store, cluster): (usize, DevPtrMut<f32>, usize, u32, u32),
@@ -1511,7 +1507,7 @@ const TF32_KERNELS: ByTranspose<GemmArgs<f32>> =
 /// split-K workspace (null: none), batch × slices, whether the output goes by TMA store, the
 /// cluster size.
 type WgmmaArgs<E> = (
-    DevPtr<u8>,
+    TensorMaps,
     DevPtr<E>,
     DevPtr<E>,
     DevPtrMut<E>,
@@ -1687,21 +1683,15 @@ fn tensor_map_pitched(
     )
 }
 
-/// `maps` copied in order, 128 bytes apart, into a fresh pool block of `stream`, ordered before
-/// whatever the stream queues next. Pool blocks are 256-byte aligned, so every map is 64-byte
-/// aligned, as TMA needs; the block may have held an earlier launch's maps, so the kernels that
-/// read them fence the tensor-map proxy first.
-pub(crate) fn upload_tensor_maps(
-    stream: &Arc<Stream>,
-    maps: &[sys::CUtensorMap],
-    op: &'static str,
-) -> Result<DeviceBuffer> {
-    let words: Vec<u64> = maps.iter().flat_map(|map| map.opaque).collect();
-    let buffer = stream.device.pool.alloc(stream, words.len() * 8, op)?;
-    // SAFETY: the fresh buffer of this stream holds exactly the copied words (see `copy_htod` on
-    // the pageable source; u64 has no padding); later work on this stream is ordered after it.
-    unsafe { stream.copy_htod_const(buffer.ptr(), &words) }?;
-    Ok(buffer)
+/// `maps` in order, 128 bytes apart, as the by-value parameter of a kernel that reads them in
+/// place; the rest of the parameter is zero.
+pub(crate) fn tensor_maps(maps: &[sys::CUtensorMap]) -> TensorMaps {
+    assert!(maps.len() <= TENSOR_MAPS_MAX, "at most {TENSOR_MAPS_MAX} tensor maps a launch");
+    let mut words = TensorMaps([0; TENSOR_MAPS_BYTES / 8]);
+    for (slot, map) in words.0.chunks_exact_mut(16).zip(maps) {
+        slot.copy_from_slice(&map.opaque);
+    }
+    words
 }
 
 /// A tiled TMA tensor map of rank `dims.len()` (at most 5): `dims` innermost first, `strides` in

@@ -109,6 +109,9 @@ unsafe impl DeviceArg for u64 {}
 unsafe impl DeviceArg for usize {}
 // SAFETY: `repr(C, align(8))` over u64s, the layout of the kernel's by-value `.param` array.
 unsafe impl DeviceArg for crate::shapes::ParamWords {}
+// SAFETY: `repr(C, align(16))` over u64s, the layout of the kernel's by-value `.param` array
+// (build.rs raises its PTX alignment to 64; the driver places it by the kernel's own layout).
+unsafe impl DeviceArg for crate::shapes::TensorMaps {}
 // SAFETY: as above.
 unsafe impl<T: DeviceElement> DeviceArg for DevPtr<T> {
     fn access(&self) -> Option<Access> {
@@ -139,7 +142,7 @@ macro_rules! scalar_params {
         }
     )*};
 }
-scalar_params!(f32, u32, u64, usize, crate::shapes::ParamWords);
+scalar_params!(f32, u32, u64, usize, crate::shapes::ParamWords, crate::shapes::TensorMaps);
 
 /// A kernel's whole argument list: a tuple of [`DeviceArg`]s.
 pub trait KernelArgs {
