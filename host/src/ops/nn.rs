@@ -902,6 +902,7 @@ pub fn layer_norm_backward(
                 unsafe { k.launch(stream, plan.cfg, args) }
             })?;
             if let Some(partials) = &partials {
+                let (cfg, c_lanes) = plan.final_pass(cols);
                 for (out, first) in [(&dgamma, 0), (&dbeta, cols)] {
                     launch_by_dtype!(LAYERNORM_PARAMS_SUM, dtype, |k| {
                         let args = (
@@ -909,13 +910,14 @@ pub fn layer_norm_backward(
                             plan.groups,
                             cols,
                             2 * cols,
-                            plan.c_lanes,
+                            c_lanes,
                             out.ptr_mut(),
                         );
                         // SAFETY: `layernorm_params_sum_<dtype>`: partials holds `groups` rows of
                         // 2·cols floats (written by the launch before, on this stream), read
-                        // from `first` < 2·cols; out holds cols values; one group of the plan.
-                        unsafe { k.launch(stream, plan.final_pass(), args) }
+                        // from `first` < 2·cols; out holds cols values; the final pass's grid for
+                        // its column lanes.
+                        unsafe { k.launch(stream, cfg, args) }
                     })?;
                 }
             }

@@ -241,11 +241,13 @@ fn sum_leading(x: &Tensor) -> Result<Tensor> {
                 unsafe { k.launch(stream, plan.cfg, args) }
             })?;
             if let Some(partials) = &partials {
+                let (cfg, c_lanes) = plan.final_pass(cols);
                 launch_by_dtype!(SUM_PARTIALS, dtype, |k| {
-                    let args = (partials.dev_ptr(), plan.groups, cols, cols, plan.c_lanes, out.ptr_mut());
+                    let args = (partials.dev_ptr(), plan.groups, cols, cols, c_lanes, out.ptr_mut());
                     // SAFETY: `sum_partials_<dtype>`: partials holds `groups` rows of cols floats,
-                    // written by the launch before on this stream; out cols values.
-                    unsafe { k.launch(stream, plan.final_pass(), args) }
+                    // written by the launch before on this stream; out cols values; the final
+                    // pass's grid for its column lanes.
+                    unsafe { k.launch(stream, cfg, args) }
                 })?;
             }
             Ok(out)

@@ -224,6 +224,10 @@ pub(crate) struct ColumnPlan {
 /// Rows a column team's group takes at least (below this the final pass costs more than it
 /// saves).
 const MIN_GROUP_ROWS: usize = 64;
+/// Column lanes of the final pass's blocks (32 columns a block): its few rows of partial sums
+/// spread over many blocks, each thread adding a handful (a block as wide as the first pass's,
+/// 256 columns, left 2 blocks at 384 columns to add 256 groups, 32 dependent loads a thread).
+const FINAL_C_LANES: usize = 4;
 
 impl ColumnPlan {
     pub(crate) fn new(
@@ -274,9 +278,11 @@ impl ColumnPlan {
         Ok((Some(buf), ptr))
     }
 
-    /// The final pass: one group of `groups` rows of partial sums.
-    pub(crate) fn final_pass(&self) -> LaunchConfig {
-        LaunchConfig { grid: (self.cfg.grid.0, 1, 1), ..self.cfg }
+    /// The final pass over `cols` columns: one group of `groups` rows of partial sums, its
+    /// launch shape and column lanes.
+    pub(crate) fn final_pass(&self, cols: usize) -> (LaunchConfig, usize) {
+        let c_lanes = FINAL_C_LANES.min(self.c_lanes);
+        (LaunchConfig { grid: (cols.div_ceil(8 * c_lanes) as u32, 1, 1), ..self.cfg }, c_lanes)
     }
 }
 
