@@ -32,16 +32,14 @@ kernel_table! {
                 gemm_wgmma_f16_tt_128x64, gemm_wgmma_bf16_nn_128x64, gemm_wgmma_bf16_nt_128x64,
                 gemm_wgmma_bf16_tn_128x64, gemm_wgmma_bf16_tt_128x64
             ](
-                maps: crate::shapes::TensorMaps, c: *const u16, bias: *const u16, out: *mut u16, m: usize, n: usize,
-                k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
-                cluster: u32
+                maps: crate::shapes::TensorMaps, c: *const u16, bias: *const u16, out: *mut u16, m: usize,
+                n: usize, k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32, cluster: u32
             );
             [gemm_wgmma_tf32_nt, gemm_wgmma_tf32_nn, gemm_wgmma_tf32_nn_128x64, gemm_wgmma_f32x3_nt, gemm_wgmma_f32x3_nn_128x64](
-                maps: crate::shapes::TensorMaps, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
-                k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32,
-                cluster: u32
+                maps: crate::shapes::TensorMaps, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
+                n: usize, k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32, cluster: u32
             );
         }
         conv::forward_wgmma {
@@ -49,10 +47,10 @@ kernel_table! {
                 conv2d_fwd_wgmma_tf32, conv2d_fwd_wgmma_tf32_256x128, conv2d_fwd_wgmma_tf32_128x64,
                 conv2d_fwd_wgmma_f32x3_128x128, conv2d_fwd_wgmma_f32x3_128x64
             ](
-                maps: crate::shapes::TensorMaps, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize,
-                c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
-                padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32,
-                images: u32, channels: u32, rows: u32, cols: u32
+                maps: crate::shapes::TensorMaps, bias: *const f32, out: *mut f32, m: usize, n: usize,
+                k: usize, c_steps: u32, taps_s: u32, dilation_h: u32, dilation_w: u32, padding_h: u32,
+                padding_w: u32, box_q_shift: u32, box_p_shift: u32, boxes_q: u32, boxes_p: u32, images: u32,
+                channels: u32, rows: u32, cols: u32
             );
         }
         conv::backward_weight_wgmma {
@@ -73,8 +71,8 @@ kernel_table! {
                 attention_fwd_wgmma_f16_d64, attention_fwd_wgmma_f16_d128, attention_fwd_wgmma_bf16_d64,
                 attention_fwd_wgmma_bf16_d128
             ](
-                maps: crate::shapes::TensorMaps, out: *mut u16, lse: *mut f32, sq: usize, sk: usize, hq: usize, hkv: usize,
-                scale_log2: f32, causal: u32
+                maps: crate::shapes::TensorMaps, out: *mut u16, lse: *mut f32, sq: usize, sk: usize,
+                hq: usize, hkv: usize, scale_log2: f32, causal: u32
             );
         }
     }
@@ -88,15 +86,15 @@ kernel_table! {
                 attention_bwd_wgmma_dq_f16_d64, attention_bwd_wgmma_dq_f16_d128,
                 attention_bwd_wgmma_dq_bf16_d64, attention_bwd_wgmma_dq_bf16_d128
             ](
-                maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16, sq: usize,
-                sk: usize, hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32
+                maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16,
+                sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32
             );
             [
                 attention_bwd_wgmma_dkdv_f16_d64, attention_bwd_wgmma_dkdv_f16_d128,
                 attention_bwd_wgmma_dkdv_bf16_d64, attention_bwd_wgmma_dkdv_bf16_d128
             ](
-                maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dk: *mut f32, dv: *mut f32,
-                dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize,
+                maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dk: *mut f32,
+                dv: *mut f32, dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize,
                 scale: f32, scale_log2: f32, causal: u32
             );
         }

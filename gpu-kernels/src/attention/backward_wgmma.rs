@@ -681,8 +681,9 @@ macro_rules! wgmma_backward_kernels {
             dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
             scale_log2: f32, causal: u32,
         ) {
+            let maps = kernel_param_address!($dkdv, 0);
             dkdv::<$e, $tile, $dkdv_scores, $d>(
-                kernel_param_address!($dkdv, 0), (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
+                maps, (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
             )
         }
     )*};

@@ -135,8 +135,9 @@ macro_rules! conv_wgmma_weight_kernels {
                 padding: (padding_h, padding_w),
             };
             let none = core::ptr::null::<f32>();
+            let maps = kernel_param_address!($name, 0);
             gemm::<Tf32, false, true, $tile, WeightTaps<$split>>(
-                kernel_param_address!($name, 0), (none, none, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0), (k_steps, ws),
+                maps, (none, none, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0), (k_steps, ws),
                 (layers, false, 1), taps,
             )
         }

@@ -179,8 +179,9 @@ macro_rules! conv_wgmma_kernels {
                 out: (images, channels, rows, cols),
             };
             let none = core::ptr::null::<f32>();
+            let maps = kernel_param_address!($name, 0);
             gemm::<Tf32, false, true, $tile, ForwardTaps<$split>>(
-                kernel_param_address!($name, 0), (none, bias, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0),
+                maps, (none, bias, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0),
                 (k.div_ceil(CHANNELS as usize), core::ptr::null_mut()), (1, false, 1), taps,
             )
         }

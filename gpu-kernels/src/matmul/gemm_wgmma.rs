@@ -973,8 +973,9 @@ macro_rules! wgmma_kernels {
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
             ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
+            let maps = kernel_param_address!($name, 0);
             gemm::<$e, $ta, $tb, $tile, Matrices<$split, $swapped>>(
-                kernel_param_address!($name, 0), (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
+                maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
                 (k_steps, ws), (layers, tma_store != 0, cluster as usize), Matrices,
             )
         }

@@ -94,12 +94,11 @@ macro_rules! kernel_param_address {
 pub(crate) use kernel_param_address;
 
 /// TMA: copy the box at element coordinates `(c0, c1, c2)` of the 3-D tensor described by the
-/// tensor map at `map` into shared memory at `dst`; completion adds the box's
-/// bytes to `bar`'s transaction count. Out-of-bounds elements are filled with zeros.
+/// tensor map at `map` into shared memory at `dst`; completion adds the box's bytes to `bar`'s
+/// transaction count. Out-of-bounds elements are filled with zeros.
 ///
 /// # Safety
-/// `map` is the generic address of a `CUtensorMap` kernel parameter
-/// ([`kernel_param_address`]);
+/// `map` is the generic address of a `CUtensorMap` kernel parameter ([`kernel_param_address`]);
 /// `dst` is a shared buffer of the box's size, aligned as the map's swizzle needs (1024 bytes
 /// for 128-byte swizzle); `bar` is an initialised shared `mbarrier`.
 #[inline(always)]
@@ -154,9 +153,9 @@ pub unsafe fn mbarrier_arrive_cluster(bar: u32, rank: u32) {
 }
 
 /// TMA: copy the box at `src` in shared memory to element coordinates `(c0, c1, c2)` of the 3-D
-/// tensor described by the tensor map at `map` (the box's layout and swizzle as
-/// the map says); the part of the box outside the tensor is not written. The copy joins this
-/// thread's current bulk-async group ([`bulk_commit`], [`bulk_wait_read`]).
+/// tensor described by the tensor map at `map` (the box's layout and swizzle as the map says);
+/// the part of the box outside the tensor is not written. The copy joins this thread's current
+/// bulk-async group ([`bulk_commit`], [`bulk_wait_read`]).
 ///
 /// # Safety
 /// `map` as for [`tma_load_3d`]; `src` is aligned as the map's swizzle needs and holds the box,
