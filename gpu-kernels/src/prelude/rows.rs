@@ -810,6 +810,8 @@ pub struct ColumnTeam {
     pub rows_end: usize,
     /// Values per 16-byte vector, or 0 (scalar accesses).
     vec: usize,
+    /// This thread's 8 columns are whole vectors inside the row: every row loads as two of them.
+    vectors: bool,
 }
 
 /// Column sums a block adds up in shared memory: `K ≤ 2` sums of `blockDim.x · 8` columns.
@@ -820,7 +822,7 @@ impl ColumnTeam {
     #[inline(always)]
     pub fn new<F: Float>(rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize) -> Self {
         let rows_begin = block_y() * rows_per_group;
-        ColumnTeam {
+        let mut team = ColumnTeam {
             c_lane: thread_x() % c_lanes,
             c_lanes,
             r_lane: thread_x() / c_lanes,
@@ -830,7 +832,10 @@ impl ColumnTeam {
             rows_begin,
             rows_end: rows.min(rows_begin + rows_per_group),
             vec: if cols % F::PER_16B == 0 { F::PER_16B } else { 0 },
-        }
+            vectors: false,
+        };
+        team.vectors = team.vec != 0 && team.column(7) < cols;
+        team
     }
 
     /// The offset from `col0` of this thread's value `e`.
@@ -852,7 +857,7 @@ impl ColumnTeam {
     /// `F::PER_16B`).
     #[inline(always)]
     pub unsafe fn load<F: Float>(&self, row_start: *const F::Raw) -> [f32; 8] {
-        if self.vec != 0 && self.column(7) < self.cols {
+        if self.vectors {
             return F::load8(row_start.add(self.column(0)), self.column(4) - self.column(0));
         }
         let mut v = [0.0f32; 8];
@@ -873,13 +878,28 @@ impl ColumnTeam {
         mut out: impl FnMut(usize, [f32; K]),
     ) {
         let mut acc = [[0.0f32; 8]; K];
-        let mut r = self.rows_begin + self.r_lane;
-        while r < self.rows_end {
-            let v = f(r);
+        let add = |acc: &mut [[f32; 8]; K], v: [[f32; 8]; K]| {
             for k in 0..K {
                 unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { acc[k][e] += v[k][e]; });
             }
-            r += self.r_lanes;
+        };
+        let step = self.r_lanes;
+        let mut r = self.rows_begin + self.r_lane;
+        if self.vectors {
+            // Four rows' vector loads in flight before their sums, added in row order as one at a
+            // time would (the same bits). The test is made once here, so the loads' own branch
+            // folds away.
+            while r + 3 * step < self.rows_end {
+                let v = [f(r), f(r + step), f(r + 2 * step), f(r + 3 * step)];
+                for v in v {
+                    add(&mut acc, v);
+                }
+                r += 4 * step;
+            }
+        }
+        while r < self.rows_end {
+            add(&mut acc, f(r));
+            r += step;
         }
         let scratch = shared_ptr(&raw mut COLUMN_SCRATCH_F32);
         let width = 8 * self.c_lanes;
