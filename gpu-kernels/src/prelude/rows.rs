@@ -810,7 +810,8 @@ pub struct ColumnTeam {
     pub rows_end: usize,
     /// Values per 16-byte vector, or 0 (scalar accesses).
     vec: usize,
-    /// This thread's 8 columns are whole vectors inside the row: every row loads as two of them.
+    /// This thread's 8 columns lie inside the row as whole 16-byte vectors: `load` reads them as
+    /// vectors, without a bounds test.
     vectors: bool,
 }
 

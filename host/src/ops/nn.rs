@@ -902,7 +902,7 @@ pub fn layer_norm_backward(
                 unsafe { k.launch(stream, plan.cfg, args) }
             })?;
             if let Some(partials) = &partials {
-                let (cfg, c_lanes) = plan.final_pass(cols);
+                let (cfg, c_lanes) = plan.final_pass();
                 for (out, first) in [(&dgamma, 0), (&dbeta, cols)] {
                     launch_by_dtype!(LAYERNORM_PARAMS_SUM, dtype, |k| {
                         let args = (

@@ -241,7 +241,7 @@ fn sum_leading(x: &Tensor) -> Result<Tensor> {
                 unsafe { k.launch(stream, plan.cfg, args) }
             })?;
             if let Some(partials) = &partials {
-                let (cfg, c_lanes) = plan.final_pass(cols);
+                let (cfg, c_lanes) = plan.final_pass();
                 launch_by_dtype!(SUM_PARTIALS, dtype, |k| {
                     let args = (partials.dev_ptr(), plan.groups, cols, cols, c_lanes, out.ptr_mut());
                     // SAFETY: `sum_partials_<dtype>`: partials holds `groups` rows of cols floats,

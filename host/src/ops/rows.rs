@@ -215,6 +215,7 @@ impl RowPlan {
 /// the final pass over the partial sums).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ColumnPlan {
+    cols: usize,
     pub c_lanes: usize,
     pub rows_per_group: usize,
     pub groups: usize,
@@ -251,6 +252,7 @@ impl ColumnPlan {
         let rows_per_group = rows.div_ceil(groups).max(1);
         let groups = rows.div_ceil(rows_per_group).max(1);
         Ok(Self {
+            cols,
             c_lanes,
             rows_per_group,
             groups,
@@ -278,11 +280,11 @@ impl ColumnPlan {
         Ok((Some(buf), ptr))
     }
 
-    /// The final pass over `cols` columns: one group of `groups` rows of partial sums, its
-    /// launch shape and column lanes.
-    pub(crate) fn final_pass(&self, cols: usize) -> (LaunchConfig, usize) {
+    /// The final pass: one group of `groups` rows of partial sums, its launch shape and column
+    /// lanes.
+    pub(crate) fn final_pass(&self) -> (LaunchConfig, usize) {
         let c_lanes = FINAL_C_LANES.min(self.c_lanes);
-        (LaunchConfig { grid: (cols.div_ceil(8 * c_lanes) as u32, 1, 1), ..self.cfg }, c_lanes)
+        (LaunchConfig { grid: (self.cols.div_ceil(8 * c_lanes) as u32, 1, 1), ..self.cfg }, c_lanes)
     }
 }
 
