@@ -602,8 +602,16 @@ fn every_dispatch_branch(gpu: &Context) {
         if !small {
             check_product(gpu, dtype, (130, 4100, 2056), (false, true), (2, true), true, seed);
         }
-        // Batches: the few-row kernel and split-K with a shared and a batched B.
-        for (shape, batch_b) in [((3, 77, 1200), true), ((2, 77, 1200), false), ((24, 40, 2000), true)] {
+        // Batches: the few-row kernels (f32 from 5 rows on TMA, in clusters of slices) and
+        // split-K with a shared and a batched B.
+        let batches = [
+            ((3, 77, 1200), true),
+            ((2, 77, 1200), false),
+            ((24, 40, 2000), true),
+            ((9, 76, 1204), true),
+            ((12, 76, 1204), false),
+        ];
+        for (shape, batch_b) in batches {
             check_product(gpu, dtype, shape, (false, true), (3, batch_b), true, seed);
             check_product(gpu, dtype, shape, (false, false), (3, batch_b), false, seed + 4);
             seed += 8;

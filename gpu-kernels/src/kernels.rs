@@ -42,6 +42,13 @@ kernel_table! {
                 batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32, cluster: u32
             );
         }
+        matmul::gemv_tma {
+            [gemv_tma_f32_nn, gemv_tma_f32_nt](
+                maps: crate::shapes::TensorMaps, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
+                n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize,
+                alpha: f32, beta: f32, activation: u32
+            );
+        }
         conv::forward_wgmma {
             [
                 conv2d_fwd_wgmma_tf32, conv2d_fwd_wgmma_tf32_256x128, conv2d_fwd_wgmma_tf32_128x64,

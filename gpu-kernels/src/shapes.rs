@@ -435,6 +435,15 @@ pub const GEMV_MMA_COLS: usize = 64;
 pub const GEMV_COLS_NT: usize = 4;
 pub const GEMV_ROWS_SMALL: usize = 4;
 pub const GEMV_ROWS: usize = 16;
+/// `gemv_tma_f32_*` (f32 few rows fed by TMA, sm_90a): threads of a block (eight consumer warps
+/// and the producer's), the output columns a block owns, pieces of 64 k in flight (a stage is
+/// one or two), and the dynamic shared memory (the pieces of 20 KB, their `mbarrier`s, the warps'
+/// sums of the 16 × 64 outputs (at most 4 partials each) and the block's, 1 KB for the alignment).
+pub const GEMV_TMA_THREADS: usize = 288;
+pub const GEMV_TMA_COLS: usize = 64;
+pub const GEMV_TMA_PIECES: usize = 8;
+pub const GEMV_TMA_SHARED_BYTES: usize =
+    GEMV_TMA_PIECES * (20 * 1024 + 16) + 5 * 16 * GEMV_TMA_COLS * 4 + 1024;
 /// Blocks of `gemv_f32_nn_r16` resident per SM: its register budget (build.rs).
 pub const GEMV_F32_NN_R16_BLOCKS_PER_SM: usize = 2;
 /// Threads of a `gemm_reduce_*` block.

@@ -22,68 +22,13 @@
 //! `gemm_reduce_*` adds the slices in order, then applies it (deterministic, no atomics).
 //! Launch: block `GEMV_THREADS`, grid `(⌈N / (8·GEMV_COLS_NT)⌉ or ⌈N / (32·vec)⌉, slices,
 //! batch)`, dynamic shared memory `4 · M · gemv_piece(M, k_chunk, vec).1` bytes; `k_chunk` a multiple of 32 vectors when `_nt`.
-use super::{epilogue, GemmElem, F32};
+use super::{GemmElem, Gemv, F32};
 use crate::prelude::*;
 use crate::shapes::{gemv_piece, GEMV_COLS_NT as COLS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS};
 
 const WARPS: usize = GEMV_THREADS / 32;
 
 shared_array!(static GEMV_PARTIAL: [f32; 8 * 32 * 8]);
-
-/// The kernel arguments (also `gemv_mma`'s).
-#[derive(Clone, Copy)]
-pub(super) struct Gemv<T> {
-    pub(super) a: *const T,
-    pub(super) b: *const T,
-    pub(super) c: *const T,
-    pub(super) bias: *const T,
-    pub(super) out: *mut T,
-    pub(super) ws: *mut f32,
-    pub(super) m: usize,
-    pub(super) n: usize,
-    pub(super) k: usize,
-    pub(super) k_chunk: usize,
-    pub(super) stride_a: usize,
-    pub(super) stride_b: usize,
-    pub(super) stride_c: usize,
-    pub(super) alpha: f32,
-    pub(super) beta: f32,
-    pub(super) activation: u32,
-}
-
-impl<T> Gemv<T> {
-    /// This block's batch, slice, and its k-range.
-    #[inline(always)]
-    pub(super) fn slice(&self) -> (usize, usize, usize, usize) {
-        let (batch, slice) = (block_z(), block_y());
-        let lo = slice * self.k_chunk;
-        (batch, slice, lo, (lo + self.k_chunk).min(self.k))
-    }
-
-    /// Output `(row, col)` of `batch` from the sum `v` of `slice`: through the epilogue, or raw
-    /// into the workspace when the launch has several slices.
-    #[inline(always)]
-    pub(super) unsafe fn finish<E: GemmElem<Elem = T>>(
-        &self,
-        (batch, slice): (usize, usize),
-        (row, col): (usize, usize),
-        v: f32,
-    ) {
-        let idx = row * self.n + col;
-        if self.ws.is_null() {
-            let has_c = !self.c.is_null() && self.beta != 0.0;
-            let beta_c =
-                if has_c { self.beta * E::load(self.c.add(batch * self.stride_c + idx)) } else { 0.0 };
-            let bias = if self.bias.is_null() { 0.0 } else { E::load(self.bias.add(col)) };
-            E::store(
-                self.out.add(batch * self.m * self.n + idx),
-                epilogue(v, self.alpha, beta_c, bias, self.activation),
-            );
-        } else {
-            store_f32(self.ws.add((batch * grid_dim_y() + slice) * self.m * self.n + idx), v);
-        }
-    }
-}
 
 #[inline(always)]
 fn aligned16<T>(p: *const T) -> bool {

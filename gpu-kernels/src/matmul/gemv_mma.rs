@@ -49,7 +49,7 @@
 //! (`GEMV_MMA_THREADS` or one warp, for products too small to fill the SMs otherwise), grid
 //! `(⌈N / (64·warps)⌉ · cluster, slices, batch)` with `slices` = 1 when `cluster` > 1, no dynamic
 //! shared memory.
-use super::gemv::Gemv;
+use super::Gemv;
 use super::{GemmElem, F32};
 use crate::prelude::*;
 use crate::shapes::{GEMV_MMA_COLS, GEMV_MMA_THREADS};

@@ -13,6 +13,8 @@ pub mod gemm_wgmma;
 pub mod gemv;
 #[cfg(feature = "matmul")]
 pub mod gemv_mma;
+#[cfg(feature = "matmul_sm90a")]
+pub mod gemv_tma;
 
 use crate::prelude::*;
 use crate::shapes::{ACTIVATION_GELU, ACTIVATION_RELU, MMA_STAGES as STAGES, MMA_TILE};
@@ -30,6 +32,63 @@ pub(crate) fn activate(v: f32, activation: u32) -> f32 {
         ACTIVATION_RELU => relu(v),
         ACTIVATION_GELU => gelu_tanh(v),
         _ => v,
+    }
+}
+
+#[cfg(any(feature = "matmul", feature = "matmul_sm90a"))]
+/// The few-row kernels' arguments (`gemv`, `gemv_mma`; `gemv_tma` without A's and B's pointers).
+#[derive(Clone, Copy)]
+struct Gemv<T> {
+    a: *const T,
+    b: *const T,
+    c: *const T,
+    bias: *const T,
+    out: *mut T,
+    ws: *mut f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    k_chunk: usize,
+    stride_a: usize,
+    stride_b: usize,
+    stride_c: usize,
+    alpha: f32,
+    beta: f32,
+    activation: u32,
+}
+
+#[cfg(any(feature = "matmul", feature = "matmul_sm90a"))]
+impl<T> Gemv<T> {
+    /// This block's batch, slice, and its k-range.
+    #[inline(always)]
+    fn slice(&self) -> (usize, usize, usize, usize) {
+        let (batch, slice) = (block_z(), block_y());
+        let lo = slice * self.k_chunk;
+        (batch, slice, lo, (lo + self.k_chunk).min(self.k))
+    }
+
+    /// Output `(row, col)` of `batch` from the sum `v` of `slice`: through the epilogue, or raw
+    /// into the workspace when the launch has several slices.
+    #[inline(always)]
+    unsafe fn finish<E: GemmElem<Elem = T>>(
+        &self,
+        (batch, slice): (usize, usize),
+        (row, col): (usize, usize),
+        v: f32,
+    ) {
+        let idx = row * self.n + col;
+        if self.ws.is_null() {
+            let has_c = !self.c.is_null() && self.beta != 0.0;
+            let beta_c =
+                if has_c { self.beta * E::load(self.c.add(batch * self.stride_c + idx)) } else { 0.0 };
+            let bias = if self.bias.is_null() { 0.0 } else { E::load(self.bias.add(col)) };
+            E::store(
+                self.out.add(batch * self.m * self.n + idx),
+                epilogue(v, self.alpha, beta_c, bias, self.activation),
+            );
+        } else {
+            store_f32(self.ws.add((batch * grid_dim_y() + slice) * self.m * self.n + idx), v);
+        }
     }
 }
 

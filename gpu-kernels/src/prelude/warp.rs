@@ -10,6 +10,16 @@ unsafe extern "C" {
     fn shfl_sync_down_f32(mask: u32, val: f32, delta: u32, clamp: u32) -> f32;
     #[link_name = "llvm.nvvm.shfl.sync.idx.f32"]
     fn shfl_sync_idx_f32(mask: u32, val: f32, src_lane: u32, clamp: u32) -> f32;
+    #[link_name = "llvm.nvvm.bar.warp.sync"]
+    fn bar_warp_sync(mask: u32);
+}
+
+/// Every lane of the warp arrives before any continues; its shared-memory accesses before it are
+/// ordered before the others' after it (one lane may then speak for the warp).
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: a barrier that all 32 lanes execute (FULL_MASK).
+    unsafe { bar_warp_sync(FULL_MASK) }
 }
 
 /// The value of `v` on lane `lane ^ lane_mask`.

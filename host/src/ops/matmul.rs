@@ -9,6 +9,7 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
+//! | 0 | f32, 4 < M ≤ 16, A not transposed, sm_90a, K (and N unless B is transposed) and the batch strides multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
@@ -45,9 +46,10 @@ use crate::shapes::{
     gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, gemv_piece, TensorMaps, ACTIVATION_GELU,
     ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK, GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM,
     GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE, GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT,
-    GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, MMA16_SHARED_BYTES, MMA_BK,
-    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, TENSOR_MAPS_BYTES, TENSOR_MAPS_MAX, WGMMA_MN_BOX,
-    WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
+    GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, GEMV_TMA_COLS,
+    GEMV_TMA_SHARED_BYTES, GEMV_TMA_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS,
+    MMA_TILE, TENSOR_MAPS_BYTES, TENSOR_MAPS_MAX, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES,
+    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -283,8 +285,8 @@ impl<'a> Gemm<'a> {
         }
         let (a, b, ta, tb) = (self.a, self.b, self.transpose_a, self.transpose_b);
         // Split-K: the slices' raw f32 sums, `[batch][slices][M][N]`, reduced by a second kernel.
-        let workspace = if plan.slices > 1 && !matches!(plan.path, GemmPath::GemvMma { clustered: true, .. })
-        {
+        let clustered = matches!(plan.path, GemmPath::GemvMma { clustered: true, .. } | GemmPath::GemvTma);
+        let workspace = if plan.slices > 1 && !clustered {
             Some(stream.device.pool.alloc(stream, d.batch * plan.slices * d.m * d.n * 4, op)?)
         } else {
             None
@@ -292,6 +294,7 @@ impl<'a> Gemm<'a> {
         match plan.path {
             GemmPath::Gemv { rows } => self.launch_gemv(&d, &out, stream, &plan, rows, workspace.as_ref())?,
             GemmPath::GemvMma { .. } => self.launch_gemv_mma(&d, &out, stream, &plan, workspace.as_ref())?,
+            GemmPath::GemvTma => self.launch_gemv_tma(&d, &out, stream, &plan)?,
             GemmPath::Wgmma { tile, staged } => {
                 // Row 3: copies of the operands TMA cannot read, alive until after the launch
                 // (the pool reuses them only after the work queued before their release).
@@ -356,6 +359,7 @@ impl<'a> Gemm<'a> {
             }
             GemmPath::Gemv { .. }
             | GemmPath::GemvMma { .. }
+            | GemmPath::GemvTma
             | GemmPath::Wgmma { .. }
             | GemmPath::Tf32Wgmma
             | GemmPath::Tf32WgmmaSwapped { .. }
@@ -486,6 +490,42 @@ impl<'a> Gemm<'a> {
                 cluster,
                 self.gemv_args(d, out, ws, plan.k_chunk)
             ))
+        }
+    }
+
+    /// f32 few rows fed by TMA (dispatch row 0).
+    fn launch_gemv_tma(&self, d: &Dims, out: &Tensor, stream: &Arc<Stream>, plan: &GemmPlan) -> Result<()> {
+        let map = |t: &Tensor, (rows, inner): (usize, usize), stride: usize, box_rows: usize| {
+            tensor_map(DType::F32, t.device_ptr(), (inner, rows, d.batch), stride, (32, box_rows))
+        };
+        let map_a = map(self.a, (d.m, d.k), d.stride_a, GEMV_ROWS)?;
+        let b_dims = if self.transpose_b { (d.n, d.k) } else { (d.k, d.n) };
+        let map_b = map(self.b, b_dims, d.stride_b, GEMV_TMA_COLS)?;
+        let cluster = plan.slices as u32;
+        let cfg = LaunchConfig {
+            grid: ((d.n.div_ceil(GEMV_TMA_COLS) * plan.slices) as u32, 1, d.batch as u32),
+            block: (GEMV_TMA_THREADS as u32, 1, 1),
+            shared_bytes: GEMV_TMA_SHARED_BYTES as u32,
+        };
+        let kernel = if self.transpose_b { kernels::gemv_tma_f32_nt } else { kernels::gemv_tma_f32_nn };
+        let (_, _, c, bias, out, m, n, k, stride_a, stride_b, stride_c, alpha, beta, act) =
+            self.gemm_args::<f32>(d, out);
+        let maps = tensor_maps(&[map_a, map_b]);
+        // SAFETY: `gemv_tma_f32_<nn|nt>(maps, c, bias, out, m, n, k, k_chunk, stride_a, stride_b,
+        // stride_c, alpha, beta, activation)`: the maps (by value) describe A `[M, K]` and B
+        // (`[K, N]`, or `[N, K]` when transposed) of the live buffers `dims()` checked, with the
+        // kernel's boxes (32 floats × 16 rows of A, × 64 rows of B), rows and batches of
+        // 16-byte multiples and 16-byte aligned starts (the plan's conditions); c, bias (may be
+        // null) and the fresh `out` are live buffers of this stream of the shapes checked; A has
+        // at most 16 rows; the grid's clusters along x are one column group's ⌈k / k_chunk⌉ ≤ 8
+        // slices, `k_chunk` a multiple of 64; block and dynamic shared memory are the kernel's.
+        unsafe {
+            kernel.launch_clustered(
+                stream,
+                cfg,
+                cluster,
+                (maps, c, bias, out, m, n, k, plan.k_chunk, stride_a, stride_b, stride_c, alpha, beta, act),
+            )
         }
     }
 
@@ -856,6 +896,9 @@ enum GemmPath {
     /// `clustered`: a column group's slices of K run as one cluster and add their sums in it (no
     /// workspace, no `gemm_reduce_*`).
     GemvMma { clustered: bool, warps: usize },
+    /// `gemv_tma_f32_*`: f32, at most 16 rows of A, B streamed by TMA into shared memory; the
+    /// slices of K (at most 8) run as one cluster per column group.
+    GemvTma,
     /// SIMT f32 with this tile.
     Simt { tile: (usize, usize) },
     /// The tiny SIMT f32 GEMM (`gemm_f32_tiny_*`: 16×16 tiles, whole chunks of K per load).
@@ -911,6 +954,10 @@ const GEMV_MMA_CLUSTER_MAX: usize = 16;
 /// 0.012 ms (48 one-warp column groups × 3 slices instead of 12 blocks), (16, 3072, 768) 0.020 →
 /// 0.0135, (1, 768, 3072) 0.0144-0.015 → 0.0115-0.0123; cuBLAS 0.015-0.020 there.
 const GEMV_MMA_CLUSTER_MIN_K: usize = 256;
+/// The most slices of `gemv_tma_f32_*` (one cluster per column group, portable size), and the
+/// k of its longest stage (`_nt`'s; slices are whole stages).
+const GEMV_TMA_CLUSTER_MAX: usize = 8;
+const GEMV_TMA_STAGE_K: usize = 128;
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
 /// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
@@ -1071,6 +1118,26 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     // Row 1, on tensor cores: whole 16-byte vectors of both operands. f32 (3xTF32) only where
     // it measured faster than the f32-pipe kernels: B [N, K] and more than 4 rows (perf-notes).
     let vec = vector_elems(o.dtype);
+    // Row 0: f32 few rows fed by TMA (its maps need 16-byte rows and batches).
+    let tma_fits = d.k % 4 == 0
+        && (o.transpose_b || d.n % 4 == 0)
+        && (d.stride_a % 4 == 0 && d.stride_b % 4 == 0)
+        && o.aligned_a
+        && o.aligned_b;
+    if o.dtype == DType::F32
+        && d.m > GEMV_ROWS_SMALL
+        && d.m <= GEMV_ROWS
+        && !o.transpose_a
+        && tma_fits
+        && dev.sm90a
+        && d.k > 0
+        && small_dims
+    {
+        let strips = d.n.div_ceil(GEMV_TMA_COLS) * d.batch;
+        let wanted = (dev.sms / strips).min(d.k / SPLIT_MIN_K).clamp(1, GEMV_TMA_CLUSTER_MAX);
+        let k_chunk = d.k.div_ceil(wanted).next_multiple_of(GEMV_TMA_STAGE_K);
+        return GemmPlan { path: GemmPath::GemvTma, slices: d.k.div_ceil(k_chunk), k_chunk };
+    }
     let mma_fits = d.k % vec == 0 && (o.transpose_b || d.n % vec == 0) && o.aligned_a && o.aligned_b;
     let mma_pays = o.dtype != DType::F32 || (o.transpose_b && d.m > GEMV_ROWS_SMALL);
     if d.m <= GEMV_ROWS && !o.transpose_a && mma_fits && mma_pays && d.k > 0 {
@@ -1815,12 +1882,13 @@ mod tests {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for tb in [false, true] {
                 let o = operands(dtype, false, tb);
-                // Whole 16-byte vectors: tensor cores (f32: B transposed and more than 4 rows);
-                // else the f32-pipe kernels.
+                // Whole 16-byte vectors: tensor cores, or for f32 more than 4 rows TMA (both
+                // layouts, sm_90a); else the f32-pipe kernels.
                 let mma = GemmPath::GemvMma { clustered: false, warps: 4 };
-                let f32_pipe = dtype == DType::F32 && !tb;
                 let vectors = |rows| {
-                    if f32_pipe || dtype == DType::F32 && rows == 4 {
+                    if dtype == DType::F32 && rows == 16 {
+                        GemmPath::GemvTma
+                    } else if dtype == DType::F32 {
                         GemmPath::Gemv { rows }
                     } else {
                         mma
@@ -1846,14 +1914,37 @@ mod tests {
                 assert_eq!(path(dims(16, 96, 96), Operands { tf32: true, ..o }, H100), vectors(16));
                 assert!(!matches!(
                     path(dims(17, 8192, 8192), o, H100),
-                    GemmPath::Gemv { .. } | GemmPath::GemvMma { .. }
+                    GemmPath::Gemv { .. } | GemmPath::GemvMma { .. } | GemmPath::GemvTma
                 ));
                 // A stored [K, M] strides its rows: the tiled kernels take it.
                 assert!(!matches!(
-                    path(dims(1, 8192, 8192), operands(dtype, true, tb), H100),
-                    GemmPath::Gemv { .. } | GemmPath::GemvMma { .. }
+                    path(dims(16, 8192, 8192), operands(dtype, true, tb), H100),
+                    GemmPath::Gemv { .. } | GemmPath::GemvMma { .. } | GemmPath::GemvTma
                 ));
             }
+        }
+    }
+
+    #[test]
+    fn f32_few_rows_split_k_in_clusters_of_whole_stages() {
+        for tb in [false, true] {
+            let o = operands(DType::F32, false, tb);
+            // 128 column groups of 64: one slice; 64: two; 16: eight (at most a cluster of 8).
+            let p = plan(&dims(16, 8192, 8192), &o, &H100);
+            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvTma, 1, 8192));
+            let p = plan(&dims(8, 4096, 4096), &o, &H100);
+            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvTma, 2, 2048));
+            let p = plan(&dims(16, 1024, 65536), &o, &H100);
+            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvTma, 8, 8192));
+            // Slices stay at least 512 long and whole stages of 64: K = 1000 is one slice.
+            let p = plan(&dims(16, 1024, 1000), &o, &H100);
+            assert_eq!((p.path, p.slices), (GemmPath::GemvTma, 1));
+            let p = plan(&dims(5, 256, 1500), &o, &H100);
+            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvTma, 2, 768));
+            let p = plan(&dims(5, 256, 1100), &o, &H100);
+            assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::GemvTma, 2, 640));
+            // Without the sm_90a module: the register-fed kernels.
+            assert_ne!(path(dims(16, 8192, 8192), o, OLDER), GemmPath::GemvTma);
         }
     }
 
@@ -1888,8 +1979,8 @@ mod tests {
         let p = plan(&dims(1, 8192, 8192), &vectorless, &H100);
         assert_eq!((p.slices, p.k_chunk), (2, 4096));
         // On tensor cores, either layout: 32 blocks of 256 columns; 8 slices of 1024 (2 blocks on
-        // each of 132 SMs at most).
-        for (dtype, tb) in [(DType::F32, true), (DType::BF16, false), (DType::BF16, true)] {
+        // each of 132 SMs at most). f32 takes TMA there (`f32_few_rows_split_k_in_clusters_of_whole_stages`).
+        for (dtype, tb) in [(DType::BF16, false), (DType::BF16, true)] {
             let p = plan(&dims(16, 8192, 8192), &operands(dtype, false, tb), &H100);
             assert_eq!(
                 (p.path, p.slices, p.k_chunk),
