@@ -555,6 +555,7 @@ fn every_dispatch_branch(gpu: &Context) {
             (16, 4104, 2056),
             (13, 1001, 1),
             (11, 4097, 1999),
+            (2, 4100, 4100),
         ]
     };
     let tiled: &[(usize, usize, usize)] = if small {

@@ -9,7 +9,7 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
-//! | 0 | f32, 4 < M ≤ 16, A not transposed, sm_90a, K (and N unless B is transposed) and the batch strides multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
+//! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) and the batch strides multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
@@ -958,6 +958,13 @@ const GEMV_MMA_CLUSTER_MIN_K: usize = 256;
 /// k of its longest stage (`_nt`'s; slices are whole stages).
 const GEMV_TMA_CLUSTER_MAX: usize = 8;
 const GEMV_TMA_STAGE_K: usize = 128;
+/// The fewest elements of B for which 1-4 rows take `gemv_tma_f32_*` rather than the register-fed
+/// `gemv_f32_*_r4`, whose time grows with the rows where the TMA kernel's does not (H100, same
+/// call, ms, r4 against TMA): (1, 8192, 8192) 0.100-0.104 against 0.096-0.100, (4, 8192, 8192)
+/// 0.106-0.118 against 0.097-0.100, (1, 4096, 4096) 0.034-0.036 both, (4, 4096, 4096) A·Bᵀ 0.042
+/// against 0.035, but (1, 3072, 768) A·Bᵀ 0.010-0.012 against 0.015-0.016 (the TMA kernel's
+/// longer start). From 5 rows it runs whatever the size.
+const GEMV_TMA_MIN_B: usize = 1 << 24;
 /// Blocks the few-row kernel aims for per SM (two resident, two waves: enough bytes in flight).
 const GEMV_BLOCKS_PER_SM: usize = 4;
 /// Split-K slices are at least this long, so that each block's mainloop outlasts its prologue and
@@ -1124,8 +1131,9 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         && (d.stride_a % 4 == 0 && d.stride_b % 4 == 0)
         && o.aligned_a
         && o.aligned_b;
+    let tma_pays = d.m > GEMV_ROWS_SMALL || d.k.saturating_mul(d.n) >= GEMV_TMA_MIN_B;
     if o.dtype == DType::F32
-        && d.m > GEMV_ROWS_SMALL
+        && tma_pays
         && d.m <= GEMV_ROWS
         && !o.transpose_a
         && tma_fits
@@ -1899,7 +1907,11 @@ mod tests {
                     GemmPath::GemvMma { .. } => GemmPath::GemvMma { clustered: false, warps: 4 },
                     p => p,
                 };
-                assert_eq!(path(dims(1, 8192, 8192), o, H100), vectors(4));
+                // f32 takes TMA for 1-4 rows too where B holds at least 2^24 values.
+                let large_b = if dtype == DType::F32 { GemmPath::GemvTma } else { vectors(4) };
+                assert_eq!(path(dims(1, 8192, 8192), o, H100), large_b);
+                assert_eq!(path(dims(4, 4096, 4096), o, H100), large_b);
+                assert_eq!(path(dims(4, 3072, 768), o, H100), vectors(4));
                 assert_eq!(path(dims(4, 3, 1), o, OLDER), GemmPath::Gemv { rows: 4 });
                 assert_eq!(path(dims(5, 8192, 8192), o, H100), vectors(16));
                 assert_eq!(path(dims(16, 1, 1), o, H100), GemmPath::Gemv { rows: 16 });
