@@ -536,8 +536,9 @@ fn every_dispatch_branch(gpu: &Context) {
     // vector with 4 and 16 rows; 16-bit on tensor cores where K, and N for B [K, N], are
     // multiples of 8: one or two 8-row MMA columns, N off the warp's 64 columns, K off the
     // 32-step, slices in clusters of 4-warp blocks (16, 4104, 2056) and of one-warp blocks (the
-    // small products), and through the workspace (16, 260, 9000)), then 17 rows and thin outputs
-    // with long K (split-K), short K, and tiles partly outside.
+    // small products), and through the workspace (16, 260, 9000); f32 on TMA from 5 rows, and at
+    // 2 rows with B of 2^24 values (2, 4100, 4100), one slice or slices in clusters of 2-8), then
+    // 17 rows and thin outputs with long K (split-K), short K, and tiles partly outside.
     let few: &[(usize, usize, usize)] = if small {
         &[(1, 33, 65), (3, 40, 1), (16, 129, 1500), (9, 40, 72)]
     } else {

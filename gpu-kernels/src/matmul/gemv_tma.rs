@@ -12,18 +12,21 @@
 //! A block owns `GEMV_TMA_COLS` (64) columns of the output over its k-range, in pieces of 64 k
 //! (a stage, one `mbarrier` phase, is one piece, or two for `_nt`): B's piece as two
 //! 128-byte-swizzled boxes of 64 rows × 32 floats (`_nt`: B's rows are the columns, its floats
-//! k; `_nn`: the rows are k, the floats columns), A's as two boxes of 16 rows × 32 k (rows past M and k past K arrive as zeros). Each consumer thread multiplies a
-//! 4 k × 4 column block of B by A's 16 rows at those k (four 16-byte loads of B, sixteen of A,
-//! 256 FMAs a piece) into 16 × 4 sums:
+//! k; `_nn`: the rows are k, the floats columns), A's as two boxes of 16 rows × 32 k (rows past
+//! M and k past K arrive as zeros). Each consumer thread multiplies a 4 k × 4 column block of B
+//! by A's 16 rows at those k (four 16-byte loads of B, sixteen of A, 256 FMAs a piece) into
+//! 16 × 4 sums:
 //! - `_nt`: warp w takes k-box w / 4 and columns 16 (w % 4) + 4 (lane / 8) + 0..3, lane % 8 the
 //!   16-byte chunk (4 k) of each column's row: a quarter-warp reads one 128-byte row;
 //! - `_nn`: warp w takes column box w / 4, its chunk lane % 8 (4 columns), and the k-rows
 //!   16 (w % 4) + 4 (lane / 8) + 0..3: a quarter-warp reads one 128-byte row, and A's 4 k
 //!   are one address for it (a broadcast).
+//!
 //! A column's partial sums are added first across the lanes that share it (a butterfly), then
-//! across the warps (2 or 4) through shared memory in a fixed order (deterministic). With several slices of K, the blocks of a cluster
-//! along x are one column group's slices (rank = slice), and each adds a share of the outputs
-//! over the cluster's blocks in rank order; one slice applies the epilogue directly.
+//! across the warps (2 or 4) through shared memory in a fixed order (deterministic). With
+//! several slices of K, the blocks of a cluster along x are one column group's slices (rank =
+//! slice), and each adds a share of the outputs over the cluster's blocks in rank order; one
+//! slice applies the epilogue directly.
 //!
 //! Requirements (the host's plan checks them): K a multiple of 4, N too for `_nn`, A, B and
 //! their batch strides 16-byte aligned (TMA), `k_chunk` a multiple of 128. Launch: block
@@ -40,7 +43,7 @@ use crate::shapes::{
 const CONSUMER_WARPS: usize = 8;
 const CONSUMERS: usize = 32 * CONSUMER_WARPS;
 const _: () = assert!(GEMV_TMA_THREADS == CONSUMERS + 32 && GEMV_TMA_COLS == 64);
-/// A's rows (the MMA-free kernel computes all 16; rows past M are zeros and never stored).
+/// A's rows (the kernel multiplies all 16; rows past M are zeros and never stored).
 const ROWS: usize = 16;
 /// k of one piece: two boxes of 32 floats (128 bytes) of B's and A's rows.
 const PIECE_K: usize = 64;
@@ -48,8 +51,8 @@ const B_BOX_BYTES: u32 = (GEMV_TMA_COLS * 128) as u32;
 const A_BOX_BYTES: u32 = (ROWS * 128) as u32;
 const PIECE_BYTES: u32 = 2 * (B_BOX_BYTES + A_BOX_BYTES);
 /// Pieces of one stage (one `mbarrier` phase) by layout: `_nt` reads each of B's rows 512 bytes
-/// at a time (256 bytes: 0.1037-0.1086 ms at (16, 8192, 8192) against `_nn`'s 0.0995-0.1023,
-/// whose rows are read whole by the column groups together).
+/// at a time (256 bytes, call A: 0.1037-0.1086 ms at (16, 8192, 8192) against `_nn`'s
+/// 0.0995-0.1023, whose rows are read whole by the column groups together).
 const fn stage_pieces(nt: bool) -> usize {
     if nt {
         2
@@ -239,16 +242,19 @@ unsafe fn gemv_tma<const NT: bool>(maps: *const u8, g: Gemv<f32>) {
 macro_rules! gemv_tma_kernels {
     ($($name:ident: $nt:literal;)*) => {$(
         /// Few-row f32 GEMM fed by TMA; see the module documentation. Arguments as `gemv_*`'s,
-        /// with A's and B's tensor maps in place of their pointers.
+        /// with A's and B's tensor maps in place of their pointers and no workspace (slices
+        /// meet in their cluster).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            _maps: TensorMaps, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize, k: usize, k_chunk: usize, stride_a: usize, stride_b: usize,
-            stride_c: usize, alpha: f32, beta: f32, activation: u32,
+            _maps: TensorMaps, c: *const f32, bias: *const f32, out: *mut f32, m: usize, n: usize,
+            k: usize, k_chunk: usize, stride_a: usize, stride_b: usize, stride_c: usize, alpha: f32,
+            beta: f32, activation: u32,
         ) {
             let maps = kernel_param_address!($name, 0);
+            let (a, b, ws) = (core::ptr::null(), core::ptr::null(), core::ptr::null_mut());
             let g = Gemv {
-                a: core::ptr::null(), b: core::ptr::null(), c, bias, out, ws: core::ptr::null_mut(), m, n, k, k_chunk,
-                stride_a, stride_b, stride_c, alpha, beta, activation,
+                a, b, c, bias, out, ws, m, n, k, k_chunk, stride_a, stride_b, stride_c, alpha, beta,
+                activation,
             };
             gemv_tma::<$nt>(maps, g)
         }

@@ -35,8 +35,8 @@ pub(crate) fn activate(v: f32, activation: u32) -> f32 {
     }
 }
 
-#[cfg(any(feature = "matmul", feature = "matmul_sm90a"))]
 /// The few-row kernels' arguments (`gemv`, `gemv_mma`; `gemv_tma` without A's and B's pointers).
+#[cfg(any(feature = "matmul", feature = "matmul_sm90a"))]
 #[derive(Clone, Copy)]
 struct Gemv<T> {
     a: *const T,

@@ -518,7 +518,7 @@ impl<'a> Gemm<'a> {
         // 16-byte multiples and 16-byte aligned starts (the plan's conditions); c, bias (may be
         // null) and the fresh `out` are live buffers of this stream of the shapes checked; A has
         // at most 16 rows; the grid's clusters along x are one column group's ⌈k / k_chunk⌉ ≤ 8
-        // slices, `k_chunk` a multiple of 64; block and dynamic shared memory are the kernel's.
+        // slices, `k_chunk` a multiple of 128; block and dynamic shared memory are the kernel's.
         unsafe {
             kernel.launch_clustered(
                 stream,
@@ -1122,9 +1122,6 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     let whole = |path| GemmPlan { path, slices: 1, k_chunk: d.k.max(1) };
     let tiles = |tile: (usize, usize)| d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
     let small_dims = d.m.max(d.n).max(d.k) < 1 << 31;
-    // Row 1, on tensor cores: whole 16-byte vectors of both operands. f32 (3xTF32) only where
-    // it measured faster than the f32-pipe kernels: B [N, K] and more than 4 rows (perf-notes).
-    let vec = vector_elems(o.dtype);
     // Row 0: f32 few rows fed by TMA (its maps need 16-byte rows and batches).
     let tma_fits = d.k % 4 == 0
         && (o.transpose_b || d.n % 4 == 0)
@@ -1146,6 +1143,9 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let k_chunk = d.k.div_ceil(wanted).next_multiple_of(GEMV_TMA_STAGE_K);
         return GemmPlan { path: GemmPath::GemvTma, slices: d.k.div_ceil(k_chunk), k_chunk };
     }
+    // Row 1, on tensor cores: whole 16-byte vectors of both operands. f32 (3xTF32) only where
+    // it measured faster than the f32-pipe kernels: B [N, K] and more than 4 rows (perf-notes).
+    let vec = vector_elems(o.dtype);
     let mma_fits = d.k % vec == 0 && (o.transpose_b || d.n % vec == 0) && o.aligned_a && o.aligned_b;
     let mma_pays = o.dtype != DType::F32 || (o.transpose_b && d.m > GEMV_ROWS_SMALL);
     if d.m <= GEMV_ROWS && !o.transpose_a && mma_fits && mma_pays && d.k > 0 {
