@@ -444,6 +444,10 @@ pub const GEMV_TMA_COLS: usize = 64;
 pub const GEMV_TMA_PIECES: usize = 8;
 pub const GEMV_TMA_SHARED_BYTES: usize =
     GEMV_TMA_PIECES * (20 * 1024 + 16) + 5 * 16 * GEMV_TMA_COLS * 4 + 1024;
+/// The k of `gemv_tma_f32_*`'s longest stage (`_nt`'s two pieces): its slices of K are multiples.
+pub const GEMV_TMA_STAGE_K: usize = 128;
+/// The most slices of K `gemv_tma_f32_*` adds in one cluster (the portable cluster size).
+pub const GEMV_TMA_CLUSTER_MAX: usize = 8;
 /// Blocks of `gemv_f32_nn_r16` resident per SM: its register budget (build.rs).
 pub const GEMV_F32_NN_R16_BLOCKS_PER_SM: usize = 2;
 /// Threads of a `gemm_reduce_*` block.

@@ -29,15 +29,17 @@
 //! slice applies the epilogue directly.
 //!
 //! Requirements (the host's plan checks them): K a multiple of 4, N too for `_nn`, A, B and
-//! their batch strides 16-byte aligned (TMA), `k_chunk` a multiple of 128. Launch: block
-//! `GEMV_TMA_THREADS` (eight consumer warps and the producer's), grid `(⌈N / 64⌉ · cluster, 1,
-//! batch)` in clusters of `cluster` (= slices, at most 8) blocks, dynamic shared memory
-//! `GEMV_TMA_SHARED_BYTES`. `maps`: A's (boxes of 32 × 16) and B's (32 × 64) tensor maps,
-//! 3-D with the batch outermost (one matrix when its stride is 0).
+//! their batch strides 16-byte aligned (TMA), `k_chunk` a multiple of `GEMV_TMA_STAGE_K`.
+//! Launch: block `GEMV_TMA_THREADS` (eight consumer warps and the producer's), grid
+//! `(⌈N / 64⌉ · cluster, 1, batch)` in clusters of `cluster` (= slices, at most
+//! `GEMV_TMA_CLUSTER_MAX`) blocks, dynamic shared memory `GEMV_TMA_SHARED_BYTES`. `maps`: A's
+//! (boxes of 32 × 16) and B's (32 × 64) tensor maps, 3-D with the batch outermost (one matrix
+//! when its stride is 0).
 use super::{Gemv, F32};
 use crate::prelude::*;
 use crate::shapes::{
-    TensorMaps, GEMV_TMA_COLS, GEMV_TMA_PIECES as PIECES, GEMV_TMA_SHARED_BYTES, GEMV_TMA_THREADS,
+    TensorMaps, GEMV_TMA_CLUSTER_MAX, GEMV_TMA_COLS, GEMV_TMA_PIECES as PIECES, GEMV_TMA_SHARED_BYTES,
+    GEMV_TMA_STAGE_K, GEMV_TMA_THREADS,
 };
 
 const CONSUMER_WARPS: usize = 8;
@@ -60,6 +62,11 @@ const fn stage_pieces(nt: bool) -> usize {
         1
     }
 }
+// The host's slices are whole stages of either layout.
+const _: () = assert!(
+    PIECE_K * stage_pieces(true) == GEMV_TMA_STAGE_K
+        && GEMV_TMA_STAGE_K % (PIECE_K * stage_pieces(false)) == 0
+);
 const OUTPUTS: usize = ROWS * GEMV_TMA_COLS;
 /// The warps' sums of one column (`_nt`: two k-boxes; `_nn`: four k-ranges), after the lanes
 /// that share its columns have added theirs, in a region of their own after the `mbarrier`s (the
@@ -224,6 +231,7 @@ unsafe fn gemv_tma<const NT: bool>(maps: *const u8, g: Gemv<f32>) {
             let (row, col) = (o / GEMV_TMA_COLS, n0 + o % GEMV_TMA_COLS);
             if row < g.m && col < g.n {
                 let mut v = 0.0f32;
+                const { assert!(GEMV_TMA_CLUSTER_MAX == 8, "the sum unrolls 8 ranks") };
                 unroll!(r in [0, 1, 2, 3, 4, 5, 6, 7] => {
                     if r < cluster {
                         // SAFETY: block `r` of the cluster stored its sums before the barrier

@@ -9,7 +9,7 @@
 //!
 //! | # | when | kernel | split-K |
 //! |---|------|--------|---------|
-//! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) and the batch strides multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
+//! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
@@ -46,10 +46,10 @@ use crate::shapes::{
     gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, gemv_piece, TensorMaps, ACTIVATION_GELU,
     ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK, GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM,
     GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE, GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT,
-    GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, GEMV_TMA_COLS,
-    GEMV_TMA_SHARED_BYTES, GEMV_TMA_THREADS, MMA16_SHARED_BYTES, MMA_BK, MMA_SHARED_BYTES, MMA_THREADS,
-    MMA_TILE, TENSOR_MAPS_BYTES, TENSOR_MAPS_MAX, WGMMA_MN_BOX, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES,
-    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
+    GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, GEMV_TMA_CLUSTER_MAX,
+    GEMV_TMA_COLS, GEMV_TMA_SHARED_BYTES, GEMV_TMA_STAGE_K, GEMV_TMA_THREADS, MMA16_SHARED_BYTES, MMA_BK,
+    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, TENSOR_MAPS_BYTES, TENSOR_MAPS_MAX, WGMMA_MN_BOX,
+    WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -954,10 +954,6 @@ const GEMV_MMA_CLUSTER_MAX: usize = 16;
 /// 0.012 ms (48 one-warp column groups × 3 slices instead of 12 blocks), (16, 3072, 768) 0.020 →
 /// 0.0135, (1, 768, 3072) 0.0144-0.015 → 0.0115-0.0123; cuBLAS 0.015-0.020 there.
 const GEMV_MMA_CLUSTER_MIN_K: usize = 256;
-/// The most slices of `gemv_tma_f32_*` (one cluster per column group, portable size), and the
-/// k of its longest stage (`_nt`'s; slices are whole stages).
-const GEMV_TMA_CLUSTER_MAX: usize = 8;
-const GEMV_TMA_STAGE_K: usize = 128;
 /// The fewest elements of B for which 1-4 rows take `gemv_tma_f32_*` rather than the register-fed
 /// `gemv_f32_*_r4`, whose time grows with the rows where the TMA kernel's does not (H100, same
 /// call, ms, r4 against TMA): (1, 8192, 8192) 0.100-0.104 against 0.096-0.100, (4, 8192, 8192)
@@ -1122,18 +1118,17 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     let whole = |path| GemmPlan { path, slices: 1, k_chunk: d.k.max(1) };
     let tiles = |tile: (usize, usize)| d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
     let small_dims = d.m.max(d.n).max(d.k) < 1 << 31;
-    // Row 0: f32 few rows fed by TMA (its maps need 16-byte rows and batches).
-    let tma_fits = d.k % 4 == 0
-        && (o.transpose_b || d.n % 4 == 0)
-        && (d.stride_a % 4 == 0 && d.stride_b % 4 == 0)
-        && o.aligned_a
-        && o.aligned_b;
+    // Whole 16-byte vectors of both operands: rows 0 and 1 (TMA's 16-byte rows, and batches,
+    // whose strides M·K and K·N are then whole vectors too).
+    let vec = vector_elems(o.dtype);
+    let mma_fits = d.k % vec == 0 && (o.transpose_b || d.n % vec == 0) && o.aligned_a && o.aligned_b;
+    // Row 0: f32 few rows fed by TMA.
     let tma_pays = d.m > GEMV_ROWS_SMALL || d.k.saturating_mul(d.n) >= GEMV_TMA_MIN_B;
     if o.dtype == DType::F32
         && tma_pays
         && d.m <= GEMV_ROWS
         && !o.transpose_a
-        && tma_fits
+        && mma_fits
         && dev.sm90a
         && d.k > 0
         && small_dims
@@ -1143,10 +1138,8 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let k_chunk = d.k.div_ceil(wanted).next_multiple_of(GEMV_TMA_STAGE_K);
         return GemmPlan { path: GemmPath::GemvTma, slices: d.k.div_ceil(k_chunk), k_chunk };
     }
-    // Row 1, on tensor cores: whole 16-byte vectors of both operands. f32 (3xTF32) only where
-    // it measured faster than the f32-pipe kernels: B [N, K] and more than 4 rows (perf-notes).
-    let vec = vector_elems(o.dtype);
-    let mma_fits = d.k % vec == 0 && (o.transpose_b || d.n % vec == 0) && o.aligned_a && o.aligned_b;
+    // Row 1, on tensor cores. f32 (3xTF32) only where it measured faster than the f32-pipe
+    // kernels: B [N, K] and more than 4 rows (perf-notes).
     let mma_pays = o.dtype != DType::F32 || (o.transpose_b && d.m > GEMV_ROWS_SMALL);
     if d.m <= GEMV_ROWS && !o.transpose_a && mma_fits && mma_pays && d.k > 0 {
         let mut warps = GEMV_MMA_THREADS / 32;
