@@ -111,6 +111,24 @@ pub fn exp_fast(x: f32) -> f32 {
     exp2_approx(x * LOG2_E)
 }
 
+/// `e^(x - m)` for many `x` and one `m`: an FMA and `ex2.approx` a value, one operation fewer
+/// than [`exp_fast`]`(x - m)`. The product `m · log2 e` is rounded once, an error of
+/// `|m| · 2^-24` in the exponent.
+#[derive(Clone, Copy)]
+pub struct ExpBelow(f32);
+
+impl ExpBelow {
+    #[inline(always)]
+    pub fn new(m: f32) -> Self {
+        ExpBelow(-m * LOG2_E)
+    }
+
+    #[inline(always)]
+    pub fn at(self, x: f32) -> f32 {
+        exp2_approx(fma(x, LOG2_E, self.0))
+    }
+}
+
 /// Logistic sigmoid `1 / (1 + e^-x)`.
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
