@@ -9,12 +9,14 @@ use ferrocuda::{
 };
 
 const TOL: f64 = 1e-5;
-/// Rows of 1, 31, 1000 and 50257 columns; in-register rows up to 8192; longer and unaligned ones.
-const SHAPES: [&[usize]; 9] = [
+/// Rows of 1, 31, 1000 and 50257 columns; in-register rows up to 8192; longer and unaligned ones;
+/// rows split over a cluster (64 × 50257).
+const SHAPES: [&[usize]; 10] = [
     &[1, 1],
     &[1, 31],
     &[7, 1000],
     &[3, 50257],
+    &[64, 50257],
     &[64, 8192],
     &[5, 8196],
     &[2, 3, 1023],
