@@ -598,9 +598,10 @@ fn cross_entropy_cuda(
         // SAFETY: `cross_entropy_*(logits, labels, partials, loss, grad, cols, seg_len,
         // segments, scale, ROW_WHOLE, cached)`: one block per row (segments = 1, seg_len ≥
         // cols), logits and grad rows·cols elements (grad may be the logits: a block reads its
-        // row before the barrier that precedes its first write, and the gradient pass reads each
-        // vector in the thread that then writes it), labels and loss `rows` u32 / f32, each
-        // label < cols; partials unused; 16 bytes of dynamic shared memory per cached vector.
+        // row, the label's logit included, before the barrier that precedes its first write, and
+        // the gradient pass reads each vector in the thread that then writes it), labels and
+        // loss `rows` u32 / f32, each label < cols; partials unused; 16 bytes of dynamic shared
+        // memory per cached vector.
         launch_by_dtype!(ce_rows, dtype, |k| unsafe {
             let args = (
                 logits.ptr(),
@@ -624,7 +625,8 @@ fn cross_entropy_cuda(
         // SAFETY: as the fused launch, one block per (row, segment) of seg_len elements: the
         // stats phase writes two floats per block to `partials` (blocks·2 floats) and reads the
         // logits only; the gradient phase, after it on this stream, reads its row's partials and
-        // writes each gradient element after the same thread read its logit.
+        // writes each gradient element after the same thread read its logit, and the label's
+        // once more after a barrier, from the logit thread 0 read before the block's first write.
         launch_by_dtype!(ce_rows, dtype, |k| unsafe {
             let args = (
                 logits.ptr(),
