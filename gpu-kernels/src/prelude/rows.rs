@@ -192,6 +192,12 @@ impl RowTeam {
     /// (a power of two ≤ 32, or `blockDim.x`), chunks of `chunk` values (a multiple of 8).
     #[inline(always)]
     pub fn new<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize) -> Self {
+        Self::on_chunk::<F>(rows, cols, size, chunk, block_y())
+    }
+
+    /// As [`RowTeam::new`], on chunk `c` of the row.
+    #[inline(always)]
+    fn on_chunk<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize, c: usize) -> Self {
         // `size` is a power of two: shifts and masks, not divisions.
         let shift = size.trailing_zeros();
         let (row, lane) = if size >= block_dim_x() {
@@ -199,17 +205,22 @@ impl RowTeam {
         } else {
             ((block_x() * block_dim_x() + thread_x()) >> shift, thread_x() & (size - 1))
         };
-        Self::placed::<F>((row, lane, size), (block_y(), grid_dim_y()), (rows, cols, chunk))
+        Self::placed::<F>((row, lane, size), (c, grid_dim_y()), (rows, cols, chunk))
     }
 
     /// The team of this thread in a launch of `mode`: as [`RowTeam::new`], except that a
-    /// `ROW_CLUSTER` launch runs a block per chunk with the row on `blockIdx.y` and the chunk on
-    /// `blockIdx.x` (see the module documentation). Its team is the block of `NN_ROW_BLOCK`
+    /// `ROW_APPLY` launch takes the chunks last to first (`blockIdx.y` counted from the end: the
+    /// `ROW_PARTIAL` launch before it read them first to last, so the ones it read last may
+    /// still be in L2), and that a `ROW_CLUSTER` launch runs a block per chunk with the row on
+    /// `blockIdx.y` and the chunk on `blockIdx.x` (see the module documentation). Its team is the block of `NN_ROW_BLOCK`
     /// threads that `RowPlan` gives every split row, taken here as a constant (`size` is that
     /// value): in the cluster builds the distance between a scalar chunk's values then folds into
     /// each access's immediate offset, instead of a 64-bit multiply and add per value.
     #[inline(always)]
     pub fn in_mode<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize, mode: u32) -> Self {
+        if mode == ROW_APPLY {
+            return Self::on_chunk::<F>(rows, cols, size, chunk, grid_dim_y() - 1 - block_y());
+        }
         if mode != ROW_CLUSTER {
             return Self::new::<F>(rows, cols, size, chunk);
         }

@@ -205,7 +205,8 @@ impl RowPlan {
             return vec![RowLaunch { cfg, cluster: self.chunks as u32, ..l }];
         }
         // Blocks run x fastest: a chunk's blocks of every row one after another (layer norm's γ
-        // and β chunk from DRAM once).
+        // and β chunk from DRAM once); the apply launch takes the chunks last to first, starting
+        // where the partial launch left L2.
         vec![launch(ROW_PARTIAL), launch(ROW_APPLY)]
     }
 }
