@@ -595,6 +595,9 @@ kernel_table! {
                 out_labels: *mut u32, m: usize, row: usize, size: usize
             );
         }
+        layout::pad {
+            [pad_rows_b16](x: *const u16, rows: usize, cols: usize, pitch: usize, out: *mut u16);
+        }
         layout::transpose {
             [transpose_f32](x: *const f32, rows: usize, cols: usize, pitch: usize, out: *mut f32);
             [transpose_split_f32, pad_split_f32](

@@ -1,3 +1,4 @@
 //! Layout kernels: data moved, not computed.
 pub mod gather;
+pub mod pad;
 pub mod transpose;

@@ -13,7 +13,7 @@
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
-//! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and M·N ≥ 512·(M + N) (roughly M, N ≥ 1024) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`cuMemcpy2DAsync`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
+//! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and M·N ≥ 512·(M + N) (roughly M, N ≥ 1024) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
 //! | 5a | exact f32 (TF32 not allowed), sm_90a, the layout of row 6a, at least 2^27 flops where the time model of `f32x3_path` gives it the shortest time (against the FMA kernels and row 5b; `FERROCUDA_MATMUL_F32X3=1`: wherever it can run) | `gemm_wgmma_f32x3_nn_128x64`: row 6a's swapped product as 3xTF32 on 128×64 tiles of Cᵀ, B's low parts made from its fragments in registers, A's by `tf32_low_f32`, every k-step's sums promoted to f32 registers | as row 2 on Cᵀ |
@@ -1716,16 +1716,25 @@ fn tma_operand(
     if !stage || (row_len * size % 16 == 0 && t.device_ptr() % 16 == 0) {
         return Ok((TmaOperand::of(t, row_len, batch_stride), None));
     }
+    if size != 2 {
+        return Err(Error::InvalidArgument {
+            op,
+            shape: t.shape().to_vec(),
+            reason: "only 16-bit operands are staged into padded rows".into(),
+        });
+    }
     let pitch = row_len.next_multiple_of(16 / size);
     let rows = t.len() / row_len.max(1);
     let copy = stream.device.pool.alloc(stream, rows * pitch * size, op)?;
-    // SAFETY: `t` is a live buffer of this stream of `rows` rows of `row_len` elements; `copy` is
-    // a fresh pool block of `rows` rows of `pitch` ≥ `row_len` elements, used by no other stream.
+    // SAFETY: `t` is a live buffer of this stream of `rows` rows of `row_len` 16-bit elements
+    // (staging is 16-bit only: dispatch row 3); `copy` is a fresh pool block (16-byte aligned)
+    // of `rows` rows of `pitch` ≥ `row_len` elements, a multiple of 8, used by no other stream.
     unsafe {
-        stream.copy_dtod_2d(
-            (copy.ptr(), pitch * size),
-            (t.device_ptr(), row_len * size),
-            (row_len * size, rows),
+        super::layout::pad_rows_b16(
+            stream,
+            DevPtr::new(t.device_ptr()),
+            (rows, row_len, pitch),
+            DevPtrMut::new(copy.ptr()),
         )?
     };
     let batch_stride = if batch_stride == 0 { 0 } else { batch_stride / row_len * pitch };

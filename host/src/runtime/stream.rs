@@ -282,45 +282,6 @@ impl Stream {
         )
     }
 
-    /// Queue a device-to-device copy of `rows` rows of `width` bytes, `src_pitch` bytes apart at
-    /// `src` and `dst_pitch` apart at `dst`.
-    ///
-    /// # Safety
-    /// As [`Stream::copy_dtod`], for the `rows` pitched ranges at each end.
-    pub(crate) unsafe fn copy_dtod_2d(
-        &self,
-        (dst, dst_pitch): (sys::CUdeviceptr, usize),
-        (src, src_pitch): (sys::CUdeviceptr, usize),
-        (width, rows): (usize, usize),
-    ) -> Result<()> {
-        self.device.bind()?;
-        let copy_2d = sys::CUDA_MEMCPY2D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            srcHost: std::ptr::null(),
-            srcDevice: src,
-            srcArray: std::ptr::null_mut(),
-            srcPitch: src_pitch,
-            dstXInBytes: 0,
-            dstY: 0,
-            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: dst,
-            dstArray: std::ptr::null_mut(),
-            dstPitch: dst_pitch,
-            WidthInBytes: width,
-            Height: rows,
-        };
-        self.profiled(
-            || copy(CopyDirection::DeviceToDevice, false, width * rows),
-            (Footprint::Direct(&[Access::written(dst), Access::read(src)]), NodeKind::Copy),
-            // SAFETY: the caller's contract; `copy_2d` describes device memory only and lives
-            // through the call, which reads it before returning.
-            || unsafe { sys::cuMemcpy2DAsync_v2(&copy_2d, self.raw) }.result().call("cuMemcpy2DAsync"),
-        )
-    }
-
     /// Queue a copy of `bytes` from page-locked host memory at `src` to device memory at `dst`.
     ///
     /// # Safety
