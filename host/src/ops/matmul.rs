@@ -1173,15 +1173,15 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
         let (a_tma, b_tma) = (lda % per_16 == 0 && o.aligned_a, ldb % per_16 == 0 && o.aligned_b);
         let tma = d.k > 0 && a_tma && b_tma && small_dims;
-        // Staging copies each unaligned operand once more (the driver's 2-D copy: ~0.35 TB/s at
-        // odd pitches on the H100); wgmma then runs at 4-5× the `mma.sync` kernels' rate on such
-        // shapes (bf16 (3001, 2999, 3003): 0.224 ms staged, 1.12 ms on `mma.sync`). The copies
-        // grow with (M + N)·K and the saving with M·N·K: staging pays where M·N/(M + N) is large,
-        // and also on thin outputs and small products as long as it copies no more than the
-        // product reads in place (or a few MB): bf16 (73, 384, 16384) with A transposed 0.037 ->
-        // 0.033 ms, (257, 384, 16384) 0.075 -> 0.047, (8191, 75, 1024) 0.042 -> 0.026, 300³ 0.034
-        // -> 0.026, (73, 384, 2048) level (perf-notes, twenty-sixth session). K must be long
-        // enough for the two launches.
+        // Staging copies each unaligned operand once more (`pad_rows_b16`); wgmma then runs at
+        // 4-5× the `mma.sync` kernels' rate on such shapes (bf16 (3001, 2999, 3003): 0.19 ms
+        // staged, 1.12 ms on `mma.sync`). The copies grow with (M + N)·K and the saving with
+        // M·N·K: staging pays where M·N/(M + N) is large, and also on thin outputs and small
+        // products as long as it copies no more than the product reads in place (or a few MB),
+        // as measured with the driver's slower 2-D copy: bf16 (73, 384, 16384) with A transposed
+        // 0.037 -> 0.033 ms, (257, 384, 16384) 0.075 -> 0.047, (8191, 75, 1024) 0.042 -> 0.026,
+        // 300³ 0.034 -> 0.026, (73, 384, 2048) level (perf-notes, twenty-sixth session). K must
+        // be long enough for the two launches.
         let operand_bytes = |rows: usize, batched: bool| {
             rows * d.k * o.dtype.size_bytes() * if batched { d.batch } else { 1 }
         };
