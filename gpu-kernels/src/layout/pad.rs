@@ -29,7 +29,6 @@ pub unsafe extern "ptx-kernel" fn pad_rows_b16(
                 vals[e] = load_u16(src.add(c0 + e));
             }
         });
-        let words = [0, 1, 2, 3].map(|i| vals[2 * i] as u32 | (vals[2 * i + 1] as u32) << 16);
-        store_u32x4(out.add(r * pitch + c0) as *mut u32, words);
+        store_u16x8(out.add(r * pitch + c0), U16x8(vals));
     }
 }

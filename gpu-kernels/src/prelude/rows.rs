@@ -212,10 +212,11 @@ impl RowTeam {
     /// `ROW_APPLY` launch takes the chunks last to first (`blockIdx.y` counted from the end: the
     /// `ROW_PARTIAL` launch before it read them first to last, so the ones it read last may
     /// still be in L2), and that a `ROW_CLUSTER` launch runs a block per chunk with the row on
-    /// `blockIdx.y` and the chunk on `blockIdx.x` (see the module documentation). Its team is the block of `NN_ROW_BLOCK`
-    /// threads that `RowPlan` gives every split row, taken here as a constant (`size` is that
-    /// value): in the cluster builds the distance between a scalar chunk's values then folds into
-    /// each access's immediate offset, instead of a 64-bit multiply and add per value.
+    /// `blockIdx.y` and the chunk on `blockIdx.x` (see the module documentation). Its team is
+    /// the block of `NN_ROW_BLOCK` threads that `RowPlan` gives every split row, taken here as a
+    /// constant (`size` is that value): in the cluster builds the distance between a scalar
+    /// chunk's values then folds into each access's immediate offset, instead of a 64-bit
+    /// multiply and add per value.
     #[inline(always)]
     pub fn in_mode<F: Float>(rows: usize, cols: usize, size: usize, chunk: usize, mode: u32) -> Self {
         if mode == ROW_APPLY {

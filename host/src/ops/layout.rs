@@ -37,9 +37,7 @@ pub(crate) unsafe fn pad_rows_b16(
     if vectors == 0 {
         return Ok(());
     }
-    let blocks = vectors.div_ceil(PAD_ROWS_BLOCK).min(8 * stream.device.info.sm_count as usize);
-    let cfg =
-        LaunchConfig { grid: (blocks as u32, 1, 1), block: (PAD_ROWS_BLOCK as u32, 1, 1), shared_bytes: 0 };
+    let cfg = LaunchConfig::grid_stride(&stream.device.info, vectors, PAD_ROWS_BLOCK, 1);
     // SAFETY: `pad_rows_b16(x, rows, cols, pitch, out)` reads rows·cols values at `src` and
     // writes rows·pitch at `dst` in 16-byte vectors, as this function's contract provides; any
     // 1-D grid covers them (grid-stride).
