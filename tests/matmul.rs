@@ -596,12 +596,13 @@ fn every_dispatch_branch(gpu: &Context) {
             }
         }
         // The GPT head's weight gradient: 73 rows (not a 16-byte multiple), K = 16384: in 16-bit,
-        // split-K on `wgmma` after copying A into padded rows; with N and K off the 16-byte rows
-        // too (both operands copied, more than the product reads in place), on `mma.sync`.
+        // split-K on `wgmma` after copying A into padded rows, and with N and K off the 16-byte
+        // rows too, both operands; with too few flops a byte copied (17 × 33), on `mma.sync`.
         if !small {
             check_product(gpu, dtype, (73, 384, 16384), (true, false), (1, false), false, seed);
             check_product(gpu, dtype, (73, 385, 16383), (true, false), (1, false), true, seed + 4);
-            seed += 8;
+            check_product(gpu, dtype, (17, 33, 45001), (true, false), (1, false), true, seed + 8);
+            seed += 12;
         }
         // Split-K whose reduction takes four outputs a thread (M·N ≥ 2^19), batched, epilogue.
         if !small {

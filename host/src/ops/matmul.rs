@@ -13,7 +13,7 @@
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
-//! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and M·N ≥ 512·(M + N) (roughly M, N ≥ 1024) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
+//! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 16 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
 //! | 5a | exact f32 (TF32 not allowed), sm_90a, the layout of row 6a, at least 2^27 flops where the time model of `f32x3_path` gives it the shortest time (against the FMA kernels and row 5b; `FERROCUDA_MATMUL_F32X3=1`: wherever it can run) | `gemm_wgmma_f32x3_nn_128x64`: row 6a's swapped product as 3xTF32 on 128×64 tiles of Cᵀ, B's low parts made from its fragments in registers, A's by `tf32_low_f32`, every k-step's sums promoted to f32 registers | as row 2 on Cᵀ |
@@ -967,11 +967,11 @@ const GEMV_BLOCKS_PER_SM: usize = 4;
 /// the workspace stays small beside the operands.
 const SPLIT_MIN_K: usize = 512;
 const MAX_SLICES: usize = 32;
-/// The shortest K, and the least M·N/(M + N) or the most bytes copied (at most those read in
-/// place, or this many), for which copying unaligned 16-bit operands into TMA-readable buffers
-/// beats the `mma.sync` kernels (dispatch row 3).
+/// The shortest K, and the least flops a byte copied or the most bytes copied (at most those read
+/// in place, or this many), for which copying unaligned 16-bit operands into TMA-readable
+/// buffers beats the `mma.sync` kernels (dispatch row 3).
 const STAGE_MIN_K: usize = 256;
-const STAGE_MIN_MN_RATIO: usize = 512;
+const STAGE_FLOPS_PER_BYTE: usize = 16;
 const STAGE_COPY_BYTES: usize = 4 << 20;
 /// 16-bit `mma.sync` blocks resident on one SM (256 threads × 165 registers).
 const MMA_HALF_PER_SM: usize = 1;
@@ -1175,21 +1175,26 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let tma = d.k > 0 && a_tma && b_tma && small_dims;
         // Staging copies each unaligned operand once more (`pad_rows_b16`); wgmma then runs at
         // 4-5× the `mma.sync` kernels' rate on such shapes (bf16 (3001, 2999, 3003): 0.19 ms
-        // staged, 1.12 ms on `mma.sync`). The copies grow with (M + N)·K and the saving with
-        // M·N·K: staging pays where M·N/(M + N) is large, and also on thin outputs and small
-        // products as long as it copies no more than the product reads in place (or a few MB),
-        // as measured with the driver's slower 2-D copy: bf16 (73, 384, 16384) with A transposed
-        // 0.037 -> 0.033 ms, (257, 384, 16384) 0.075 -> 0.047, (8191, 75, 1024) 0.042 -> 0.026,
-        // 300³ 0.034 -> 0.026, (73, 384, 2048) level (perf-notes, twenty-sixth session). K must
-        // be long enough for the two launches.
+        // staged, 1.12 ms on `mma.sync`). The copies grow with the bytes copied and the saving
+        // with the flops: staging pays from 24 flops a byte copied (ms on `mma.sync` -> staged,
+        // bf16 unless named: (1000, 1001, 4096) at 1000 a byte 0.120 -> 0.047, (128, 3001,
+        // 3003) at 122 0.065 -> 0.048, (64, 3001, 3003) at 63 0.053 -> 0.042, (75, 75, 65535) at
+        // 37 0.129 -> 0.046, (32, 3001, 3003) at 32 0.047 -> 0.039, f16 (24, 8001, 8001) at 24
+        // 0.265 -> 0.170; (96, 96, 30001) at 48 level; twenty-seventh session). Thin outputs and
+        // small products stage too as long as they copy no more than the product reads in place
+        // (or a few MB), as measured with the driver's slower 2-D copy: bf16 (73, 384, 16384)
+        // with A transposed 0.037 -> 0.033 ms, (257, 384, 16384) 0.075 -> 0.047, (8191, 75,
+        // 1024) 0.042 -> 0.026, 300³ 0.034 -> 0.026, (73, 384, 2048) level (perf-notes,
+        // twenty-sixth session). K must be long enough for the two launches.
         let operand_bytes = |rows: usize, batched: bool| {
             rows * d.k * o.dtype.size_bytes() * if batched { d.batch } else { 1 }
         };
         let (a_bytes, b_bytes) = (operand_bytes(d.m, o.batched_a), operand_bytes(d.n, o.batched_b));
         let copied = if a_tma { 0 } else { a_bytes } + if b_tma { 0 } else { b_bytes };
         let in_place = a_bytes + b_bytes - copied;
+        let flops = 2 * (d.m * d.n) as u128 * (d.k * d.batch) as u128;
         let stage = d.k >= STAGE_MIN_K
-            && (d.m * d.n >= STAGE_MIN_MN_RATIO * (d.m + d.n) || copied <= STAGE_COPY_BYTES.max(in_place));
+            && (flops >= (STAGE_FLOPS_PER_BYTE * copied) as u128 || copied <= STAGE_COPY_BYTES.max(in_place));
         if dev.sm90a && d.k > 0 && small_dims && (tma || stage) {
             let path = GemmPath::Wgmma { tile: wgmma_tile(d, dev), staged: !tma };
             return wgmma_plan(d, path, o.dtype, dev);
@@ -2042,10 +2047,10 @@ mod tests {
         const SMALL_STAGED: GemmPath = GemmPath::Wgmma { tile: 3, staged: true };
         assert_eq!(path(dims(6144, 6144, 6144), o, H100), WIDE);
         assert_eq!(path(dims(6144, 6144, 6144), o, OLDER), GemmPath::HalfMma);
-        // Rows not 16-byte multiples (K = 2999, N = 3003) or an unaligned start: large enough
-        // products copy those operands into padded buffers, and so do thin or small ones that
-        // copy no more than they read in place (or 4 MiB); short K, or copies that outweigh the
-        // product, take mma.sync.
+        // Rows not 16-byte multiples (K = 2999, N = 3003) or an unaligned start: products with
+        // enough flops a byte copied copy those operands into padded buffers, and so do thin or
+        // small ones that copy no more than they read in place (or 4 MiB); short K, or copies
+        // that outweigh the product (under 16 flops a byte copied), take mma.sync.
         assert_eq!(path(dims(3001, 3003, 2999), o, H100), N192_STAGED);
         assert_eq!(path(dims(3000, 3003, 3000), o, H100), N192_STAGED);
         assert_eq!(path(dims(3001, 3000, 3000), o, H100), N192);
@@ -2053,7 +2058,12 @@ mod tests {
         assert_eq!(path(dims(3001, 3003, 255), o, H100), GemmPath::HalfMma);
         assert_eq!(path(dims(1023, 1025, 1000), o, H100), N192_STAGED);
         assert_eq!(path(dims(1024, 1025, 1000), o, H100), N192_STAGED);
-        assert_eq!(path(dims(75, 75, 65535), o, H100), GemmPath::HalfMma);
+        // Or whose flops a byte copied reach `STAGE_FLOPS_PER_BYTE`: B [4096, 1001] copied (8.2
+        // MB, 1000 flops a byte) beside A's 8.19 MB read in place; both operands of (75, 75,
+        // 65535) copied at 37 flops a byte; not (17, 33, 45001), 11 a byte.
+        let staged = |d| matches!(path(d, o, H100), GemmPath::Wgmma { staged: true, .. });
+        assert!(staged(dims(1000, 1001, 4096)) && staged(dims(75, 75, 65535)));
+        assert_eq!(path(dims(17, 33, 45001), o, H100), GemmPath::HalfMma);
         // The GPT's tied head (73 characters): dW = dYᵀ·X copies dY (2.4 MB), reads X in place.
         assert_eq!(path(dims(73, 384, 16384), operands(DType::BF16, true, false), H100), SMALL_STAGED);
         let unaligned = Operands { aligned_b: false, ..o };
@@ -2104,9 +2114,10 @@ mod tests {
         // A 73-row weight gradient (dY copied): the 128×64 tiles split K.
         let p = plan(&dims(73, 384, 16384), &operands(DType::BF16, true, false), &H100);
         assert_eq!((p.path, p.slices, p.k_chunk), (SMALL_STAGED, 22, 768));
-        // mma.sync splits K as well when its 128×128 tiles are few: both operands unaligned.
-        let p = plan(&dims(73, 385, 16383), &operands(DType::BF16, true, false), &H100);
-        assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::HalfMma, 31, 544));
+        // mma.sync splits K as well when its 128×128 tiles are few: both operands unaligned, 11
+        // flops a byte copied.
+        let p = plan(&dims(17, 33, 45001), &operands(DType::BF16, true, false), &H100);
+        assert_eq!((p.path, p.slices, p.k_chunk), (GemmPath::HalfMma, 32, 1408));
         let p = plan(&dims(3001, 3003, 2999), &o, &H100);
         assert_eq!((p.path, p.slices), (N192_STAGED, 1));
         // Staged operands split K as the others do: (1030, 1027, 8190) is 45 to 54 tiles.
