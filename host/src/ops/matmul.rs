@@ -13,7 +13,7 @@
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
-//! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 16 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
+//! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
 //! | 5a | exact f32 (TF32 not allowed), sm_90a, the layout of row 6a, at least 2^27 flops where the time model of `f32x3_path` gives it the shortest time (against the FMA kernels and row 5b; `FERROCUDA_MATMUL_F32X3=1`: wherever it can run) | `gemm_wgmma_f32x3_nn_128x64`: row 6a's swapped product as 3xTF32 on 128×64 tiles of Cᵀ, B's low parts made from its fragments in registers, A's by `tf32_low_f32`, every k-step's sums promoted to f32 registers | as row 2 on Cᵀ |
@@ -971,7 +971,7 @@ const MAX_SLICES: usize = 32;
 /// in place, or this many), for which copying unaligned 16-bit operands into TMA-readable
 /// buffers beats the `mma.sync` kernels (dispatch row 3).
 const STAGE_MIN_K: usize = 256;
-const STAGE_FLOPS_PER_BYTE: usize = 16;
+const STAGE_FLOPS_PER_BYTE: usize = 24;
 const STAGE_COPY_BYTES: usize = 4 << 20;
 /// 16-bit `mma.sync` blocks resident on one SM (256 threads × 165 registers).
 const MMA_HALF_PER_SM: usize = 1;
@@ -1180,7 +1180,8 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         // bf16 unless named: (1000, 1001, 4096) at 1000 a byte 0.120 -> 0.047, (128, 3001,
         // 3003) at 122 0.065 -> 0.048, (64, 3001, 3003) at 63 0.053 -> 0.042, (75, 75, 65535) at
         // 37 0.129 -> 0.046, (32, 3001, 3003) at 32 0.047 -> 0.039, f16 (24, 8001, 8001) at 24
-        // 0.265 -> 0.170; (96, 96, 30001) at 48 level; twenty-seventh session). Thin outputs and
+        // 0.265 -> 0.170; (96, 96, 30001) at 48 level; (40, 40, 32001) at 20 and (32, 32, 65535)
+        // at 16 3-6% slower; twenty-seventh session). Thin outputs and
         // small products stage too as long as they copy no more than the product reads in place
         // (or a few MB), as measured with the driver's slower 2-D copy: bf16 (73, 384, 16384)
         // with A transposed 0.037 -> 0.033 ms, (257, 384, 16384) 0.075 -> 0.047, (8191, 75,
@@ -2050,7 +2051,7 @@ mod tests {
         // Rows not 16-byte multiples (K = 2999, N = 3003) or an unaligned start: products with
         // enough flops a byte copied copy those operands into padded buffers, and so do thin or
         // small ones that copy no more than they read in place (or 4 MiB); short K, or copies
-        // that outweigh the product (under 16 flops a byte copied), take mma.sync.
+        // that outweigh the product (under 24 flops a byte copied), take mma.sync.
         assert_eq!(path(dims(3001, 3003, 2999), o, H100), N192_STAGED);
         assert_eq!(path(dims(3000, 3003, 3000), o, H100), N192_STAGED);
         assert_eq!(path(dims(3001, 3000, 3000), o, H100), N192);
