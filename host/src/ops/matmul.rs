@@ -1173,20 +1173,20 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
         let (a_tma, b_tma) = (lda % per_16 == 0 && o.aligned_a, ldb % per_16 == 0 && o.aligned_b);
         let tma = d.k > 0 && a_tma && b_tma && small_dims;
-        // Staging copies each unaligned operand once more (`pad_rows_b16`); wgmma then runs at
-        // 4-5× the `mma.sync` kernels' rate on such shapes (bf16 (3001, 2999, 3003): 0.19 ms
-        // staged, 1.12 ms on `mma.sync`). The copies grow with the bytes copied and the saving
-        // with the flops: staging pays from 24 flops a byte copied (ms on `mma.sync` -> staged,
-        // bf16 unless named: (1000, 1001, 4096) at 1000 a byte 0.120 -> 0.047, (128, 3001,
-        // 3003) at 122 0.065 -> 0.048, (64, 3001, 3003) at 63 0.053 -> 0.042, (75, 75, 65535) at
-        // 37 0.129 -> 0.046, (32, 3001, 3003) at 32 0.047 -> 0.039, f16 (24, 8001, 8001) at 24
-        // 0.265 -> 0.170; (96, 96, 30001) at 48 level; (40, 40, 32001) at 20 and (32, 32, 65535)
-        // at 16 3-6% slower; twenty-seventh session). Thin outputs and
-        // small products stage too as long as they copy no more than the product reads in place
-        // (or a few MB), as measured with the driver's slower 2-D copy: bf16 (73, 384, 16384)
-        // with A transposed 0.037 -> 0.033 ms, (257, 384, 16384) 0.075 -> 0.047, (8191, 75,
-        // 1024) 0.042 -> 0.026, 300³ 0.034 -> 0.026, (73, 384, 2048) level (perf-notes,
-        // twenty-sixth session). K must be long enough for the two launches.
+        // Staging copies each unaligned operand once more (`pad_rows_b16`); wgmma then runs at 4-5×
+        // the `mma.sync` kernels' rate on such shapes (bf16 (3001, 2999, 3003): 0.19 ms staged,
+        // 1.12 ms on `mma.sync`). The copies grow with the bytes copied and the saving with the
+        // flops: staging pays from 24 flops a byte copied (ms on `mma.sync` -> staged, bf16 unless
+        // named: (1000, 1001, 4096) at 1000 a byte 0.120 -> 0.047, (128, 3001, 3003) at 122 0.065
+        // -> 0.048, (64, 3001, 3003) at 63 0.053 -> 0.042, (75, 75, 65535) at 37 0.129 -> 0.046,
+        // (32, 3001, 3003) at 32 0.047 -> 0.039, f16 (24, 8001, 8001) at 24 0.265 -> 0.170; (96,
+        // 96, 30001) at 48 level; (40, 40, 32001) at 20 and (32, 32, 65535) at 16 3-6% slower;
+        // twenty-seventh session). Thin outputs and small products stage too as long as they copy
+        // no more than the product reads in place (or a few MB), as measured with the driver's
+        // slower 2-D copy: bf16 (73, 384, 16384) with A transposed 0.037 -> 0.033 ms, (257, 384,
+        // 16384) 0.075 -> 0.047, (8191, 75, 1024) 0.042 -> 0.026, 300³ 0.034 -> 0.026, (73, 384,
+        // 2048) level (perf-notes, twenty-sixth session). K must be long enough for the two
+        // launches.
         let operand_bytes = |rows: usize, batched: bool| {
             rows * d.k * o.dtype.size_bytes() * if batched { d.batch } else { 1 }
         };
