@@ -659,6 +659,36 @@ fn tf32_swapped_shapes(gpu: &Context) {
     }
 }
 
+/// 16-bit A·B with at most 128 rows or columns on the 128×64 tile, which the plan runs swapped
+/// (`gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ, the output written transposed),
+/// against the CPU: few rows and few columns with tiles partly outside, split K, batches with a
+/// shared and a batched B, the epilogue (C read and bias added transposed) and without.
+fn half_precision_swapped_shapes(gpu: &Context) {
+    type Product = ((usize, usize, usize), (usize, bool));
+    let shapes: &[Product] = if under_sanitizer() {
+        &[((40, 1000, 200), (1, false)), ((40, 264, 1104), (2, true))]
+    } else {
+        &[
+            ((128, 8296, 1032), (1, false)),
+            ((72, 6000, 1032), (1, false)),
+            ((8200, 104, 1032), (1, false)),
+            ((24, 3000, 1000), (1, false)),
+            ((40, 520, 16384), (1, false)),
+            ((40, 264, 1104), (3, true)),
+            ((100, 256, 1104), (3, false)),
+        ]
+    };
+    let mut seed = 1400;
+    for dtype in [DType::BF16, DType::F16] {
+        for &(shape, batches) in shapes {
+            for epilogue in [false, true] {
+                check_product(gpu, dtype, shape, (false, false), batches, epilogue, seed);
+                seed += 4;
+            }
+        }
+    }
+}
+
 /// 16-bit operands whose rows are not 16-byte multiples, in products large enough that the plan
 /// copies them into padded buffers for `wgmma` (dispatch row 3): every transpose (each has an
 /// operand with odd rows), split K, batches with a shared and a batched B.
@@ -771,6 +801,7 @@ fn main() {
         ("gpu_half_precision_staged_operands", Case::Gpu(half_precision_staged_operands)),
         ("gpu_tf32_tma_shapes", Case::Gpu(tf32_tma_shapes)),
         ("gpu_tf32_swapped_shapes", Case::Gpu(tf32_swapped_shapes)),
+        ("gpu_half_precision_swapped_shapes", Case::Gpu(half_precision_swapped_shapes)),
         ("gpu_epilogues_match_cpu", Case::Gpu(epilogues_match_cpu)),
         ("gpu_fused_equals_unfused", Case::Gpu(fused_equals_unfused)),
         ("gpu_batched_matches_cpu", Case::Gpu(batched_matches_cpu)),

@@ -30,7 +30,8 @@ kernel_table! {
                 gemm_wgmma_bf16_tn_128x192, gemm_wgmma_bf16_tt_128x192,
                 gemm_wgmma_f16_nn_128x64, gemm_wgmma_f16_nt_128x64, gemm_wgmma_f16_tn_128x64,
                 gemm_wgmma_f16_tt_128x64, gemm_wgmma_bf16_nn_128x64, gemm_wgmma_bf16_nt_128x64,
-                gemm_wgmma_bf16_tn_128x64, gemm_wgmma_bf16_tt_128x64
+                gemm_wgmma_bf16_tn_128x64, gemm_wgmma_bf16_tt_128x64, gemm_wgmma_f16_nn_swapped_128x64,
+                gemm_wgmma_bf16_nn_swapped_128x64
             ](
                 maps: crate::shapes::TensorMaps, c: *const u16, bias: *const u16, out: *mut u16, m: usize,
                 n: usize, k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,

@@ -182,6 +182,11 @@ pub(crate) trait Operands: Copy {
     /// The host launches Cᵀ = Bᵀ·Aᵀ this way for C = A·B with B N-major, so that neither operand
     /// needs a transposed copy.
     const SWAPPED: bool = false;
+    /// The sums are the output's transpose (16-bit C = A·B with B N-major computed as Cᵀ = Bᵀ·Aᵀ
+    /// on the `tt` kernel: its B, the caller's A, is then K-major): written transposed straight
+    /// from registers (`store_direct` with `OUT_T`). Few-row products read B K-major ~15% faster
+    /// than N-major on the 128×64 tile (perf-notes, twenty-seventh session).
+    const OUT_T: bool = false;
     /// The producer's place in a unit's k-steps.
     type Walk: Copy;
     /// Where the unit of batch `batch` with its tile at `(m0, n0)` (`rows` tall) starts, at its
@@ -213,16 +218,17 @@ pub(crate) trait Operands: Copy {
 
 /// Plain A and B matrices, read and written by the GEMM's own code; `SPLIT`: f32 ones as
 /// 3xTF32, their low parts through the fourth and fifth maps (after the output's), every k-step's
-/// sums promoted to f32 registers; `SWAPPED`: as `Operands::SWAPPED`.
+/// sums promoted to f32 registers; `SWAPPED`, `OUT_T`: as `Operands::SWAPPED`, `Operands::OUT_T`.
 #[derive(Clone, Copy)]
-pub(crate) struct Matrices<const SPLIT: bool, const SWAPPED: bool>;
+pub(crate) struct Matrices<const SPLIT: bool, const SWAPPED: bool, const OUT_T: bool>;
 
-impl<const SPLIT: bool, const SWAPPED: bool> Operands for Matrices<SPLIT, SWAPPED> {
+impl<const SPLIT: bool, const SWAPPED: bool, const OUT_T: bool> Operands for Matrices<SPLIT, SWAPPED, OUT_T> {
     const CONV: bool = false;
     const STORES: bool = false;
     const SPLIT: bool = SPLIT;
     const PROMOTE: bool = SPLIT;
     const SWAPPED: bool = SWAPPED;
+    const OUT_T: bool = OUT_T;
     type Walk = ();
     #[inline(always)]
     fn start(&self, _: usize, _: usize, _: (usize, usize, usize)) {}
@@ -599,10 +605,29 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 } else {
                     store_transposed::<E, TILE, true>(acc, ws.add(z * m * n), (none, none), place, out_ctx);
                 }
+            } else if O::OUT_T && ws.is_null() {
+                store_direct::<E, TILE, false, true>(
+                    acc,
+                    out.add(batch * m * n),
+                    (c, bias),
+                    (m, n),
+                    origin,
+                    out_ctx,
+                );
+            } else if O::OUT_T {
+                let raw = (1.0, 0.0, 0);
+                store_direct::<E, TILE, true, true>(
+                    acc,
+                    ws.add(z * m * n),
+                    (none, none),
+                    (m, n),
+                    origin,
+                    raw,
+                );
             } else if !ws.is_null() {
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
-                store_direct::<E, TILE, true>(
+                store_direct::<E, TILE, true, false>(
                     acc,
                     ws.add(z * m * n),
                     (none, none),
@@ -629,7 +654,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     _ => store_staged::<E, TILE, false, false, ACTIVATION_NONE>(acc, args, chunks),
                 }
             } else {
-                store_direct::<E, TILE, false>(
+                store_direct::<E, TILE, false, false>(
                     acc,
                     out.add(batch * m * n),
                     (c, bias),
@@ -809,11 +834,12 @@ unsafe fn store_pair<E: WgmmaInput, const RAW: bool>(
 }
 
 /// Write the warpgroup's piece at `origin` straight from registers, element by element inside
-/// the `[m, n]` output `out`: through the fused epilogue (`RAW` false; `c` has the output's
-/// batch offset) or as the raw f32 sums of a split-K slice (`RAW`; `E::Elem` ignored, `out`
-/// is the slice's f32 workspace).
+/// the `[m, n]` output `out` (`OUT_T`: the sums are the transpose of the `[n, m]` output, whose
+/// element (col, row) each is; `c` and `bias` in the output's terms): through the fused
+/// epilogue (`RAW` false; `c` has the output's batch offset) or as the raw f32 sums of a split-K
+/// slice (`RAW`; `E::Elem` ignored, `out` is the slice's f32 workspace).
 #[inline(always)]
-unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool>(
+unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool, const OUT_T: bool>(
     acc: &WgmmaAcc,
     out: *mut impl Copy,
     (c, bias): (*const E::Elem, *const E::Elem),
@@ -827,8 +853,17 @@ unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool>(
         if row >= m || col >= n {
             return;
         }
-        let ctx = ((c, has_c, bias), (m, n), (alpha, beta, activation));
-        store_pair::<E, RAW>(out, (a0, a1), (row, col), (col + 1 < n, pairs && !RAW), ctx);
+        if OUT_T {
+            // A pair of the sums is two elements of one output column.
+            let ctx = ((c, has_c, bias), (n, m), (alpha, beta, activation));
+            store_pair::<E, RAW>(out, (a0, 0.0), (col, row), (false, false), ctx);
+            if col + 1 < n {
+                store_pair::<E, RAW>(out, (a1, 0.0), (col + 1, row), (false, false), ctx);
+            }
+        } else {
+            let ctx = ((c, has_c, bias), (m, n), (alpha, beta, activation));
+            store_pair::<E, RAW>(out, (a0, a1), (row, col), (col + 1 < n, pairs && !RAW), ctx);
+        }
     });
 }
 
@@ -955,7 +990,7 @@ unsafe fn store_staged<
 }
 
 macro_rules! wgmma_kernels {
-    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal, $swapped:literal;)*) => {$(
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal, $swapped:literal, $out_t:literal;)*) => {$(
         /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps (3xTF32: then A's and
         /// B's low parts', K-major with the boxes of A's and B's), the other arguments
         /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
@@ -974,7 +1009,7 @@ macro_rules! wgmma_kernels {
             ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
         ) {
             let maps = kernel_param_address!($name, 0);
-            gemm::<$e, $ta, $tb, $tile, Matrices<$split, $swapped>>(
+            gemm::<$e, $ta, $tb, $tile, Matrices<$split, $swapped, $out_t>>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
                 (k_steps, ws), (layers, tma_store != 0, cluster as usize), Matrices,
             )
@@ -983,41 +1018,43 @@ macro_rules! wgmma_kernels {
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, u16, false, false, 0, false, false;
-    gemm_wgmma_f16_nt: F16, u16, false, true, 0, false, false;
-    gemm_wgmma_f16_tn: F16, u16, true, false, 0, false, false;
-    gemm_wgmma_f16_tt: F16, u16, true, true, 0, false, false;
-    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0, false, false;
-    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0, false, false;
-    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0, false, false;
-    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0, false, false;
-    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1, false, false;
-    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1, false, false;
-    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1, false, false;
-    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1, false, false;
-    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1, false, false;
-    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1, false, false;
-    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1, false, false;
-    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1, false, false;
-    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2, false, false;
-    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2, false, false;
-    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2, false, false;
-    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2, false, false;
-    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2, false, false;
-    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false, false;
-    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false, false;
-    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false, false;
-    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false, false;
-    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false, false;
-    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false, false;
-    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3, false, false;
-    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3, false, false;
-    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3, false, false;
-    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3, false, false;
-    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3, false, false;
-    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0, false, false;
-    gemm_wgmma_tf32_nn: Tf32, f32, true, true, 2, false, true;
-    gemm_wgmma_tf32_nn_128x64: Tf32, f32, true, true, 3, false, true;
-    gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true, false;
-    gemm_wgmma_f32x3_nn_128x64: Tf32, f32, true, true, 3, true, true;
+    gemm_wgmma_f16_nn: F16, u16, false, false, 0, false, false, false;
+    gemm_wgmma_f16_nt: F16, u16, false, true, 0, false, false, false;
+    gemm_wgmma_f16_tn: F16, u16, true, false, 0, false, false, false;
+    gemm_wgmma_f16_tt: F16, u16, true, true, 0, false, false, false;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0, false, false, false;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0, false, false, false;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0, false, false, false;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0, false, false, false;
+    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1, false, false, false;
+    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1, false, false, false;
+    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1, false, false, false;
+    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1, false, false, false;
+    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1, false, false, false;
+    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1, false, false, false;
+    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1, false, false, false;
+    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1, false, false, false;
+    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2, false, false, false;
+    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2, false, false, false;
+    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2, false, false, false;
+    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2, false, false, false;
+    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2, false, false, false;
+    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false, false, false;
+    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false, false, false;
+    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false, false, false;
+    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false, false, false;
+    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false, false, false;
+    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false, false, false;
+    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3, false, false, false;
+    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3, false, false, false;
+    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3, false, false, false;
+    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3, false, false, false;
+    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3, false, false, false;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0, false, false, false;
+    gemm_wgmma_tf32_nn: Tf32, f32, true, true, 2, false, true, false;
+    gemm_wgmma_tf32_nn_128x64: Tf32, f32, true, true, 3, false, true, false;
+    gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true, false, false;
+    gemm_wgmma_f32x3_nn_128x64: Tf32, f32, true, true, 3, true, true, false;
+    gemm_wgmma_f16_nn_swapped_128x64: F16, u16, true, true, 3, false, false, true;
+    gemm_wgmma_bf16_nn_swapped_128x64: BF16, u16, true, true, 3, false, false, true;
 }

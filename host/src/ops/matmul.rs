@@ -13,6 +13,7 @@
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
+//! | 2a | row 2 with neither operand transposed, where `wgmma_tile` gives the 128×64 tile both to the product and to its transpose | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B, where B `[K, N]` read N-major is ~15% slower on this tile), the output written transposed from registers | as row 2 on Cᵀ |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
@@ -303,7 +304,20 @@ impl<'a> Gemm<'a> {
                 let (a_op, _a_copy) = tma_operand(a, lda, d.stride_a, staged, stream, op)?;
                 let (b_op, _b_copy) = tma_operand(b, ldb, d.stride_b, staged, stream, op)?;
                 let split = (&plan, workspace.as_ref());
-                self.launch_wgmma(d, &out, stream, ((a_op, ta), (b_op, tb)), (tile, None), split)?
+                self.launch_wgmma(d, &out, stream, ((a_op, ta), (b_op, tb)), (tile, None, false), split)?
+            }
+            GemmPath::WgmmaSwapped => {
+                // Cᵀ = Bᵀ·Aᵀ: B `[K, N]` is the kernel's M-major A, A `[M, K]` its K-major B.
+                let (a, b) = (TmaOperand::of(b, d.n, d.stride_b), TmaOperand::of(a, d.k, d.stride_a));
+                let split = (&plan, workspace.as_ref());
+                self.launch_wgmma(
+                    d.swapped(),
+                    &out,
+                    stream,
+                    ((a, true), (b, true)),
+                    (WGMMA_SMALL_TILE, None, true),
+                    split,
+                )?
             }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
             path @ (GemmPath::Tf32WgmmaSwapped { .. } | GemmPath::F32x3WgmmaSwapped) => {
@@ -317,7 +331,14 @@ impl<'a> Gemm<'a> {
                 let (a, b) = (TmaOperand::of(b, d.n, d.stride_b), TmaOperand::of(a, d.k, d.stride_a));
                 let lows = a_lo.as_ref().map(|lo| (b, TmaOperand::of(lo, d.k, d.stride_a)));
                 let split = (&plan, workspace.as_ref());
-                self.launch_wgmma(d.swapped(), &out, stream, ((a, true), (b, true)), (tile, lows), split)?
+                self.launch_wgmma(
+                    d.swapped(),
+                    &out,
+                    stream,
+                    ((a, true), (b, true)),
+                    (tile, lows, false),
+                    split,
+                )?
             }
             GemmPath::F32x3Wgmma => self.launch_f32x3_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
             GemmPath::Simt { .. } | GemmPath::Tiny | GemmPath::Tf32Mma | GemmPath::HalfMma => {
@@ -361,6 +382,7 @@ impl<'a> Gemm<'a> {
             | GemmPath::GemvMma { .. }
             | GemmPath::GemvTma
             | GemmPath::Wgmma { .. }
+            | GemmPath::WgmmaSwapped
             | GemmPath::Tf32Wgmma
             | GemmPath::Tf32WgmmaSwapped { .. }
             | GemmPath::F32x3Wgmma
@@ -624,7 +646,7 @@ impl<'a> Gemm<'a> {
         let b_t = if self.transpose_b { None } else { Some(self.b.transpose()?) };
         let (a, b) = (a_t.as_ref().unwrap_or(self.a), b_t.as_ref().unwrap_or(self.b));
         let (a, b) = (TmaOperand::of(a, d.k, d.stride_a), TmaOperand::of(b, d.k, d.stride_b));
-        self.launch_wgmma(d, out, stream, ((a, false), (b, true)), (0, None), split)
+        self.launch_wgmma(d, out, stream, ((a, false), (b, true)), (0, None, false), split)
     }
 
     /// Exact f32 as 3xTF32 through `wgmma`: both operands K-major with their low parts. A
@@ -663,19 +685,21 @@ impl<'a> Gemm<'a> {
         let (a, b) = (a_hi.as_ref().unwrap_or(self.a), b_hi.as_ref().unwrap_or(self.b));
         let (a, b) = (operand(a, a_at), operand(b, b_at));
         let lows = (operand(&a_lo, a_at), operand(&b_lo, b_at));
-        self.launch_wgmma(d, out, stream, ((a, false), (b, true)), (F32X3_TILE, Some(lows)), split)
+        self.launch_wgmma(d, out, stream, ((a, false), (b, true)), (F32X3_TILE, Some(lows), false), split)
     }
 
     /// The `wgmma` kernel on `a` and `b` (transposed as flagged) with tile `kind` of
     /// `WGMMA_TILES`: A's, B's and the output's tensor maps (with `lows`, the
-    /// 3xTF32 kernel: then A's and B's low parts' too), then the launch.
+    /// 3xTF32 kernel: then A's and B's low parts' too), then the launch. `out_t`: the 16-bit
+    /// swapped product (`GemmPath::WgmmaSwapped`: `d` and the operands already swapped, both
+    /// transposed, the 128×64 tile).
     fn launch_wgmma(
         &self,
         d: Dims,
         out: &Tensor,
         stream: &Arc<Stream>,
         ((a, ta), (b, tb)): ((TmaOperand, bool), (TmaOperand, bool)),
-        (kind, lows): (usize, Option<(TmaOperand, TmaOperand)>),
+        (kind, lows, out_t): (usize, Option<(TmaOperand, TmaOperand)>, bool),
         (plan, workspace): (&GemmPlan, Option<&DeviceBuffer>),
     ) -> Result<()> {
         let op = self.op;
@@ -702,6 +726,8 @@ impl<'a> Gemm<'a> {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nn)
         } else if dtype == DType::F32 {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
+        } else if out_t {
+            WgmmaKernel::Half(WGMMA_SWAPPED_KERNELS[dtype.index() - 1])
         } else {
             WgmmaKernel::Half(WGMMA_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
         };
@@ -729,7 +755,7 @@ impl<'a> Gemm<'a> {
         let map_b = map_b_of(b)?;
         // The output through shared memory and TMA stores: whole slices only (no split), rows
         // that start on 16-byte boundaries, not transposed.
-        let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0 && !swapped;
+        let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0 && !swapped && !out_t;
         let map_out = if tma_store {
             let stride = if d.batch > 1 { d.m * d.n } else { 0 };
             tensor_map(dtype, out.device_ptr(), (d.n, d.m, d.batch), stride, (row, WGMMA_STORE_ROWS))?
@@ -775,10 +801,12 @@ impl<'a> Gemm<'a> {
         // A's map is the caller's B `[K, N]` with 32 × 32 boxes, B's the caller's A `[M, K]`, and
         // the kernel writes the caller's `[M, N]` output or workspace transposed, so `out`, c and
         // `ws` keep the caller's shapes; `gemm_wgmma_f32x3_nn_128x64`, taken for f32 with `ta` and
-        // `lows`, likewise, its fourth map zeroed and never read), made above for the live buffers of A, B (or their staged, transposed or
-        // split copies, which the caller keeps until after this launch) and `out` with the shapes
-        // and strides `dims()` checked and the boxes of the kernel's tile; c and bias
-        // (may be null) and the fresh `out` are live buffers of this stream of the shapes checked;
+        // `lows`, likewise, its fourth map zeroed and never read; `gemm_wgmma_<f16|bf16>_nn_swapped_128x64`,
+        // taken exactly with `out_t`, likewise with 16-bit boxes and no TMA store), made above
+        // for the live buffers of A, B (or their staged, transposed or split copies, which the
+        // caller keeps until after this launch) and `out` with the shapes and strides `dims()`
+        // checked and the boxes of the kernel's tile; c and bias (may be null) and the fresh
+        // `out` are live buffers of this stream of the shapes checked;
         // block, grid and dynamic shared memory are the kernel's. The maps travel by value in the
         // launch's parameters.
         unsafe {
@@ -910,6 +938,10 @@ enum GemmPath {
     /// f16/bf16 `wgmma` + TMA (sm_90a) with tile `tile` of `WGMMA_TILES` (128×256, 256×128,
     /// 128×192); `staged`: the operands TMA cannot read are copied first (dispatch row 3).
     Wgmma { tile: usize, staged: bool },
+    /// f16/bf16 `wgmma` + TMA (sm_90a) on A `[M, K]` and B `[K, N]` as they are, computing
+    /// Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (`gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: the `tt` kernel
+    /// reading the caller's A K-major, its output written transposed from registers).
+    WgmmaSwapped,
     /// TF32 `wgmma` + TMA (sm_90a), after transposing the operands to K-major.
     Tf32Wgmma,
     /// TF32 `wgmma` + TMA (sm_90a) on A `[M, K]` and B `[K, N]` as they are, computing Cᵀ = Bᵀ·Aᵀ
@@ -1096,7 +1128,7 @@ fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> Gemm
     let tile = match path {
         GemmPath::Wgmma { tile, .. } => WGMMA_TILES[tile],
         GemmPath::F32x3Wgmma => WGMMA_TILES[F32X3_TILE],
-        GemmPath::F32x3WgmmaSwapped => WGMMA_TILES[WGMMA_SMALL_TILE],
+        GemmPath::F32x3WgmmaSwapped | GemmPath::WgmmaSwapped => WGMMA_TILES[WGMMA_SMALL_TILE],
         GemmPath::Tf32WgmmaSwapped { tile } => WGMMA_TILES[tile],
         _ => WGMMA_TILE,
     };
@@ -1197,8 +1229,30 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let stage = d.k >= STAGE_MIN_K
             && (flops >= (STAGE_FLOPS_PER_BYTE * copied) as u128 || copied <= STAGE_COPY_BYTES.max(in_place));
         if dev.sm90a && d.k > 0 && small_dims && (tma || stage) {
-            let path = GemmPath::Wgmma { tile: wgmma_tile(d, dev), staged: !tma };
-            return wgmma_plan(d, path, o.dtype, dev);
+            let tile = wgmma_tile(d, dev);
+            // A·B streaming one operand past at most 128 rows or columns of the other, on the
+            // 128×64 tile: B read N-major costs 5-20% against K-major there, so Cᵀ = Bᵀ·Aᵀ runs
+            // on the kernel that reads A K-major as its B, where the swapped product takes that
+            // tile too and needs no more of them (ms, bf16 unless named, swapped against not,
+            // twenty-eighth session's call D: (128, 8192, 8192) 0.058-0.065 against 0.069-0.071,
+            // (8192, 128, 8192) 0.061-0.063 against 0.067-0.070, f16 the same, (32, 8192, 8192)
+            // 0.061-0.064 against 0.078; (8192, 64, 8192), twice the tiles swapped, 0.068 against
+            // 0.064).
+            let swapped = d.swapped();
+            let streams = d.m.min(d.n) <= WGMMA_TILES[WGMMA_SMALL_TILE].0;
+            let small_tiles =
+                |d: &Dims| d.m.div_ceil(WGMMA_TILES[tile].0) * d.n.div_ceil(WGMMA_TILES[tile].1);
+            if tma
+                && streams
+                && !o.transpose_a
+                && !o.transpose_b
+                && tile == WGMMA_SMALL_TILE
+                && wgmma_tile(&swapped, dev) == tile
+                && small_tiles(&swapped) <= small_tiles(d)
+            {
+                return wgmma_plan(&swapped, GemmPath::WgmmaSwapped, o.dtype, dev);
+            }
+            return wgmma_plan(d, GemmPath::Wgmma { tile, staged: !tma }, o.dtype, dev);
         }
         let tiles = tiles(MMA_TILE);
         if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
@@ -1648,6 +1702,10 @@ fn wgmma_cluster() -> bool {
 }
 
 /// `[tile of WGMMA_TILES][f16, bf16][A transposed][B transposed]`.
+/// The 16-bit swapped products (`GemmPath::WgmmaSwapped`): `[f16, bf16]`.
+const WGMMA_SWAPPED_KERNELS: [Kernel<WgmmaArgs<u16>>; 2] =
+    [kernels::gemm_wgmma_f16_nn_swapped_128x64, kernels::gemm_wgmma_bf16_nn_swapped_128x64];
+
 const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 4] = [
     [
         [
@@ -2079,10 +2137,17 @@ mod tests {
         assert_eq!(path(dims(16384, 1152, 384), o, H100), N192);
         assert_eq!(path(dims(16384, 1536, 384), o, H100), WIDE);
         // The large tiles filling at most a quarter of the SMs: 128×64 (a few rows, a thin
-        // output, small squares); not above (M = 256: 64 tiles of 128×256, split in two).
-        assert_eq!(path(dims(100, 384, 384), o, H100), SMALL);
-        assert_eq!(path(dims(8192, 128, 8192), o, H100), SMALL);
-        assert_eq!(path(dims(128, 8192, 8192), o, H100), SMALL);
+        // output, small squares); not above (M = 256: 64 tiles of 128×256, split in two). A·B
+        // with at most 128 rows or columns runs swapped there (B transposed: not swapped).
+        let nt = operands(DType::BF16, false, true);
+        assert_eq!(path(dims(100, 384, 384), o, H100), GemmPath::WgmmaSwapped);
+        assert_eq!(path(dims(8192, 128, 8192), o, H100), GemmPath::WgmmaSwapped);
+        assert_eq!(path(dims(128, 8192, 8192), o, H100), GemmPath::WgmmaSwapped);
+        assert_eq!(path(dims(128, 8192, 8192), nt, H100), SMALL);
+        assert_eq!(path(dims(8192, 128, 8192), nt, H100), SMALL);
+        // Not where Cᵀ would take more tiles: 64 columns are half a 128-row tile of Cᵀ.
+        assert_eq!(path(dims(8192, 64, 8192), o, H100), SMALL);
+        assert_eq!(path(dims(32, 8192, 8192), o, H100), GemmPath::WgmmaSwapped);
         assert_eq!(path(dims(1024, 1024, 1024), o, H100), SMALL);
         assert_eq!(path(dims(2048, 2048, 2048), o, H100), WIDE);
         assert_eq!(path(dims(256, 8192, 8192), o, H100), WIDE);
@@ -2098,10 +2163,24 @@ mod tests {
         assert_eq!(path(dims(8600, 640, 40), o, H100), TALL);
         assert_eq!(path(dims(136, 264, 200), o, H100), SMALL);
         assert_eq!(path(dims(1000, 376, 328), o, H100), SMALL);
+        // The shapes of tests/matmul.rs's `half_precision_swapped_shapes`: few rows, few columns,
+        // tiles partly outside, split K ((40, 520, 16384): 9 tiles of Cᵀ).
+        for shape in
+            [(128, 8296, 1032), (72, 6000, 1032), (8200, 104, 1032), (24, 3000, 1000), (40, 1000, 200)]
+        {
+            assert_eq!(path(dims(shape.0, shape.1, shape.2), o, H100), GemmPath::WgmmaSwapped, "{shape:?}");
+        }
+        let batched = Operands { batched_a: true, batched_b: true, ..o };
+        let shared_b = Operands { batched_a: true, ..o };
+        assert_eq!(path(Dims { batch: 3, ..dims(40, 264, 1104) }, batched, H100), GemmPath::WgmmaSwapped);
+        assert_eq!(path(Dims { batch: 3, ..dims(100, 256, 1104) }, shared_b, H100), GemmPath::WgmmaSwapped);
+        let p = plan(&dims(40, 520, 16384), &o, &H100);
+        assert_eq!(p.path, GemmPath::WgmmaSwapped);
+        assert!(p.slices > 1, "{} slices", p.slices);
         // Few tiles: split K (one block per SM fits), in whole k-steps of 64.
         let split = |m, n, k| {
             let p = plan(&dims(m, n, k), &o, &H100);
-            assert!(matches!(p.path, GemmPath::Wgmma { .. }));
+            assert!(matches!(p.path, GemmPath::Wgmma { .. } | GemmPath::WgmmaSwapped));
             assert!(p.slices == 1 || p.k_chunk % 64 == 0);
             (p.slices, p.k_chunk)
         };
