@@ -659,7 +659,7 @@ fn tf32_swapped_shapes(gpu: &Context) {
     }
 }
 
-/// 16-bit A·B with at most 128 rows or columns on the 128×64 tile, which the plan runs swapped
+/// 16-bit A·B with at most 64 rows or 65-128 columns on the 128×64 tile, which the plan runs swapped
 /// (`gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ, the output written transposed),
 /// against the CPU: few rows and few columns with tiles partly outside, split K, batches with a
 /// shared and a batched B, the epilogue (C read and bias added transposed) and without.
@@ -669,13 +669,13 @@ fn half_precision_swapped_shapes(gpu: &Context) {
         &[((40, 1000, 200), (1, false)), ((40, 264, 1104), (2, true))]
     } else {
         &[
-            ((128, 8296, 1032), (1, false)),
-            ((72, 6000, 1032), (1, false)),
+            ((8296, 128, 1032), (1, false)),
+            ((48, 6000, 1032), (1, false)),
             ((8200, 104, 1032), (1, false)),
             ((24, 3000, 1000), (1, false)),
             ((40, 520, 16384), (1, false)),
             ((40, 264, 1104), (3, true)),
-            ((100, 256, 1104), (3, false)),
+            ((256, 104, 1104), (3, false)),
         ]
     };
     let mut seed = 1400;
