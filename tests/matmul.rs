@@ -632,7 +632,6 @@ fn every_dispatch_branch(gpu: &Context) {
 /// batches with a shared and a batched B, the epilogue and without; then products the plan keeps
 /// on a transposed copy of B (a short K; N off the 16-byte rows) beside them.
 fn tf32_swapped_shapes(gpu: &Context) {
-    type Product = ((usize, usize, usize), (usize, bool));
     let small = under_sanitizer();
     let shapes: &[Product] = if small {
         &[((70, 36, 1100), (1, false)), ((9, 20, 40), (3, true)), ((600, 700, 40), (3, true))]
@@ -650,21 +649,30 @@ fn tf32_swapped_shapes(gpu: &Context) {
             ((300, 257, 200), (1, false)),
         ]
     };
-    let mut seed = 900;
-    for &(shape, batches) in shapes {
-        for epilogue in [false, true] {
-            check_product_tf32(gpu, (DType::F32, true), shape, (false, false), batches, epilogue, seed);
-            seed += 4;
+    check_nn_products(gpu, &[(DType::F32, true)], shapes, 900);
+}
+
+/// (M, N, K) and (batch, whether B is batched).
+type Product = ((usize, usize, usize), (usize, bool));
+
+/// Each product of `shapes` with neither operand transposed, in each of `precisions` (dtype,
+/// TF32 allowed), with the epilogue and without, against the CPU.
+fn check_nn_products(gpu: &Context, precisions: &[(DType, bool)], shapes: &[Product], mut seed: u64) {
+    for &precision in precisions {
+        for &(shape, batches) in shapes {
+            for epilogue in [false, true] {
+                check_product_tf32(gpu, precision, shape, (false, false), batches, epilogue, seed);
+                seed += 4;
+            }
         }
     }
 }
 
-/// 16-bit A·B with at most 64 rows or 65-128 columns on the 128×64 tile, which the plan runs swapped
-/// (`gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ, the output written transposed),
+/// 16-bit A·B with at most 64 rows or 65-128 columns on the 128×64 tile, which the plan runs
+/// swapped (`gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ, the output written transposed),
 /// against the CPU: few rows and few columns with tiles partly outside, split K, batches with a
 /// shared and a batched B, the epilogue (C read and bias added transposed) and without.
 fn half_precision_swapped_shapes(gpu: &Context) {
-    type Product = ((usize, usize, usize), (usize, bool));
     let shapes: &[Product] = if under_sanitizer() {
         &[((40, 1000, 200), (1, false)), ((40, 264, 1104), (2, true))]
     } else {
@@ -678,15 +686,7 @@ fn half_precision_swapped_shapes(gpu: &Context) {
             ((256, 104, 1104), (3, false)),
         ]
     };
-    let mut seed = 1400;
-    for dtype in [DType::BF16, DType::F16] {
-        for &(shape, batches) in shapes {
-            for epilogue in [false, true] {
-                check_product(gpu, dtype, shape, (false, false), batches, epilogue, seed);
-                seed += 4;
-            }
-        }
-    }
+    check_nn_products(gpu, &[(DType::BF16, false), (DType::F16, false)], shapes, 1400);
 }
 
 /// 16-bit operands whose rows are not 16-byte multiples, in products large enough that the plan

@@ -605,37 +605,20 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 } else {
                     store_transposed::<E, TILE, true>(acc, ws.add(z * m * n), (none, none), place, out_ctx);
                 }
-            } else if O::OUT_T && ws.is_null() {
-                store_direct::<E, TILE, false, true>(
-                    acc,
-                    out.add(batch * m * n),
-                    (c, bias),
-                    (m, n),
-                    origin,
-                    out_ctx,
-                );
-            } else if O::OUT_T {
+            } else if !ws.is_null() {
+                // One slice of a split-K product: the raw sums, reduced and finished by
+                // `gemm_reduce_*`.
                 let raw = (1.0, 0.0, 0);
-                store_direct::<E, TILE, true, true>(
+                store_direct::<E, TILE, true>(
                     acc,
                     ws.add(z * m * n),
                     (none, none),
                     (m, n),
                     origin,
                     raw,
+                    O::OUT_T,
                 );
-            } else if !ws.is_null() {
-                // One slice of a split-K product: the raw sums, reduced and finished by
-                // `gemm_reduce_*`.
-                store_direct::<E, TILE, true, false>(
-                    acc,
-                    ws.add(z * m * n),
-                    (none, none),
-                    (m, n),
-                    origin,
-                    (1.0, 0.0, 0),
-                );
-            } else if tma_store {
+            } else if tma_store && !O::OUT_T {
                 let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1), bias_buf(wg)), wg);
                 // The epilogue's variant is known per launch: each its own straight-line code
                 // (with C, the rarer residual form, one variant for every activation).
@@ -654,14 +637,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     _ => store_staged::<E, TILE, false, false, ACTIVATION_NONE>(acc, args, chunks),
                 }
             } else {
-                store_direct::<E, TILE, false, false>(
-                    acc,
-                    out.add(batch * m * n),
-                    (c, bias),
-                    (m, n),
-                    origin,
-                    out_ctx,
-                );
+                let out = out.add(batch * m * n);
+                store_direct::<E, TILE, false>(acc, out, (c, bias), (m, n), origin, out_ctx, O::OUT_T);
             }
             unit += unit_stride;
         }
@@ -834,18 +811,20 @@ unsafe fn store_pair<E: WgmmaInput, const RAW: bool>(
 }
 
 /// Write the warpgroup's piece at `origin` straight from registers, element by element inside
-/// the `[m, n]` output `out` (`OUT_T`: the sums are the transpose of the `[n, m]` output, whose
-/// element (col, row) each is; `c` and `bias` in the output's terms): through the fused
-/// epilogue (`RAW` false; `c` has the output's batch offset) or as the raw f32 sums of a split-K
-/// slice (`RAW`; `E::Elem` ignored, `out` is the slice's f32 workspace).
+/// the `[m, n]` output `out` (`transposed`, a constant of the kernel: the sums are the transpose
+/// of the `[n, m]` output, whose element (col, row) each is; `c` and `bias` in the output's
+/// terms): through the fused epilogue (`RAW` false; `c` has the output's batch offset) or as the
+/// raw f32 sums of a split-K slice (`RAW`; `E::Elem` ignored, `out` is the slice's f32
+/// workspace).
 #[inline(always)]
-unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool, const OUT_T: bool>(
+unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool>(
     acc: &WgmmaAcc,
     out: *mut impl Copy,
     (c, bias): (*const E::Elem, *const E::Elem),
     (m, n): (usize, usize),
     origin: (usize, usize),
     (alpha, beta, activation): (f32, f32, u32),
+    transposed: bool,
 ) {
     let has_c = !c.is_null() && beta != 0.0;
     let pairs = n % 2 == 0;
@@ -853,7 +832,7 @@ unsafe fn store_direct<E: WgmmaInput, const TILE: usize, const RAW: bool, const 
         if row >= m || col >= n {
             return;
         }
-        if OUT_T {
+        if transposed {
             // A pair of the sums is two elements of one output column.
             let ctx = ((c, has_c, bias), (n, m), (alpha, beta, activation));
             store_pair::<E, RAW>(out, (a0, 0.0), (col, row), (false, false), ctx);

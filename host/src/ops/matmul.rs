@@ -306,27 +306,17 @@ impl<'a> Gemm<'a> {
                 let split = (&plan, workspace.as_ref());
                 self.launch_wgmma(d, &out, stream, ((a_op, ta), (b_op, tb)), (tile, None, false), split)?
             }
-            GemmPath::WgmmaSwapped => {
-                // Cᵀ = Bᵀ·Aᵀ: B `[K, N]` is the kernel's M-major A, A `[M, K]` its K-major B.
-                let (a, b) = (TmaOperand::of(b, d.n, d.stride_b), TmaOperand::of(a, d.k, d.stride_a));
-                let split = (&plan, workspace.as_ref());
-                self.launch_wgmma(
-                    d.swapped(),
-                    &out,
-                    stream,
-                    ((a, true), (b, true)),
-                    (WGMMA_SMALL_TILE, None, true),
-                    split,
-                )?
-            }
             GemmPath::Tf32Wgmma => self.launch_tf32_wgmma(d, &out, stream, (&plan, workspace.as_ref()))?,
-            path @ (GemmPath::Tf32WgmmaSwapped { .. } | GemmPath::F32x3WgmmaSwapped) => {
+            path @ (GemmPath::WgmmaSwapped
+            | GemmPath::Tf32WgmmaSwapped { .. }
+            | GemmPath::F32x3WgmmaSwapped) => {
                 // Cᵀ = Bᵀ·Aᵀ: B `[K, N]` is the kernel's M-major A, A `[M, K]` its K-major B. Exact
                 // f32 (3xTF32) also takes A's low part (A read in place: the plan checked); the
                 // kernel makes B's in registers, so the first low part given is never read.
-                let (tile, a_lo) = match path {
-                    GemmPath::Tf32WgmmaSwapped { tile } => (tile, None),
-                    _ => (WGMMA_SMALL_TILE, Some(a.tf32_low(op)?)),
+                let (tile, a_lo, out_t) = match path {
+                    GemmPath::WgmmaSwapped => (WGMMA_SMALL_TILE, None, true),
+                    GemmPath::Tf32WgmmaSwapped { tile } => (tile, None, false),
+                    _ => (WGMMA_SMALL_TILE, Some(a.tf32_low(op)?), false),
                 };
                 let (a, b) = (TmaOperand::of(b, d.n, d.stride_b), TmaOperand::of(a, d.k, d.stride_a));
                 let lows = a_lo.as_ref().map(|lo| (b, TmaOperand::of(lo, d.k, d.stride_a)));
@@ -336,7 +326,7 @@ impl<'a> Gemm<'a> {
                     &out,
                     stream,
                     ((a, true), (b, true)),
-                    (tile, lows, false),
+                    (tile, lows, out_t),
                     split,
                 )?
             }
