@@ -49,6 +49,10 @@
 //! read it. Outputs whose rows are not 16-byte multiples, and split-K slices, are written straight
 //! from registers instead.
 //!
+//! `_nn_swapped_128x64` (f16, bf16): the `tt` 128×64 kernel computing Cᵀ = Bᵀ·Aᵀ for C = A·B,
+//! the sums written transposed from registers (`Operands::OUT_T`), where C = A·B streams one
+//! operand (the host's dispatch row 2a).
+//!
 //! Split-K (thin or few output tiles): layer z = batch·slices + slice runs its slice's k-steps
 //! and stores raw f32 sums into a workspace, which `gemm_reduce_*` adds in order.
 //!
@@ -184,8 +188,8 @@ pub(crate) trait Operands: Copy {
     const SWAPPED: bool = false;
     /// The sums are the output's transpose (16-bit C = A·B with B N-major computed as Cᵀ = Bᵀ·Aᵀ
     /// on the `tt` kernel: its B, the caller's A, is then K-major): written transposed straight
-    /// from registers (`store_direct` with `OUT_T`). Few-row products read B K-major ~15% faster
-    /// than N-major on the 128×64 tile (perf-notes, twenty-seventh session).
+    /// from registers (`store_direct`, `transposed`). Products streaming one operand read it
+    /// K-major 5-20% faster than N-major on the 128×64 tile (perf-notes, twenty-eighth session).
     const OUT_T: bool = false;
     /// The producer's place in a unit's k-steps.
     type Walk: Copy;
