@@ -13,7 +13,7 @@
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
 //! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
-//! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_tile` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B, where B `[K, N]` read N-major is ~15% slower on this tile), the output written transposed from registers | as row 2 on Cᵀ |
+//! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_tile` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (`half_swap_pays`: at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B, where B `[K, N]` read N-major is ~15% slower on this tile), the output written transposed from registers | as row 2 on Cᵀ |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
@@ -1220,31 +1220,8 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             && (flops >= (STAGE_FLOPS_PER_BYTE * copied) as u128 || copied <= STAGE_COPY_BYTES.max(in_place));
         if dev.sm90a && d.k > 0 && small_dims && (tma || stage) {
             let tile = wgmma_tile(d, dev);
-            // A·B streaming one operand past at most 128 rows or columns of the other, on the
-            // 128×64 tile: B read N-major costs 5-20% against K-major there, so Cᵀ = Bᵀ·Aᵀ runs
-            // on the kernel that reads A K-major as its B, where the swapped product takes that
-            // tile too, with no more tiles and no more passes over the streamed operand (each
-            // tile of the other's dimension is one pass). Ms, bf16 unless named, swapped against
-            // not, twenty-eighth session's calls D and Z2: (32, 8192, 8192) 0.060-0.064 against
-            // 0.075-0.078, (64, 8192, 8192) 0.061-0.063 against 0.069-0.075, (8192, 128, 8192)
-            // 0.060-0.063 against 0.066-0.070 (f16 the same); not swapped: (128, 8192, 8192), B
-            // twice, 0.058-0.071 against 0.068-0.071 (f16 0.065-0.072 against 0.066-0.071), and
-            // (8192, 64, 8192), twice the tiles, 0.068 against 0.064.
-            let swapped = d.swapped();
-            let streams = d.m.min(d.n) <= WGMMA_TILES[WGMMA_SMALL_TILE].0;
-            let (bm, bn) = WGMMA_TILES[WGMMA_SMALL_TILE];
-            let tiles = |d: &Dims| d.m.div_ceil(bm) * d.n.div_ceil(bn);
-            let passes = |d: &Dims| if d.m >= d.n { d.n.div_ceil(bn) } else { d.m.div_ceil(bm) };
-            if tma
-                && streams
-                && !o.transpose_a
-                && !o.transpose_b
-                && tile == WGMMA_SMALL_TILE
-                && wgmma_tile(&swapped, dev) == tile
-                && tiles(&swapped) <= tiles(d)
-                && passes(&swapped) <= passes(d)
-            {
-                return wgmma_plan(&swapped, GemmPath::WgmmaSwapped, o.dtype, dev);
+            if tma && half_swap_pays(d, o, tile, dev) {
+                return wgmma_plan(&d.swapped(), GemmPath::WgmmaSwapped, o.dtype, dev);
             }
             return wgmma_plan(d, GemmPath::Wgmma { tile, staged: !tma }, o.dtype, dev);
         }
@@ -1332,6 +1309,31 @@ fn tf32_swap_pays(d: &Dims, dev: &DeviceFacts) -> bool {
     let swapped =
         product(&swapped_dims, tile) / TF32_SWAPPED_EFFICIENCY + out_bytes / TF32_SWAPPED_STORE_BYTES_PER_S;
     swapped < transposed
+}
+
+/// Whether 16-bit A·B that TMA reads in place (tile `tile` of `WGMMA_TILES`) runs swapped
+/// (dispatch row 2a): neither operand transposed, one operand streamed past at most 128 rows or
+/// columns of the other on the 128×64 tile. B read N-major costs 5-20% against K-major there, so
+/// Cᵀ = Bᵀ·Aᵀ runs on the kernel that reads A K-major as its B, where the swapped product takes
+/// that tile too, with no more tiles and no more passes over the streamed operand (each tile of
+/// the other's dimension is one pass). Ms, bf16 unless named, swapped against not,
+/// twenty-eighth session's calls D and Z2: (32, 8192, 8192) 0.060-0.064 against 0.075-0.078,
+/// (64, 8192, 8192) 0.061-0.063 against 0.069-0.075, (8192, 128, 8192) 0.060-0.063 against
+/// 0.066-0.070 (f16 the same); not swapped: (128, 8192, 8192), B twice, 0.058-0.071 against
+/// 0.068-0.071 (f16 0.065-0.072 against 0.066-0.071), and (8192, 64, 8192), twice the tiles,
+/// 0.068 against 0.064.
+fn half_swap_pays(d: &Dims, o: &Operands, tile: usize, dev: &DeviceFacts) -> bool {
+    let (bm, bn) = WGMMA_TILES[WGMMA_SMALL_TILE];
+    let tiles = |d: &Dims| d.m.div_ceil(bm) * d.n.div_ceil(bn);
+    let passes = |d: &Dims| if d.m >= d.n { d.n.div_ceil(bn) } else { d.m.div_ceil(bm) };
+    let swapped = d.swapped();
+    d.m.min(d.n) <= bm
+        && !o.transpose_a
+        && !o.transpose_b
+        && tile == WGMMA_SMALL_TILE
+        && wgmma_tile(&swapped, dev) == tile
+        && tiles(&swapped) <= tiles(d)
+        && passes(&swapped) <= passes(d)
 }
 
 /// The swapped TF32 kernel's tile on Cᵀ (`d` swapped): 128×64 where Cᵀ is at most 64 wide or the
@@ -1695,11 +1697,11 @@ fn wgmma_cluster() -> bool {
     *CLUSTER.get_or_init(|| std::env::var("FERROCUDA_WGMMA_CLUSTER").map_or(true, |v| v != "1"))
 }
 
-/// `[tile of WGMMA_TILES][f16, bf16][A transposed][B transposed]`.
 /// The 16-bit swapped products (`GemmPath::WgmmaSwapped`): `[f16, bf16]`.
 const WGMMA_SWAPPED_KERNELS: [Kernel<WgmmaArgs<u16>>; 2] =
     [kernels::gemm_wgmma_f16_nn_swapped_128x64, kernels::gemm_wgmma_bf16_nn_swapped_128x64];
 
+/// `[tile of WGMMA_TILES][f16, bf16][A transposed][B transposed]`.
 const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 4] = [
     [
         [
