@@ -188,8 +188,8 @@ pub(crate) trait Operands: Copy {
     const SWAPPED: bool = false;
     /// The sums are the output's transpose (16-bit C = A·B with B N-major computed as Cᵀ = Bᵀ·Aᵀ
     /// on the `tt` kernel: its B, the caller's A, is then K-major): written transposed straight
-    /// from registers (`store_direct`, `transposed`). Products streaming one operand read it
-    /// K-major 5-20% faster than N-major on the 128×64 tile (perf-notes, twenty-eighth session).
+    /// from registers (`store_direct`, `transposed`): products streaming a few rows' operand run
+    /// 5-25% faster so on the 128×64 tile (the host's `half_swap_pays`).
     const OUT_T: bool = false;
     /// The producer's place in a unit's k-steps.
     type Walk: Copy;
@@ -334,6 +334,11 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
         setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 {
             let (map_a, map_b) = (maps, maps.add(128));
+            // B's rows of its piece that this block loads: all, or half for both blocks of a
+            // cluster. Worked out once, not per k-step: the path from a freed stage to its refill
+            // bounds the bytes in flight of products that stream an operand (perf-notes,
+            // twenty-ninth session).
+            let (b_first, b_rows) = if cluster > 1 { (bn / 2 * rank as usize, bn / 2) } else { (0, bn) };
             // k-steps issued so far, over every tile of this block: stage and phase.
             let mut it = 0usize;
             let mut unit = first_unit;
@@ -376,9 +381,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                         } else if with_a {
                             tma_load_3d(a_dst, map_a, full(s), (k0, m0 as i32, za));
                         }
-                        // B: this block's share (all of it, or half for both blocks of the cluster).
-                        let share = bn / cluster;
-                        let first_row = rank as usize * share;
+                        // B: this block's share.
                         let load_b = |dst: u32, at: (i32, i32, i32)| {
                             if cluster > 1 {
                                 tma_load_3d_multicast(dst, map_b, full(s), at, 0b11);
@@ -387,11 +390,15 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                             }
                         };
                         if TB {
-                            let at = (k0, (n0 + first_row) as i32, zb);
-                            load_b(b_dst + (first_row * WGMMA_ROW_BYTES) as u32, at);
+                            let at = (k0, (n0 + b_first) as i32, zb);
+                            load_b(b_dst + (b_first * WGMMA_ROW_BYTES) as u32, at);
                         } else {
-                            for j in first_row / mn_box..(first_row + share) / mn_box {
-                                load_b(b_dst + j as u32 * mn_box_bytes, ((n0 + j * mn_box) as i32, k0, zb));
+                            // Its boxes by a constant trip count: no loop to set up per k-step.
+                            for j in 0..bn / mn_box {
+                                if (b_first..b_first + b_rows).contains(&(j * mn_box)) {
+                                    let at = ((n0 + j * mn_box) as i32, k0, zb);
+                                    load_b(b_dst + j as u32 * mn_box_bytes, at);
+                                }
                             }
                         }
                     };

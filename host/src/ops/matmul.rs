@@ -1313,15 +1313,16 @@ fn tf32_swap_pays(d: &Dims, dev: &DeviceFacts) -> bool {
 
 /// Whether 16-bit A·B that TMA reads in place (tile `tile` of `WGMMA_TILES`) runs swapped
 /// (dispatch row 2a): neither operand transposed, one operand streamed past at most 128 rows or
-/// columns of the other on the 128×64 tile. B read N-major costs 5-20% against K-major there, so
-/// Cᵀ = Bᵀ·Aᵀ runs on the kernel that reads A K-major as its B, where the swapped product takes
-/// that tile too, with no more tiles and no more passes over the streamed operand (each tile of
-/// the other's dimension is one pass). Ms, bf16 unless named, swapped against not,
-/// twenty-eighth session's calls D and Z2: (32, 8192, 8192) 0.060-0.064 against 0.075-0.078,
-/// (64, 8192, 8192) 0.061-0.063 against 0.069-0.075, (8192, 128, 8192) 0.060-0.063 against
-/// 0.066-0.070 (f16 the same); not swapped: (128, 8192, 8192), B twice, 0.058-0.071 against
-/// 0.068-0.071 (f16 0.065-0.072 against 0.066-0.071), and (8192, 64, 8192), twice the tiles,
-/// 0.068 against 0.064.
+/// columns of the other on the 128×64 tile. Cᵀ = Bᵀ·Aᵀ then runs on the kernel that reads A
+/// K-major as its B, where the swapped product takes that tile too, with no more tiles and no
+/// more passes over the streamed operand (each tile of the other's dimension is one pass). Ms,
+/// bf16 unless named, swapped against not, twenty-ninth session's call D (after the producer's
+/// path was cut, which took most of what the twenty-eighth session measured as the cost of an
+/// N-major B): (32, 8192, 8192) 0.061-0.062 against 0.069-0.071, (64, 8192, 8192) 0.063 against
+/// 0.065-0.068, (64, 4096, 4096) 0.023 against 0.029, (4096, 96, 4096) 0.030 against 0.031-0.033;
+/// level at (8192, 128, 8192) (0.062-0.063 against 0.060-0.069, f16 the same) and (8296, 128,
+/// 1032); not swapped: (128, 8192, 8192), B twice (0.058-0.071 in the twenty-eighth session
+/// against 0.056-0.057 now unswapped), and (8192, 64, 8192), twice the tiles.
 fn half_swap_pays(d: &Dims, o: &Operands, tile: usize, dev: &DeviceFacts) -> bool {
     let (bm, bn) = WGMMA_TILES[WGMMA_SMALL_TILE];
     let tiles = |d: &Dims| d.m.div_ceil(bm) * d.n.div_ceil(bn);
