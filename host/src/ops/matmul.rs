@@ -1069,8 +1069,14 @@ const TF32_SWAPPED_STORE_BYTES_PER_S: f64 = 1.2e12;
 /// The `wgmma` tile (index into `WGMMA_TILES`). Among the large ones, the one that gives the SMs
 /// the least work: with at least a wave of tiles (or K too short to split), the most any SM
 /// computes, ⌈tiles / SMs⌉ tiles; with fewer (split-K spreads them), the padded output's area per
-/// SM. The 128×192 tile counts 8% more per element (it reads more operand bytes per flop); ties go
-/// to the smaller padded output, then to the earlier tile. N = 384 fills two 192-wide tiles, where
+/// SM. The 128×192 tile counts 8% more per element (it reads more operand bytes per flop);
+/// ties go to the smaller padded output, then to the earlier tile. Split, where another large
+/// tile pads the output exactly as much, the 128×192 tile counts the same, and the one with fewer
+/// slices goes first: each slice's f32 sums cross memory twice and each block's pipeline fill and
+/// epilogue spread over a longer slice of K (H100, twenty-ninth session's call F, bf16 ms,
+/// 128×192 in 5 slices against 128×256 or 256×128 in 7: Aᵀ·B (384, 1536, 16384) 0.058-0.059
+/// against 0.064-0.065, (1536, 384, 16384) 0.058 against 0.066-0.067, A·B (768, 768, 32768)
+/// 0.081-0.082 against 0.085-0.088). N = 384 fills two 192-wide tiles, where
 /// 256-wide ones pad a third and 128-wide ones leave the second wave half empty. Where even that
 /// one has tiles for at most a quarter of the SMs, the 128×64 tile if its blocks (slices
 /// included) fill the SMs' waves at least as well: four times the tiles without splitting K (or
@@ -1089,17 +1095,18 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
     };
     // Blocks of the plan `wgmma_plan` makes with tile `kind` (16-bit k-steps).
     let blocks = |kind: usize| tiles(kind) * wgmma_split(d, tiles(kind), WGMMA_ROW_BYTES / 2, dev).0;
+    let padded = |kind: usize| tiles(kind) * WGMMA_TILES[kind].0 * WGMMA_TILES[kind].1;
     let cost = |kind: usize| {
         let (bm, bn) = WGMMA_TILES[kind];
         let tiles = tiles(kind);
-        let padded = tiles * bm * bn;
-        let work = if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
-            tiles.div_ceil(dev.sms) * bm * bn * dev.sms
+        if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
+            let weight = if bn == 192 { 108 } else { 100 };
+            (tiles.div_ceil(dev.sms) as u128 * (bm * bn * dev.sms) as u128 * weight, padded(kind))
         } else {
-            padded
-        };
-        let weight = if bn == 192 { 108 } else { 100 };
-        (work as u128 * weight, padded)
+            let tie = (0..WGMMA_SMALL_TILE).any(|other| other != kind && padded(other) == padded(kind));
+            let weight = if bn == 192 && !tie { 108 } else { 100 };
+            (padded(kind) as u128 * weight, blocks(kind) / tiles)
+        }
     };
     let large = (0..WGMMA_SMALL_TILE).min_by_key(|&kind| cost(kind)).unwrap_or(0);
     let (small_blocks, large_blocks) = (blocks(WGMMA_SMALL_TILE), blocks(large));
@@ -2151,10 +2158,13 @@ mod tests {
         assert_eq!(path(dims(2048, 2048, 2048), o, H100), WIDE);
         assert_eq!(path(dims(256, 8192, 8192), o, H100), WIDE);
         // Nor where the small tiles fill fewer SMs than the large ones in slices: the GPT's
-        // weight gradients (K = 16384 tokens).
-        assert_eq!(path(dims(384, 1536, 16384), o, H100), WIDE);
-        assert_eq!(path(dims(1536, 384, 16384), o, H100), TALL);
+        // weight gradients (K = 16384 tokens), whose large tiles pad the output alike, split
+        // into the fewest slices on 128×192 (5, against 7 on 128×256 or 256×128); 128×256 where
+        // it pads less ((256, 8192, 8192) above).
+        assert_eq!(path(dims(384, 1536, 16384), o, H100), N192);
+        assert_eq!(path(dims(1536, 384, 16384), o, H100), N192);
         assert_eq!(path(dims(384, 1152, 16384), o, H100), N192);
+        assert_eq!(path(dims(768, 768, 32768), o, H100), N192);
         assert_eq!(path(dims(4096, 8192, 128), o, H100), WIDE);
         // The shapes of tests/matmul.rs's `half_precision_tma_shapes`, one per tile.
         assert_eq!(path(dims(12000, 376, 40), o, H100), N192);
@@ -2207,7 +2217,7 @@ mod tests {
         // Transposed A [K, M]: M is the row length.
         let ta = operands(DType::F16, true, false);
         assert_eq!(path(dims(3001, 3000, 3000), ta, H100), N192_STAGED);
-        assert_eq!(path(dims(301, 3000, 3000), ta, H100), GemmPath::Wgmma { tile: 0, staged: true });
+        assert_eq!(path(dims(301, 3000, 3000), ta, H100), N192_STAGED);
     }
 
     #[test]
