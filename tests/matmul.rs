@@ -153,14 +153,14 @@ fn half_precision_tma_shapes(gpu: &Context) {
     let sizes: &[(usize, usize, usize)] = if small {
         &[(136, 264, 200), (8, 8, 8)]
     } else {
-        // 128×64 tiles (136, 264, 200), (8, 8, 8), (520, 776, 1096) (split along K) and
+        // 128×64 tiles (136, 264, 200), (8, 8, 8), (264, 200, 4104) (K in 9 slices) and
         // (1000, 376, 328); 128×192 tiles, more of them than SMs (12000, 376, 40); 264 of
         // 128×256 (11200, 760, 40); 170 of 256×128 (8600, 640, 40). The plan's unit tests pin
         // these.
         &[
             (136, 264, 200),
             (8, 8, 8),
-            (520, 776, 1096),
+            (264, 200, 4104),
             (1000, 376, 328),
             (12000, 376, 40),
             (11200, 760, 40),

@@ -12,8 +12,8 @@
 //! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles, whichever leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices of whole 64-element k-steps, each ≥ 512 |
-//! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_tile` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (`half_swap_pays`: at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B; 5-25% faster than unswapped where few rows stream B, `half_swap_pays`), the output written transposed from registers | as row 2 on Cᵀ |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles and K is not split; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | the model's (slices of whole 64-element k-steps, each ≥ 256, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
+//! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_half_shape` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (`half_swap_pays`: at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B; 5-25% faster than unswapped where few rows stream B, `half_swap_pays`), the output written transposed from registers | as row 2 on Cᵀ |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
 //! | 5 | f32, M·N ≤ 65,536 per batch and K ≤ 256 (TF32 allowed or not) | `gemm_f32_tiny_*`: 16×16 tiles of 64 threads, 2×2 outputs a thread, K in chunks of 32 loaded at once (latency-bound products: an MLP layer on a mini-batch) | none |
@@ -1066,7 +1066,80 @@ const TF32_SM_FLOPS_PER_S: f64 = 3.0e12;
 const TF32_SWAPPED_EFFICIENCY: f64 = 0.88;
 const TF32_SWAPPED_STORE_BYTES_PER_S: f64 = 1.2e12;
 
-/// The `wgmma` tile (index into `WGMMA_TILES`). Among the large ones, the one that gives the SMs
+/// The split regime's time model (H100, thirtieth session: 90 bf16 products of 128-8192 rows and
+/// 256-8192 columns, K of 1024-65536, each timed on every tile and slice count).
+/// A launch takes `waves · (fill + k-steps · step)` on its tile, waves counting the SMs' blocks
+/// (or, unsplit with more than one row of tiles, the clusters of two that share B: half the
+/// SMs), plus, split, the reduction's fixed cost and the slices' f32 sums written and read
+/// again. `(tile, fill s, k-step s)`: the 128×256 tile runs its k-steps at ~7.3 TFLOP/s an SM,
+/// the 128×192 at ~7.1, the 128×64 at ~4.0 (twice the operand bytes a flop) but fills and drains
+/// in a third of the time. The 256×128 tile is left out: it was never the fastest in the sweep.
+/// On 49 shapes held out of the fit, its picks ran within 0.5% of the fastest configuration on
+/// geometric mean (7.8% at worst) and 1.13× faster than the rules before it (0.98-1.79×), 0.94×
+/// cuBLAS on geometric mean where those reached 0.84× (perf-notes, thirtieth session; the sweep
+/// in docs/wgmma-sweep-h100.csv, refitted by scripts/wgmma_model_fit.py).
+const WGMMA_MODEL: [(usize, f64, f64); 3] =
+    [(0, 13.9e-6, 578e-9), (WGMMA_N192_TILE, 11.45e-6, 442e-9), (WGMMA_SMALL_TILE, 4.84e-6, 265e-9)];
+const WGMMA_SPLIT_FIXED_S: f64 = 8.0e-6;
+const WGMMA_SPLIT_BYTES_PER_S: f64 = 2.8e12;
+
+/// The 16-bit `wgmma` tile and split of K where the 128×256 tiles are fewer than the SMs and
+/// K ≥ 1024: `(tile, (slices, k_chunk))` of the least time by `WGMMA_MODEL`, among unsplit launches
+/// and splits into slices of at least 512 of k with at most two waves of blocks (the sweep timed
+/// slices down to 256; none that short was the fastest). The 128×192 tile is left out where it pads N by a tenth more than 256-wide tiles
+/// would (N = 256: a second column of tiles two-thirds empty, 0.107 ms at (8192, 256, 8192)
+/// against 0.089-0.090 on the other tiles). Elsewhere `None`.
+fn wgmma_modeled(d: &Dims, dev: &DeviceFacts) -> Option<(usize, (usize, usize))> {
+    let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
+    if tiles(WGMMA_TILE) >= dev.sms || d.k < 2 * SPLIT_MIN_K {
+        return None;
+    }
+    let bk = WGMMA_ROW_BYTES / 2;
+    let padded_n = |bn: usize| d.n.div_ceil(bn) * bn;
+    let mut best: Option<(f64, usize, (usize, usize))> = None;
+    for (kind, fill, step) in WGMMA_MODEL {
+        let (bm, bn) = WGMMA_TILES[kind];
+        if bn == WGMMA_TILES[WGMMA_N192_TILE].1 && 10 * padded_n(bn) > 11 * padded_n(WGMMA_TILE.1) {
+            continue;
+        }
+        let tiles = tiles((bm, bn));
+        for wanted in 1..=MAX_SLICES {
+            let k_chunk = d.k.div_ceil(wanted).next_multiple_of(bk);
+            let (slices, k_chunk) = if wanted == 1 { (1, d.k) } else { (d.k.div_ceil(k_chunk), k_chunk) };
+            if slices > 1 && (k_chunk < SPLIT_MIN_K || tiles * slices > 2 * dev.sms) {
+                break;
+            }
+            let pairs = slices == 1 && dev.clusters && d.m > bm && bn > WGMMA_MN_BOX;
+            let waves = if pairs {
+                (d.m.div_ceil(bm).div_ceil(2) * d.n.div_ceil(bn) * d.batch).div_ceil(dev.sms / 2)
+            } else {
+                (tiles * slices).div_ceil(dev.sms)
+            };
+            let mut time = waves as f64 * (fill + k_chunk.div_ceil(bk) as f64 * step);
+            if slices > 1 {
+                let bytes = (slices * 4 * 2 + 2) * d.m * d.n * d.batch;
+                time += WGMMA_SPLIT_FIXED_S + bytes as f64 / WGMMA_SPLIT_BYTES_PER_S;
+            }
+            if best.is_none_or(|(least, ..)| time < least) {
+                best = Some((time, kind, (slices, k_chunk)));
+            }
+        }
+    }
+    best.map(|(_, kind, split)| (kind, split))
+}
+
+/// The 16-bit `wgmma` tile and split of K, `(tile, (slices, k_chunk))`: `wgmma_modeled` where it
+/// applies, else `wgmma_tile` and one wave of slices (`wgmma_split`).
+fn wgmma_half_shape(d: &Dims, dev: &DeviceFacts) -> (usize, (usize, usize)) {
+    wgmma_modeled(d, dev).unwrap_or_else(|| {
+        let tile = wgmma_tile(d, dev);
+        let (bm, bn) = WGMMA_TILES[tile];
+        (tile, wgmma_split(d, d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch, WGMMA_ROW_BYTES / 2, dev))
+    })
+}
+
+/// The `wgmma` tile (index into `WGMMA_TILES`) where `wgmma_modeled` does not apply (16-bit
+/// products with at least a wave of 128×256 tiles, or K < 1024). Among the large ones, the one that gives the SMs
 /// the least work: with at least a wave of tiles (or K too short to split), the most any SM
 /// computes, ⌈tiles / SMs⌉ tiles; with fewer (split-K spreads them), the padded output's area per
 /// SM. The 128×192 tile counts 8% more per element (it reads more operand bytes per flop);
@@ -1226,11 +1299,11 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
         let stage = d.k >= STAGE_MIN_K
             && (flops >= (STAGE_FLOPS_PER_BYTE * copied) as u128 || copied <= STAGE_COPY_BYTES.max(in_place));
         if dev.sm90a && d.k > 0 && small_dims && (tma || stage) {
-            let tile = wgmma_tile(d, dev);
+            let (tile, (slices, k_chunk)) = wgmma_half_shape(d, dev);
             if tma && half_swap_pays(d, o, tile, dev) {
                 return wgmma_plan(&d.swapped(), GemmPath::WgmmaSwapped, o.dtype, dev);
             }
-            return wgmma_plan(d, GemmPath::Wgmma { tile, staged: !tma }, o.dtype, dev);
+            return GemmPlan { path: GemmPath::Wgmma { tile, staged: !tma }, slices, k_chunk };
         }
         let tiles = tiles(MMA_TILE);
         if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
@@ -1339,7 +1412,7 @@ fn half_swap_pays(d: &Dims, o: &Operands, tile: usize, dev: &DeviceFacts) -> boo
         && !o.transpose_a
         && !o.transpose_b
         && tile == WGMMA_SMALL_TILE
-        && wgmma_tile(&swapped, dev) == tile
+        && wgmma_half_shape(&swapped, dev).0 == tile
         && tiles(&swapped) <= tiles(d)
         && passes(&swapped) <= passes(d)
 }
@@ -2141,7 +2214,7 @@ mod tests {
         assert_eq!(path(dims(16384, 1152, 384), o, H100), N192);
         assert_eq!(path(dims(16384, 1536, 384), o, H100), WIDE);
         // The large tiles filling at most a quarter of the SMs: 128×64 (a few rows, a thin
-        // output, small squares); not above (M = 256: 64 tiles of 128×256, split in two). A·B
+        // output, small squares: the time model's pick where K ≥ 1024, `wgmma_tile`'s below). A·B
         // with at most 128 rows or columns runs swapped there (B transposed: not swapped).
         let nt = operands(DType::BF16, false, true);
         assert_eq!(path(dims(100, 384, 384), o, H100), SMALL);
@@ -2156,11 +2229,11 @@ mod tests {
         assert_eq!(path(dims(32, 8192, 8192), o, H100), GemmPath::WgmmaSwapped);
         assert_eq!(path(dims(1024, 1024, 1024), o, H100), SMALL);
         assert_eq!(path(dims(2048, 2048, 2048), o, H100), WIDE);
-        assert_eq!(path(dims(256, 8192, 8192), o, H100), WIDE);
-        // Nor where the small tiles fill fewer SMs than the large ones in slices: the GPT's
-        // weight gradients (K = 16384 tokens), whose large tiles pad the output alike, split
-        // into the fewest slices on 128×192 (5, against 7 on 128×256 or 256×128); 128×256 where
-        // it pads less ((256, 8192, 8192) above).
+        // The time model (`wgmma_modeled`): (256, 8192, 8192) unsplit on 128×192 (86 tiles, one
+        // wave) rather than 128×256 in two slices; the GPT's weight gradients (K = 16384
+        // tokens) in 5 or 7 slices on 128×192, where 128×64 tiles would run K whole in two waves
+        // and 128×256 tiles would pad the output more.
+        assert_eq!(path(dims(256, 8192, 8192), o, H100), N192);
         assert_eq!(path(dims(384, 1536, 16384), o, H100), N192);
         assert_eq!(path(dims(1536, 384, 16384), o, H100), N192);
         assert_eq!(path(dims(384, 1152, 16384), o, H100), N192);
@@ -2199,7 +2272,11 @@ mod tests {
         assert_eq!(split(1024, 128, 8192), (8, 1024));
         assert_eq!(split(16384, 16384, 256), (1, 256));
         assert_eq!(split(128, 8192, 1000), (1, 1000));
-        assert_eq!(split(520, 776, 1096), (2, 576));
+        // K = 1096 is too short for the split's fixed cost and second pass through memory.
+        assert_eq!(split(520, 776, 1096), (1, 1096));
+        assert_eq!(split(384, 1152, 16384), (7, 2368));
+        assert_eq!(split(256, 8192, 8192), (1, 8192));
+        assert_eq!(split(264, 200, 4104), (9, 512));
         // A 73-row weight gradient (dY copied): the 128×64 tiles split K.
         let p = plan(&dims(73, 384, 16384), &operands(DType::BF16, true, false), &H100);
         assert_eq!((p.path, p.slices, p.k_chunk), (SMALL_STAGED, 22, 768));
