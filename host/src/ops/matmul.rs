@@ -1422,12 +1422,21 @@ fn half_swap_pays(d: &Dims, o: &Operands, tile: usize, dev: &DeviceFacts) -> boo
         && passes(&swapped) <= passes(d)
 }
 
-/// The swapped TF32 kernel's tile on Cᵀ (`d` swapped): 128×64 where Cᵀ is at most 64 wide or the
-/// 128×192 tiles would occupy at most a quarter of the SMs, else 128×192 (its 96 accumulators
-/// leave room for two k-steps of A fragments in flight; 128×256's do not).
+/// The swapped TF32 kernel's tile on Cᵀ (`d` swapped): 128×64 where 192-wide tiles would pad
+/// Cᵀ's width by a quarter more than 64-wide ones (Cᵀ at most 64 wide, or 129-256: a caller's A
+/// of a few hundred rows), or where the 128×192 tiles would occupy at most a quarter of the SMs
+/// and K is too short to split; else 128×192 (its 96 accumulators leave room for two k-steps of A
+/// fragments in flight; 128×256's do not). H100, thirtieth session's call J, TF32 A·B, ms, the
+/// rule before (128×192 unless Cᵀ is at most 64 wide or its tiles a quarter of the SMs, whatever
+/// K) against this one, alternated: (128, 8192, 8192) 0.115 → 0.104, (256, 8192, 8192) 0.218 →
+/// 0.193, (256, 4096, 4096) 0.062 → 0.057, split on 128×192 (1152, 384, 16384) 0.105 → 0.066 and
+/// (768, 768, 32768) 0.205 → 0.127; level at (200, 8192, 4096) and, on 128×192 both ways, (512,
+/// 8192, 8192) (0.370 on 128×64 in call I) and the squares.
 fn tf32_swapped_tile(d: &Dims, dev: &DeviceFacts) -> usize {
     let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
-    if d.n <= WGMMA_TILES[WGMMA_SMALL_TILE].1 || 4 * tiles(WGMMA_TILES[WGMMA_N192_TILE]) <= dev.sms {
+    let padded = |kind: usize| d.n.div_ceil(WGMMA_TILES[kind].1) * WGMMA_TILES[kind].1;
+    let few = 4 * tiles(WGMMA_TILES[WGMMA_N192_TILE]) <= dev.sms && d.k < 2 * SPLIT_MIN_K;
+    if 4 * padded(WGMMA_N192_TILE) > 5 * padded(WGMMA_SMALL_TILE) || few {
         WGMMA_SMALL_TILE
     } else {
         WGMMA_N192_TILE
@@ -2308,8 +2317,9 @@ mod tests {
         // Neither transposed, rows of 16-byte multiples: the swapped kernel where the model says
         // it pays (the measured winners: 1024³ and 3000³ swapped, 2048³, 4096³ and 8192³ on a
         // transposed B; a weight matrix streamed by 128 rows swapped, a short K transposed),
-        // batched always; the tiles counted on Cᵀ ((128, 8192, 8192): Cᵀ `[8192, 128]` is 64
-        // tiles of 128×192, two slices of K).
+        // batched always; the tiles counted on Cᵀ ((128, 8192, 8192): Cᵀ `[8192, 128]` is 128
+        // tiles of 128×64, where 128×192 would pad it half again; (1152, 384, 16384): Cᵀ
+        // `[384, 1152]` is 18 tiles of 128×192 in seven slices of K).
         let swapped = |tile| GemmPath::Tf32WgmmaSwapped { tile };
         for size in [1024, 3000] {
             assert_eq!(path(dims(size, size, size), o, H100), swapped(2));
@@ -2318,7 +2328,11 @@ mod tests {
             assert_eq!(path(dims(size, size, size), o, H100), GemmPath::Tf32Wgmma);
         }
         let p = plan(&dims(128, 8192, 8192), &o, &H100);
-        assert_eq!((p.path, p.slices), (swapped(2), 2));
+        assert_eq!((p.path, p.slices), (swapped(3), 1));
+        let p = plan(&dims(1152, 384, 16384), &o, &H100);
+        assert_eq!((p.path, p.slices), (swapped(2), 7));
+        assert_eq!(path(dims(256, 8192, 8192), o, H100), swapped(3));
+        assert_eq!(path(dims(512, 8192, 8192), o, H100), swapped(2));
         assert_eq!(path(dims(64, 8192, 8192), o, H100), swapped(3));
         assert_eq!(path(dims(8192, 8192, 128), o, H100), GemmPath::Tf32Wgmma);
         let batched = Operands { batched_a: true, batched_b: true, ..o };
