@@ -12,7 +12,7 @@
 //! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split and the pairs take no more waves than single blocks; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | the model's (slices of whole 64-element k-steps, each ≥ 256, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split, single blocks would take more than a wave and the pairs no more waves than they; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | the model's (slices of whole 64-element k-steps, each ≥ 256, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
 //! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_half_shape` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (`half_swap_pays`: at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B; 5-25% faster than unswapped where few rows stream B, `half_swap_pays`), the output written transposed from registers | as row 2 on Cᵀ |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
@@ -731,16 +731,19 @@ impl<'a> Gemm<'a> {
         // for both (TMA multicast), when there are two rows of tiles to pair, B's piece is more
         // than one box (not the 128×64 tile), no split of K
         // (split-K sizes its slices to the SMs, and fewer blocks run in clusters), the device
-        // runs such clusters, and the pairs take no more waves than single blocks would: fewer
-        // pairs than blocks run at once (clusters need both SMs in one GPC), and an odd last row
-        // of tiles pairs with an empty one. Where the pairs took a wave more they ran 1.07-2.07×
-        // slower (bf16 (1152, 8192, 8192) on 128×192: 0.294 ms paired, 0.222 single; (320, 8192,
-        // 8192) 0.162 against 0.078); where the waves tie, within 5% either way, or up to 17%
-        // faster paired (tall products, (8192, 640, 8192)) (perf-notes, thirtieth session).
-        let pairable = wgmma_cluster() && d.m > tile.0 && plan.slices == 1 && tile.1 > WGMMA_MN_BOX;
-        let clusters = if pairable { resident_clusters(stream, kernel, cfg) } else { 0 };
+        // runs such clusters, single blocks would take more than one wave, and the pairs no more
+        // waves than they: fewer pairs than blocks run at once (clusters need both SMs in one
+        // GPC), and an odd last row of tiles pairs with an empty one. Where the pairs took a
+        // wave more they ran 1.07-2.07× slower (bf16 (1152, 8192, 8192) on 128×192: 0.294 ms
+        // paired, 0.222 single; (320, 8192, 8192) 0.162 against 0.078); in one wave either way,
+        // 3-18% slower (12 of 12 products); in as many waves beyond one, within 5% either way, or
+        // up to 17% faster paired (tall products, (8192, 640, 8192)) (perf-notes, thirtieth
+        // session).
         let (rows, cols) = (d.m.div_ceil(tile.0), d.n.div_ceil(tile.1) * d.batch);
         let sms = stream.device.info.sm_count as usize;
+        let pairable =
+            wgmma_cluster() && d.m > tile.0 && plan.slices == 1 && tile.1 > WGMMA_MN_BOX && rows * cols > sms;
+        let clusters = if pairable { resident_clusters(stream, kernel, cfg) } else { 0 };
         let pair =
             clusters > 0 && (rows.div_ceil(2) * cols).div_ceil(clusters) <= (rows * cols).div_ceil(sms);
         let cluster = if pair { 2 } else { 1 };
@@ -1078,8 +1081,8 @@ const TF32_SWAPPED_STORE_BYTES_PER_S: f64 = 1.2e12;
 /// The split regime's time model (H100, thirtieth session: 90 bf16 products of 128-8192 rows and
 /// 256-8192 columns, K of 1024-65536, each timed on every tile and slice count).
 /// A launch takes `waves · (fill + k-steps · step)` on its tile, waves of blocks over the SMs
-/// (the clusters of two that share B run only where they take no more waves: `launch_wgmma`;
-/// the fit counted them in half the SMs' slots), plus, split, the reduction's fixed cost and
+/// (the clusters of two that share B run only past one wave and where they take no more waves:
+/// `launch_wgmma`; the fit counted them in half the SMs' slots), plus, split, the reduction's fixed cost and
 /// the slices' f32 sums written and read again. `(tile, fill s, k-step s)`: the 128×256 tile runs its k-steps at ~7.3 TFLOP/s an SM,
 /// the 128×192 at ~7.1, the 128×64 at ~4.0 (twice the operand bytes a flop) but fills and drains
 /// in a third of the time. The 256×128 tile is left out: it was never the fastest in the sweep.
