@@ -12,7 +12,7 @@
 //! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split, single blocks would take more than a wave and the pairs no more waves than they; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | the model's (slices of whole 64-element k-steps, each ≥ 256, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split, single blocks would take more than a wave and the pairs no more waves than they; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | the model's (slices of whole 64-element k-steps, each ≥ 512, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
 //! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_half_shape` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (`half_swap_pays`: at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B; 5-25% faster than unswapped where few rows stream B, `half_swap_pays`), the output written transposed from registers | as row 2 on Cᵀ |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
@@ -120,6 +120,16 @@ impl Dims {
     /// The product transposed: Cᵀ = Bᵀ·Aᵀ, `[N, M]`, B's strides as the first operand's.
     fn swapped(&self) -> Dims {
         Dims { m: self.n, n: self.m, stride_a: self.stride_b, stride_b: self.stride_a, ..*self }
+    }
+
+    /// Output tiles of `(rows, columns)` over every matrix of the batch.
+    fn tiles(&self, (bm, bn): (usize, usize)) -> usize {
+        self.m.div_ceil(bm) * self.n.div_ceil(bn) * self.batch
+    }
+
+    /// N rounded up to whole tiles `bn` wide.
+    fn padded_n(&self, bn: usize) -> usize {
+        self.n.div_ceil(bn) * bn
     }
 }
 
@@ -1082,10 +1092,11 @@ const TF32_SWAPPED_STORE_BYTES_PER_S: f64 = 1.2e12;
 /// 256-8192 columns, K of 1024-65536, each timed on every tile and slice count).
 /// A launch takes `waves · (fill + k-steps · step)` on its tile, waves of blocks over the SMs
 /// (the clusters of two that share B run only past one wave and where they take no more waves:
-/// `launch_wgmma`; the fit counted them in half the SMs' slots), plus, split, the reduction's fixed cost and
-/// the slices' f32 sums written and read again. `(tile, fill s, k-step s)`: the 128×256 tile runs its k-steps at ~7.3 TFLOP/s an SM,
-/// the 128×192 at ~7.1, the 128×64 at ~4.0 (twice the operand bytes a flop) but fills and drains
-/// in a third of the time. The 256×128 tile is left out: it was never the fastest in the sweep.
+/// `launch_wgmma`; the fit counted them in half the SMs' slots), plus, split, the reduction's
+/// fixed cost and the slices' f32 sums written and read again. `(tile, fill s, k-step s)`: the
+/// 128×256 tile runs its k-steps at ~7.3 TFLOP/s an SM, the 128×192 at ~7.1, the 128×64 at ~4.0
+/// (twice the operand bytes a flop) but fills and drains in a third of the time. The 256×128
+/// tile is left out: it was never the fastest in the sweep.
 /// On 49 shapes held out of the fit, its picks ran within 0.5% of the fastest configuration on
 /// geometric mean (7.8% at worst); timed against the rules before it in the same call (with the
 /// pairs' rule of `launch_wgmma`), 1.09× faster on geometric mean (1.68× at most, none slower
@@ -1099,23 +1110,22 @@ const WGMMA_SPLIT_BYTES_PER_S: f64 = 2.8e12;
 /// The 16-bit `wgmma` tile and split of K where the 128×256 tiles are fewer than the SMs and
 /// K ≥ 1024: `(tile, (slices, k_chunk))` of the least time by `WGMMA_MODEL`, among unsplit launches
 /// and splits into slices of at least 512 of k with at most two waves of blocks (the sweep timed
-/// slices down to 256; none that short was the fastest). The 128×192 tile is left out where it pads N by a tenth more than 256-wide tiles
-/// would (N = 256: a second column of tiles two-thirds empty, 0.107 ms at (8192, 256, 8192)
-/// against 0.089-0.090 on the other tiles). Elsewhere `None`.
+/// slices down to 256; none that short was the fastest). The 128×192 tile is left out where it
+/// pads N by a tenth more than 256-wide tiles would (N = 256: a second column of tiles
+/// two-thirds empty, 0.107 ms at (8192, 256, 8192) against 0.089-0.090 on the other tiles).
+/// Elsewhere `None`.
 fn wgmma_modeled(d: &Dims, dev: &DeviceFacts) -> Option<(usize, (usize, usize))> {
-    let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
-    if tiles(WGMMA_TILE) >= dev.sms || d.k < 2 * SPLIT_MIN_K {
+    if d.tiles(WGMMA_TILE) >= dev.sms || d.k < 2 * SPLIT_MIN_K {
         return None;
     }
     let bk = WGMMA_ROW_BYTES / 2;
-    let padded_n = |bn: usize| d.n.div_ceil(bn) * bn;
     let mut best: Option<(f64, usize, (usize, usize))> = None;
     for (kind, fill, step) in WGMMA_MODEL {
-        let (bm, bn) = WGMMA_TILES[kind];
-        if bn == WGMMA_TILES[WGMMA_N192_TILE].1 && 10 * padded_n(bn) > 11 * padded_n(WGMMA_TILE.1) {
+        let (_, bn) = WGMMA_TILES[kind];
+        if bn == WGMMA_TILES[WGMMA_N192_TILE].1 && 10 * d.padded_n(bn) > 11 * d.padded_n(WGMMA_TILE.1) {
             continue;
         }
-        let tiles = tiles((bm, bn));
+        let tiles = d.tiles(WGMMA_TILES[kind]);
         for wanted in 1..=MAX_SLICES {
             let k_chunk = d.k.div_ceil(wanted).next_multiple_of(bk);
             let (slices, k_chunk) = if wanted == 1 { (1, d.k) } else { (d.k.div_ceil(k_chunk), k_chunk) };
@@ -1141,16 +1151,16 @@ fn wgmma_modeled(d: &Dims, dev: &DeviceFacts) -> Option<(usize, (usize, usize))>
 fn wgmma_half_shape(d: &Dims, dev: &DeviceFacts) -> (usize, (usize, usize)) {
     wgmma_modeled(d, dev).unwrap_or_else(|| {
         let tile = wgmma_tile(d, dev);
-        let (bm, bn) = WGMMA_TILES[tile];
-        (tile, wgmma_split(d, d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch, WGMMA_ROW_BYTES / 2, dev))
+        (tile, wgmma_split(d, d.tiles(WGMMA_TILES[tile]), WGMMA_ROW_BYTES / 2, dev))
     })
 }
 
 /// The `wgmma` tile (index into `WGMMA_TILES`) where `wgmma_modeled` does not apply (16-bit
-/// products with at least a wave of 128×256 tiles, or K < 1024). Among the large ones, the one that gives the SMs
-/// the least work: with at least a wave of tiles (or K too short to split), the most any SM
-/// computes, ⌈tiles / SMs⌉ tiles; with fewer (split-K spreads them), the padded output's area per
-/// SM. The 128×192 tile counts 8% more per element (it reads more operand bytes per flop);
+/// products with at least a wave of 128×256 tiles, or K < 1024). Among the large ones, the one
+/// that gives the SMs the least work: with at least a wave of tiles (or K too short to split),
+/// the most any SM computes, ⌈tiles / SMs⌉ tiles; with fewer (split-K spreads them), the padded
+/// output's area per SM. The 128×192 tile counts 8% more per element (it reads more operand bytes
+/// per flop);
 /// ties go to the smaller padded output, then to the earlier tile. Split, where another large
 /// tile pads the output exactly as much, the 128×192 tile counts the same, and the one with fewer
 /// slices goes first: each slice's f32 sums cross memory twice and each block's pipeline fill and
@@ -1170,10 +1180,7 @@ fn wgmma_half_shape(d: &Dims, dev: &DeviceFacts) -> (usize, (usize, usize)) {
 /// against 18 large ones in 7 slices (126 blocks), and the GPT step took 8.94 ms against 8.1
 /// (perf-notes).
 fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
-    let tiles = |kind: usize| {
-        let (bm, bn) = WGMMA_TILES[kind];
-        d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch
-    };
+    let tiles = |kind: usize| d.tiles(WGMMA_TILES[kind]);
     // Blocks of the plan `wgmma_plan` makes with tile `kind` (16-bit k-steps).
     let blocks = |kind: usize| tiles(kind) * wgmma_split(d, tiles(kind), WGMMA_ROW_BYTES / 2, dev).0;
     let padded = |kind: usize| tiles(kind) * WGMMA_TILES[kind].0 * WGMMA_TILES[kind].1;
@@ -1210,8 +1217,7 @@ fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> Gemm
         GemmPath::Tf32WgmmaSwapped { tile } => WGMMA_TILES[tile],
         _ => WGMMA_TILE,
     };
-    let tiles = d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
-    let (slices, k_chunk) = wgmma_split(d, tiles, WGMMA_ROW_BYTES / dtype.size_bytes(), dev);
+    let (slices, k_chunk) = wgmma_split(d, d.tiles(tile), WGMMA_ROW_BYTES / dtype.size_bytes(), dev);
     GemmPlan { path, slices, k_chunk }
 }
 
@@ -1228,7 +1234,6 @@ fn wgmma_split(d: &Dims, tiles: usize, bk: usize, dev: &DeviceFacts) -> (usize, 
 /// table, in its order.
 fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     let whole = |path| GemmPlan { path, slices: 1, k_chunk: d.k.max(1) };
-    let tiles = |tile: (usize, usize)| d.m.div_ceil(tile.0) * d.n.div_ceil(tile.1) * d.batch;
     let small_dims = d.m.max(d.n).max(d.k) < 1 << 31;
     // Whole 16-byte vectors of both operands: rows 0 and 1 (TMA's 16-byte rows, and batches,
     // whose strides M·K and K·N are then whole vectors too).
@@ -1313,7 +1318,7 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             }
             return GemmPlan { path: GemmPath::Wgmma { tile, staged: !tma }, slices, k_chunk };
         }
-        let tiles = tiles(MMA_TILE);
+        let tiles = d.tiles(MMA_TILE);
         if tiles < MMA_HALF_PER_SM * dev.sms && d.k >= 2 * SPLIT_MIN_K {
             let (slices, k_chunk) = split_k(d.k, tiles, MMA_HALF_PER_SM * dev.sms, (MMA_BK, SPLIT_MIN_K));
             return GemmPlan { path: GemmPath::HalfMma, slices, k_chunk };
@@ -1344,7 +1349,7 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
             whole(GemmPath::Tf32Mma)
         };
     }
-    let large = tiles(GEMM_TILE_LARGE);
+    let large = d.tiles(GEMM_TILE_LARGE);
     if large < dev.sms && d.k >= 2 * SPLIT_MIN_K {
         let (slices, k_chunk) = split_k(d.k, large, SIMT_LARGE_PER_SM * dev.sms, (GEMM_BK, SPLIT_MIN_K));
         if slices > 1 {
@@ -1436,9 +1441,8 @@ fn half_swap_pays(d: &Dims, o: &Operands, tile: usize, dev: &DeviceFacts) -> boo
 /// (768, 768, 32768) 0.205 → 0.127; level at (200, 8192, 4096) and, on 128×192 both ways, (512,
 /// 8192, 8192) (0.370 on 128×64 in call I) and the squares.
 fn tf32_swapped_tile(d: &Dims, dev: &DeviceFacts) -> usize {
-    let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
-    let padded = |kind: usize| d.n.div_ceil(WGMMA_TILES[kind].1) * WGMMA_TILES[kind].1;
-    let few = 4 * tiles(WGMMA_TILES[WGMMA_N192_TILE]) <= dev.sms && d.k < 2 * SPLIT_MIN_K;
+    let padded = |kind: usize| d.padded_n(WGMMA_TILES[kind].1);
+    let few = 4 * d.tiles(WGMMA_TILES[WGMMA_N192_TILE]) <= dev.sms && d.k < 2 * SPLIT_MIN_K;
     if 4 * padded(WGMMA_N192_TILE) > 5 * padded(WGMMA_SMALL_TILE) || few {
         WGMMA_SMALL_TILE
     } else {
@@ -1548,18 +1552,17 @@ fn f32x3_setting() -> Option<bool> {
 /// not overlapped, halves its rate at K = 256); where no grid fills the SMs, the medium tile if
 /// its grid does, else the small one.
 fn simt_tile(d: &Dims, dev: &DeviceFacts) -> (usize, usize) {
-    let tiles = |(bm, bn): (usize, usize)| d.m.div_ceil(bm) * d.n.div_ceil(bn) * d.batch;
     let cost =
-        |(tile, weight): ((usize, usize), usize)| tiles(tile).div_ceil(dev.sms) * tile.0 * tile.1 * weight;
+        |(tile, weight): ((usize, usize), usize)| d.tiles(tile).div_ceil(dev.sms) * tile.0 * tile.1 * weight;
     let candidates = if d.k < SIMT_WIDE_MIN_K { 1..4 } else { 0..2 };
     SIMT_TILES[candidates.clone()]
         .iter()
         .copied()
         .zip(SIMT_COST[candidates].iter().copied())
-        .filter(|&(tile, _)| tiles(tile) >= dev.sms)
+        .filter(|&(tile, _)| d.tiles(tile) >= dev.sms)
         .min_by_key(|&c| cost(c))
         .map(|(tile, _)| tile)
-        .unwrap_or(if tiles(GEMM_TILE_MEDIUM) >= dev.sms { GEMM_TILE_MEDIUM } else { GEMM_TILE_SMALL })
+        .unwrap_or(if d.tiles(GEMM_TILE_MEDIUM) >= dev.sms { GEMM_TILE_MEDIUM } else { GEMM_TILE_SMALL })
 }
 
 /// The arguments of the mma.sync and SIMT GEMMs over elements `E`: a, b, c, bias, out, m, n, k,
