@@ -689,6 +689,38 @@ fn half_precision_swapped_shapes(gpu: &Context) {
     check_nn_products(gpu, &[(DType::BF16, false), (DType::F16, false)], shapes, 1400);
 }
 
+/// 16-bit products past one wave of tiles, whose last wave and part-wave run as a stream-K
+/// region (their k-steps cut into one even range per pair of blocks; a tile split between two
+/// ranges finished by the one computing its end, after adding the other's sums): on the H100 (132
+/// SMs, 66 pairs at once) (2000, 2104, 1536) and (2001, 2103, 1505) are 88 pairs of 128×192 tiles,
+/// all in the region, stored by TMA and (odd N, the operands staged, a partial last k-step) from
+/// registers; (2448, 3696, 1536) 145 pairs of 256×128 tiles, 66 whole, then a region of 79;
+/// (2577, 3503, 1537) 154 pairs of 128×256, 66 whole, then 88, odd. The plan's unit tests pin these
+/// (`stream_k_regions`). Every transpose, plain and with the full epilogue.
+fn half_precision_stream_k(gpu: &Context) {
+    // (M, N, K), (A transposed, B transposed), the full epilogue.
+    type Layout = ((usize, usize, usize), (bool, bool), bool);
+    let products: &[Layout] = if under_sanitizer() {
+        &[((2001, 2103, 1505), (false, true), false), ((2448, 3696, 1536), (true, false), true)]
+    } else {
+        &[
+            ((2000, 2104, 1536), (false, false), false),
+            ((2000, 2104, 1536), (true, true), true),
+            ((2001, 2103, 1505), (false, true), false),
+            ((2001, 2103, 1505), (true, false), true),
+            ((2448, 3696, 1536), (false, false), true),
+            ((2577, 3503, 1537), (true, false), false),
+        ]
+    };
+    let mut seed = 1500;
+    for dtype in [DType::BF16, DType::F16] {
+        for &(shape, layout, epilogue) in products {
+            check_product(gpu, dtype, shape, layout, (1, false), epilogue, seed);
+            seed += 4;
+        }
+    }
+}
+
 /// 16-bit operands whose rows are not 16-byte multiples, in products large enough that the plan
 /// copies them into padded buffers for `wgmma` (dispatch row 3): every transpose (each has an
 /// operand with odd rows), split K, batches with a shared and a batched B.
@@ -799,6 +831,7 @@ fn main() {
         ("gpu_sm90a_module_choice", Case::Gpu(sm90a_module_choice)),
         ("gpu_half_precision_tma_shapes", Case::Gpu(half_precision_tma_shapes)),
         ("gpu_half_precision_staged_operands", Case::Gpu(half_precision_staged_operands)),
+        ("gpu_half_precision_stream_k", Case::Gpu(half_precision_stream_k)),
         ("gpu_tf32_tma_shapes", Case::Gpu(tf32_tma_shapes)),
         ("gpu_tf32_swapped_shapes", Case::Gpu(tf32_swapped_shapes)),
         ("gpu_half_precision_swapped_shapes", Case::Gpu(half_precision_swapped_shapes)),

@@ -31,16 +31,26 @@ kernel_table! {
                 gemm_wgmma_f16_nn_128x64, gemm_wgmma_f16_nt_128x64, gemm_wgmma_f16_tn_128x64,
                 gemm_wgmma_f16_tt_128x64, gemm_wgmma_bf16_nn_128x64, gemm_wgmma_bf16_nt_128x64,
                 gemm_wgmma_bf16_tn_128x64, gemm_wgmma_bf16_tt_128x64, gemm_wgmma_f16_nn_swapped_128x64,
-                gemm_wgmma_bf16_nn_swapped_128x64
+                gemm_wgmma_bf16_nn_swapped_128x64,
+                gemm_wgmma_f16_nn_sk, gemm_wgmma_f16_nt_sk, gemm_wgmma_f16_tn_sk, gemm_wgmma_f16_tt_sk,
+                gemm_wgmma_bf16_nn_sk, gemm_wgmma_bf16_nt_sk, gemm_wgmma_bf16_tn_sk, gemm_wgmma_bf16_tt_sk,
+                gemm_wgmma_f16_nn_256x128_sk, gemm_wgmma_f16_nt_256x128_sk, gemm_wgmma_f16_tn_256x128_sk,
+                gemm_wgmma_f16_tt_256x128_sk, gemm_wgmma_bf16_nn_256x128_sk, gemm_wgmma_bf16_nt_256x128_sk,
+                gemm_wgmma_bf16_tn_256x128_sk, gemm_wgmma_bf16_tt_256x128_sk, gemm_wgmma_f16_nn_128x192_sk,
+                gemm_wgmma_f16_nt_128x192_sk, gemm_wgmma_f16_tn_128x192_sk, gemm_wgmma_f16_tt_128x192_sk,
+                gemm_wgmma_bf16_nn_128x192_sk, gemm_wgmma_bf16_nt_128x192_sk, gemm_wgmma_bf16_tn_128x192_sk,
+                gemm_wgmma_bf16_tt_128x192_sk
             ](
                 maps: crate::shapes::TensorMaps, c: *const u16, bias: *const u16, out: *mut u16, m: usize,
                 n: usize, k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32, cluster: u32
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
+                sk_units: u32, sk_flags: *mut u32
             );
             [gemm_wgmma_tf32_nt, gemm_wgmma_tf32_nn, gemm_wgmma_tf32_nn_128x64, gemm_wgmma_f32x3_nt, gemm_wgmma_f32x3_nn_128x64](
                 maps: crate::shapes::TensorMaps, c: *const f32, bias: *const f32, out: *mut f32, m: usize,
                 n: usize, k: usize, stride_c: usize, alpha: f32, beta: f32, activation: u32, batched_a: u32,
-                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32, cluster: u32
+                batched_b: u32, k_steps: usize, ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
+                sk_units: u32, sk_flags: *mut u32
             );
         }
         matmul::gemv_tma {

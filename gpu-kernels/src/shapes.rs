@@ -282,6 +282,12 @@ pub const WGMMA_STAGE_BYTES: usize = (WGMMA_TILE.0 + WGMMA_TILE.1) * WGMMA_ROW_B
 pub const WGMMA_OUT_BYTES: usize = 2 * 2 * 64 * WGMMA_ROW_BYTES;
 /// Output rows of one TMA store box (its width is one 128-byte row): the kernel's staging chunk.
 pub const WGMMA_STORE_ROWS: usize = 64;
+/// The consumer warpgroups of a `wgmma` GEMM block (the first of `WGMMA_THREADS`' warpgroups
+/// produces).
+pub const WGMMA_CONSUMERS: usize = WGMMA_THREADS / 128 - 1;
+/// A stream-K piece's f32 sums per consumer warpgroup in the workspace: 128 threads × up to 128
+/// accumulators.
+pub const WGMMA_PIECE_FLOATS: usize = 128 * 128;
 /// Each consumer warpgroup's copy of a 16-bit bias for its tile's columns (at most 256).
 pub const WGMMA_BIAS_BYTES: usize = 256 * 2;
 /// Dynamic shared memory of a `wgmma` GEMM block: 1 KiB to align the stages to the 128-byte

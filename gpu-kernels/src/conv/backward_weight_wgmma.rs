@@ -35,7 +35,7 @@
 //! a persistent grid of at most one block an SM, no clusters); `maps` holds the five tensor maps
 //! above; m = K, n = C, k = the k-steps × 32, `k_steps` per slice, `layers` = R·S · slices.
 use super::forward_wgmma::CHANNELS as COLUMNS;
-use crate::matmul::gemm_wgmma::{gemm, Operands};
+use crate::matmul::gemm_wgmma::{gemm, Operands, NO_STREAM_K};
 use crate::prelude::*;
 use crate::shapes::TensorMaps;
 
@@ -138,7 +138,7 @@ macro_rules! conv_wgmma_weight_kernels {
             let maps = kernel_param_address!($name, 0);
             gemm::<Tf32, false, true, $tile, WeightTaps<$split>>(
                 maps, (none, none, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0), (k_steps, ws),
-                (layers, false, 1), taps,
+                (layers, false, 1), NO_STREAM_K, taps,
             )
         }
     )*};

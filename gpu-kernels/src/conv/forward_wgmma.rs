@@ -33,7 +33,7 @@
 //! Launch: as the `wgmma` GEMM (block `WGMMA_THREADS`, dynamic shared memory
 //! `WGMMA_SHARED_BYTES`, a persistent grid of at most one block an SM, no clusters); `maps` holds
 //! A's and B's tensor maps; m = boxes × tile rows, n = K, k = R·S·⌈C/32⌉·32.
-use crate::matmul::gemm_wgmma::{for_each_pair, gemm, Operands};
+use crate::matmul::gemm_wgmma::{for_each_pair, gemm, Operands, NO_STREAM_K};
 use crate::prelude::*;
 use crate::shapes::TensorMaps;
 
@@ -182,7 +182,7 @@ macro_rules! conv_wgmma_kernels {
             let maps = kernel_param_address!($name, 0);
             gemm::<Tf32, false, true, $tile, ForwardTaps<$split>>(
                 maps, (none, bias, out), (m, n, k), 0, (1.0, 0.0, 0), (0, 0),
-                (k.div_ceil(CHANNELS as usize), core::ptr::null_mut()), (1, false, 1), taps,
+                (k.div_ceil(CHANNELS as usize), core::ptr::null_mut()), (1, false, 1), NO_STREAM_K, taps,
             )
         }
     )*};

@@ -56,6 +56,14 @@
 //! Split-K (thin or few output tiles): layer z = batch·slices + slice runs its slice's k-steps
 //! and stores raw f32 sums into a workspace, which `gemm_reduce_*` adds in order.
 //!
+//! Stream-K (more units than a wave, the last wave part-full): the last `sk_units` units (a
+//! wave and the part-wave after it) are one region whose k-steps, tile after tile, are cut into
+//! one even range per cluster, so that every cluster finishes at about the same time instead of
+//! most idling while a few compute the last part-wave (`Schedule::work`). A tile split between
+//! two clusters' ranges is finished by the one that computes its end: the other stores its f32
+//! sums in `ws` and counts itself on a flag, and it adds them before the epilogue
+//! (`stream_k_merge`), all in the one launch.
+//!
 //! Exact f32 (`gemm_wgmma_f32x3_nt`, 128×128 tiles) is 3xTF32: the producer also loads A's and
 //! B's low parts (the fourth and fifth maps) beside their pieces, in stages twice the size (three
 //! of them); each k-step's A_lo·B, A·B_lo and A·B go into fresh accumulators, which the consumers
@@ -72,10 +80,10 @@
 use super::{activate, epilogue};
 use crate::prelude::*;
 use crate::shapes::{
-    TensorMaps, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_BIAS_BYTES,
+    TensorMaps, ACTIVATION_GELU, ACTIVATION_NONE, ACTIVATION_RELU, WGMMA_BIAS_BYTES, WGMMA_CONSUMERS,
     WGMMA_GROUP_M as GROUP_M, WGMMA_MAX_STAGES as MAX_STAGES, WGMMA_MN_BOX as MN_BOX,
-    WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_ROW_BYTES, WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES,
-    WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILES,
+    WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_PIECE_FLOATS as PIECE_FLOATS, WGMMA_ROW_BYTES,
+    WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILES,
 };
 
 /// One row of a k-step: the 128-byte swizzle width.
@@ -84,7 +92,7 @@ const ROW_BYTES: u32 = WGMMA_ROW_BYTES as u32;
 const ATOM_BYTES: u32 = 8 * ROW_BYTES;
 /// The computing warpgroups; one thread of each arrives on a stage's `empty` barrier (a
 /// warpgroup's `wgmma` complete together, and 256 arrivals per stage cost shared-memory atomics).
-const CONSUMERS: usize = (WGMMA_THREADS - 128) / 128;
+const CONSUMERS: usize = WGMMA_CONSUMERS;
 const PRODUCER_REGS: u32 = 40;
 const CONSUMER_REGS: u32 = 232;
 /// `store_staged`'s activation parameter for the launch's own (the variant with C).
@@ -118,23 +126,94 @@ struct Schedule {
     /// Rows of tiles, counted in cluster-high units; columns of tiles.
     units_m: usize,
     tiles_n: usize,
-    /// Work units: a unit is `cluster` vertically adjacent tiles.
+    /// Work units: a unit is `cluster` vertically adjacent tiles; the first `whole` of them run
+    /// whole, the rest (`sk_units`) are the stream-K region, walked as `SK_ITEMS` items per
+    /// cluster after them (`units` in all).
     units: usize,
+    whole: usize,
+    sk_units: usize,
     cluster: usize,
     rank: usize,
 }
 
+/// What a work unit computes: layer z (batch, or batch · slices + slice with split-K), this
+/// block's tile origin `(m0, n0)`, k-steps `first_step` to `first_step + steps`, and for a
+/// stream-K segment of a tile split between two clusters its region tile · 2 + 1 for the
+/// segment that ends the tile (it finishes it) or + 0 for the one that starts it (`WHOLE` for a
+/// whole tile, `SKIP` for an item past a cluster's range: one register through the mainloop,
+/// where the accumulators leave few).
+#[derive(Clone, Copy)]
+struct Work {
+    z: usize,
+    m0: usize,
+    n0: usize,
+    batch: usize,
+    first_step: usize,
+    steps: usize,
+    piece: u32,
+}
+
+/// `Work::piece` of a whole tile, and of no work.
+const WHOLE: u32 = u32::MAX;
+const SKIP: u32 = u32::MAX - 1;
+/// The most tiles a cluster's range of the stream-K region touches: the region is under two
+/// waves of units, so a range is under two tiles long.
+const SK_ITEMS: usize = 3;
+
 impl Schedule {
     #[inline(always)]
-    fn new(tile: (usize, usize), (m, n): (usize, usize), layers: usize, cluster: usize, rank: usize) -> Self {
+    fn new(
+        tile: (usize, usize),
+        (m, n): (usize, usize),
+        layers: usize,
+        (cluster, rank): (usize, usize),
+        sk_units: usize,
+    ) -> Self {
         let (units_m, tiles_n) = (m.div_ceil(tile.0).div_ceil(cluster), n.div_ceil(tile.1));
-        Schedule { tile, units_m, tiles_n, units: units_m * tiles_n * layers, cluster, rank }
+        let all = units_m * tiles_n * layers;
+        let sk_units = sk_units.min(all);
+        let whole = all - sk_units;
+        let units = if sk_units > 0 { whole + SK_ITEMS * (grid_dim_x() / cluster) } else { all };
+        Schedule { tile, units_m, tiles_n, units, whole, sk_units, cluster, rank }
     }
 
     /// This block's first unit and the stride between its units (the cluster's index and count).
     #[inline(always)]
     fn walk(&self) -> (usize, usize) {
         (block_x() / self.cluster, grid_dim_x() / self.cluster)
+    }
+
+    /// Unit `unit`'s work over `all_steps` k-steps in slices of `k_steps` (split-K layers). Past
+    /// the whole units, this cluster's items of the stream-K region: the region's k-steps, tile
+    /// after tile, cut into one even range per cluster (each at least a tile long, so a tile lies
+    /// in one range or is split between two neighbours), whose tiles the cluster takes from its
+    /// range's end down, its j-th item the j-th unit it walks past the whole ones. A range's last
+    /// tile is its first item (the segment that starts that tile, whose sums the next cluster
+    /// adds) and its first tile its last (the segment that ends a tile the previous cluster
+    /// started): so the segment each cluster waits for, last, is the first its neighbour
+    /// computes, and no cluster waits on one that waits (`stream_k_merge`).
+    /// `sk` (a constant of the kernel): it has a stream-K region (else every unit is whole, at no
+    /// cost in registers to the kernels without one).
+    #[inline(always)]
+    fn work(&self, unit: usize, all_steps: usize, k_steps: usize, sk: bool) -> Work {
+        if !sk || unit < self.whole {
+            let (z, m0, n0) = self.origin(unit);
+            let (batch, first_step, steps) = layer_steps(z, all_steps, k_steps);
+            return Work { z, m0, n0, batch, first_step, steps, piece: WHOLE };
+        }
+        let (walker, walkers) = self.walk();
+        let back = (unit - self.whole) / walkers;
+        let steps = all_steps.max(1);
+        let region = self.sk_units * steps;
+        let (from, to) = (region * walker / walkers, region * (walker + 1) / walkers);
+        if from >= to || back > (to - 1) / steps - from / steps {
+            return Work { z: 0, m0: 0, n0: 0, batch: 0, first_step: 0, steps: 0, piece: SKIP };
+        }
+        let t = (to - 1) / steps - back;
+        let (k0, k1) = (from.max(t * steps) - t * steps, to.min((t + 1) * steps) - t * steps);
+        let (z, m0, n0) = self.origin(self.whole + t);
+        let piece = if k0 == 0 && k1 == steps { WHOLE } else { 2 * t as u32 + u32::from(k0 > 0) };
+        Work { z, m0, n0, batch: z, first_step: k0, steps: k1 - k0, piece }
     }
 
     /// Unit `unit`'s layer z (batch · slices + slice) and this block's tile origin `(m0, n0)`
@@ -191,6 +270,10 @@ pub(crate) trait Operands: Copy {
     /// from registers (`store_direct`, `transposed`): products streaming a few rows' operand run
     /// 5-25% faster so on the 128×64 tile (the host's `half_swap_pays`).
     const OUT_T: bool = false;
+    /// The launch may have a stream-K region (`stream_k`): kernels of their own, so that the
+    /// others keep their registers (the region's bookkeeping cost the 128×256 tile's mainloop
+    /// spills and 5-10%).
+    const STREAM_K: bool = false;
     /// The producer's place in a unit's k-steps.
     type Walk: Copy;
     /// Where the unit of batch `batch` with its tile at `(m0, n0)` (`rows` tall) starts, at its
@@ -222,17 +305,21 @@ pub(crate) trait Operands: Copy {
 
 /// Plain A and B matrices, read and written by the GEMM's own code; `SPLIT`: f32 ones as
 /// 3xTF32, their low parts through the fourth and fifth maps (after the output's), every k-step's
-/// sums promoted to f32 registers; `SWAPPED`, `OUT_T`: as `Operands::SWAPPED`, `Operands::OUT_T`.
+/// sums promoted to f32 registers; `SWAPPED`, `OUT_T`, `SK`: as `Operands::SWAPPED`,
+/// `Operands::OUT_T`, `Operands::STREAM_K`.
 #[derive(Clone, Copy)]
-pub(crate) struct Matrices<const SPLIT: bool, const SWAPPED: bool, const OUT_T: bool>;
+pub(crate) struct Matrices<const SPLIT: bool, const SWAPPED: bool, const OUT_T: bool, const SK: bool>;
 
-impl<const SPLIT: bool, const SWAPPED: bool, const OUT_T: bool> Operands for Matrices<SPLIT, SWAPPED, OUT_T> {
+impl<const SPLIT: bool, const SWAPPED: bool, const OUT_T: bool, const SK: bool> Operands
+    for Matrices<SPLIT, SWAPPED, OUT_T, SK>
+{
     const CONV: bool = false;
     const STORES: bool = false;
     const SPLIT: bool = SPLIT;
     const PROMOTE: bool = SPLIT;
     const SWAPPED: bool = SWAPPED;
     const OUT_T: bool = OUT_T;
+    const STREAM_K: bool = SK;
     type Walk = ();
     #[inline(always)]
     fn start(&self, _: usize, _: usize, _: (usize, usize, usize)) {}
@@ -260,6 +347,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
     (batched_a, batched_b): (u32, u32),
     (k_steps, ws): (usize, *mut f32),
     (layers, tma_store, cluster): (usize, bool, usize),
+    stream_k: (usize, *mut u32),
     operands: O,
 ) {
     // The promoted sums fit the registers beside the k-step's (64 a thread, the 128×128 tile).
@@ -270,7 +358,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
     let (bm, bn) = tile(TILE);
     let t = thread_x();
     let rank = if cluster > 1 { cluster_rank() } else { 0 };
-    let sched = Schedule::new((bm, bn), (m, n), layers, cluster, rank as usize);
+    let sk_units = if O::STREAM_K { stream_k.0 } else { 0 };
+    let sched = Schedule::new((bm, bn), (m, n), layers, (cluster, rank as usize), sk_units);
     // Elements of k per stage (one 128-byte row).
     let bk = WGMMA_ROW_BYTES / core::mem::size_of::<E::Elem>();
     // An M/N-major piece comes in boxes of 128 bytes of rows (`bk` of them) × the k-step's `bk`
@@ -343,8 +432,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let mut it = 0usize;
             let mut unit = first_unit;
             while unit < sched.units {
-                let (z, m0, n0) = sched.origin(unit);
-                let (batch, first_step, steps) = layer_steps(z, all_steps, k_steps);
+                let Work { m0, n0, batch, first_step, steps, .. } =
+                    sched.work(unit, all_steps, k_steps, O::STREAM_K);
                 let (za, zb) = ((batch as u32 * batched_a) as i32, (batch as u32 * batched_b) as i32);
                 let mut walk = operands.start(batch, first_step, (m0, n0, bm));
                 for step in 0..steps {
@@ -417,9 +506,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let mut it = 0usize;
             let mut unit = first_unit;
             while unit < sched.units {
-                let (z, _, _) = sched.origin(unit);
-                let (_, _, steps) = layer_steps(z, all_steps, k_steps);
-                for _ in 0..steps {
+                for _ in 0..sched.work(unit, all_steps, k_steps, O::STREAM_K).steps {
                     let s = it % stages;
                     mbarrier_wait(loaded(s), ((it / stages) & 1) as u32);
                     // Four vectors a thread in flight: one shared-memory latency per four.
@@ -470,8 +557,12 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
         let mut chunks = 0usize;
         let mut unit = first_unit;
         while unit < sched.units {
-            let (z, m0, n0) = sched.origin(unit);
-            let (batch, _, steps) = layer_steps(z, all_steps, k_steps);
+            let Work { z, m0, n0, batch, steps, piece, .. } =
+                sched.work(unit, all_steps, k_steps, O::STREAM_K);
+            if O::STREAM_K && piece == SKIP {
+                unit += unit_stride;
+                continue;
+            }
             let mut acc: WgmmaAcc = [0.0; 128];
             // With `PROMOTE`, the tile's sums; `acc` then holds one k-step's.
             let mut sums: WgmmaAcc = [0.0; 128];
@@ -594,7 +685,17 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     release((it - 1) % stages);
                 }
             }
-            let acc = if O::PROMOTE { &sums } else { &acc };
+            let acc = if O::PROMOTE { &mut sums } else { &mut acc };
+            if O::STREAM_K && piece != WHOLE {
+                let slot = ((piece / 2) as usize * sched.cluster + sched.rank) * CONSUMERS + wg as usize;
+                if !stream_k_merge::<TILE>(acc, (ws, stream_k.1), slot, piece % 2 == 1) {
+                    unit += unit_stride;
+                    continue;
+                }
+            }
+            // With a stream-K region, `ws` holds its segments' sums: no split-K slices.
+            let split = !ws.is_null() && !O::STREAM_K;
+            let acc = &*acc;
             let origin = (m0 + wg as usize * rows_wg, n0);
             let out_ctx = (alpha, beta, activation);
             // C of this batch, read only when `beta` counts (the fused epilogues).
@@ -605,7 +706,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 operands.store::<TILE>(acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm, z));
             } else if O::SWAPPED {
                 let place = ((m, n), (m0, n0), swapped_row);
-                if ws.is_null() {
+                if !split {
                     store_transposed::<E, TILE, false>(
                         acc,
                         out.add(batch * m * n),
@@ -616,7 +717,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 } else {
                     store_transposed::<E, TILE, true>(acc, ws.add(z * m * n), (none, none), place, out_ctx);
                 }
-            } else if !ws.is_null() {
+            } else if split {
                 // One slice of a split-K product: the raw sums, reduced and finished by
                 // `gemm_reduce_*`.
                 let raw = (1.0, 0.0, 0);
@@ -661,6 +762,65 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
         // Neither block leaves while the other may still arrive on its barriers.
         cluster_sync();
     }
+}
+
+/// `gemm`'s `stream_k` for launches without a stream-K tail (the convolutions').
+pub(crate) const NO_STREAM_K: (usize, *mut u32) = (0, core::ptr::null_mut());
+
+/// Stream-K: join the two segments of a tile split between two clusters, for one consumer
+/// (`slot`: the region tile of this block and this consumer). The segment that starts the tile
+/// stores the sums `acc` in the slot's room of `partials` (vector j of thread t at `(j·128 +
+/// t)·4`: each warp stores whole lines) and counts itself on the slot's flag in `flags`; the one
+/// that ends it (`ends`) waits for the count, adds those sums, leaves the flag zero again for the
+/// next launch, and returns true: it finishes the tile. What it waits for is the first segment
+/// its neighbour computes, and the grid is persistent (all its blocks resident):
+/// `Schedule::work`.
+///
+/// # Safety
+/// `partials` holds `PIECE_FLOATS` floats per slot; `flags` one zeroed u32 per slot, which no
+/// other running launch uses; every thread of the warpgroup calls it.
+#[inline(always)]
+unsafe fn stream_k_merge<const TILE: usize>(
+    acc: &mut WgmmaAcc,
+    (partials, flags): (*mut f32, *mut u32),
+    slot: usize,
+    ends: bool,
+) -> bool {
+    let tw = thread_x() % 128;
+    let wg = (thread_x() / 128 - 1) as u32;
+    let vectors = column_blocks(TILE).1;
+    let flag = flags.add(slot);
+    let room = |j: usize| partials.add(slot * PIECE_FLOATS + (j * 128 + tw) * 4);
+    if !ends {
+        unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+            if j < vectors {
+                store_f32x4(room(j), F32x4([acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]]));
+            }
+        });
+        // Every thread's stores come before the leader's release.
+        named_barrier::<128>(1 + wg);
+        if tw == 0 {
+            fence_gpu();
+            atomic_add_u32(flag, 1);
+        }
+        return false;
+    }
+    if tw == 0 {
+        while load_acquire_u32(flag) == 0 {}
+        atomic_add_u32(flag, u32::MAX);
+    }
+    named_barrier::<128>(1 + wg);
+    unroll!(j in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] => {
+        if j < vectors {
+            let v = load_l2_f32x4(room(j)).0;
+            unroll!(e in [0, 1, 2, 3] => {
+                acc[4 * j + e] += v[e];
+            });
+        }
+    });
+    true
 }
 
 /// `PROMOTE`: add a k-step's sums `acc` to the tile's `sums` in f32 and clear them for the next.
@@ -980,7 +1140,7 @@ unsafe fn store_staged<
 }
 
 macro_rules! wgmma_kernels {
-    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal, $swapped:literal, $out_t:literal;)*) => {$(
+    ($($name:ident: $e:ty, $elem:ty, $ta:literal, $tb:literal, $tile:literal, $split:literal, $swapped:literal, $out_t:literal, $sk:literal;)*) => {$(
         /// Hopper GEMM; `maps` holds A's, B's and the output's tensor maps (3xTF32: then A's and
         /// B's low parts', K-major with the boxes of A's and B's), the other arguments
         /// are the mma.sync kernels' (no A/B pointers or strides: the maps carry them);
@@ -990,61 +1150,89 @@ macro_rules! wgmma_kernels {
         /// without a split. `tma_store` 1: the output goes through shared memory and the third
         /// map (no split; rows of 16-byte multiples), else straight from registers. `cluster`: 1,
         /// or 2 when launched in clusters of two (B's map then has boxes of half the tile's
-        /// columns when B is K-major).
+        /// columns when B is K-major). `sk_units` > 0: the last `sk_units` units are a stream-K
+        /// region (one layer, no split), its split tiles' first segments' sums in `ws`
+        /// (`PIECE_FLOATS` floats per region tile and consumer) and counted on `sk_flags` (one
+        /// zeroed u32 per region tile and consumer, left zero).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             _maps: TensorMaps, c: *const $elem, bias: *const $elem, out: *mut $elem,
             m: usize, n: usize, k: usize, stride_c: usize,
             alpha: f32, beta: f32, activation: u32, batched_a: u32, batched_b: u32, k_steps: usize,
-            ws: *mut f32, layers: usize, tma_store: u32, cluster: u32,
+            ws: *mut f32, layers: usize, tma_store: u32, cluster: u32, sk_units: u32, sk_flags: *mut u32,
         ) {
             let maps = kernel_param_address!($name, 0);
-            gemm::<$e, $ta, $tb, $tile, Matrices<$split, $swapped, $out_t>>(
+            gemm::<$e, $ta, $tb, $tile, Matrices<$split, $swapped, $out_t, $sk>>(
                 maps, (c, bias, out), (m, n, k), stride_c, (alpha, beta, activation), (batched_a, batched_b),
-                (k_steps, ws), (layers, tma_store != 0, cluster as usize), Matrices,
+                (k_steps, ws), (layers, tma_store != 0, cluster as usize),
+                (sk_units as usize, sk_flags), Matrices,
             )
         }
     )*};
 }
 
 wgmma_kernels! {
-    gemm_wgmma_f16_nn: F16, u16, false, false, 0, false, false, false;
-    gemm_wgmma_f16_nt: F16, u16, false, true, 0, false, false, false;
-    gemm_wgmma_f16_tn: F16, u16, true, false, 0, false, false, false;
-    gemm_wgmma_f16_tt: F16, u16, true, true, 0, false, false, false;
-    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0, false, false, false;
-    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0, false, false, false;
-    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0, false, false, false;
-    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0, false, false, false;
-    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1, false, false, false;
-    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1, false, false, false;
-    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1, false, false, false;
-    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1, false, false, false;
-    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1, false, false, false;
-    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1, false, false, false;
-    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1, false, false, false;
-    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1, false, false, false;
-    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2, false, false, false;
-    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2, false, false, false;
-    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2, false, false, false;
-    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2, false, false, false;
-    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2, false, false, false;
-    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false, false, false;
-    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false, false, false;
-    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false, false, false;
-    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false, false, false;
-    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false, false, false;
-    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false, false, false;
-    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3, false, false, false;
-    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3, false, false, false;
-    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3, false, false, false;
-    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3, false, false, false;
-    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3, false, false, false;
-    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0, false, false, false;
-    gemm_wgmma_tf32_nn: Tf32, f32, true, true, 2, false, true, false;
-    gemm_wgmma_tf32_nn_128x64: Tf32, f32, true, true, 3, false, true, false;
-    gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true, false, false;
-    gemm_wgmma_f32x3_nn_128x64: Tf32, f32, true, true, 3, true, true, false;
-    gemm_wgmma_f16_nn_swapped_128x64: F16, u16, true, true, 3, false, false, true;
-    gemm_wgmma_bf16_nn_swapped_128x64: BF16, u16, true, true, 3, false, false, true;
+    gemm_wgmma_f16_nn: F16, u16, false, false, 0, false, false, false, false;
+    gemm_wgmma_f16_nt: F16, u16, false, true, 0, false, false, false, false;
+    gemm_wgmma_f16_tn: F16, u16, true, false, 0, false, false, false, false;
+    gemm_wgmma_f16_tt: F16, u16, true, true, 0, false, false, false, false;
+    gemm_wgmma_bf16_nn: BF16, u16, false, false, 0, false, false, false, false;
+    gemm_wgmma_bf16_nt: BF16, u16, false, true, 0, false, false, false, false;
+    gemm_wgmma_bf16_tn: BF16, u16, true, false, 0, false, false, false, false;
+    gemm_wgmma_bf16_tt: BF16, u16, true, true, 0, false, false, false, false;
+    gemm_wgmma_f16_nn_256x128: F16, u16, false, false, 1, false, false, false, false;
+    gemm_wgmma_f16_nt_256x128: F16, u16, false, true, 1, false, false, false, false;
+    gemm_wgmma_f16_tn_256x128: F16, u16, true, false, 1, false, false, false, false;
+    gemm_wgmma_f16_tt_256x128: F16, u16, true, true, 1, false, false, false, false;
+    gemm_wgmma_bf16_nn_256x128: BF16, u16, false, false, 1, false, false, false, false;
+    gemm_wgmma_bf16_nt_256x128: BF16, u16, false, true, 1, false, false, false, false;
+    gemm_wgmma_bf16_tn_256x128: BF16, u16, true, false, 1, false, false, false, false;
+    gemm_wgmma_bf16_tt_256x128: BF16, u16, true, true, 1, false, false, false, false;
+    gemm_wgmma_f16_nn_128x192: F16, u16, false, false, 2, false, false, false, false;
+    gemm_wgmma_f16_nt_128x192: F16, u16, false, true, 2, false, false, false, false;
+    gemm_wgmma_f16_tn_128x192: F16, u16, true, false, 2, false, false, false, false;
+    gemm_wgmma_f16_tt_128x192: F16, u16, true, true, 2, false, false, false, false;
+    gemm_wgmma_bf16_nn_128x192: BF16, u16, false, false, 2, false, false, false, false;
+    gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false, false, false, false;
+    gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false, false, false, false;
+    gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false, false, false, false;
+    gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false, false, false, false;
+    gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false, false, false, false;
+    gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false, false, false, false;
+    gemm_wgmma_f16_tt_128x64: F16, u16, true, true, 3, false, false, false, false;
+    gemm_wgmma_bf16_nn_128x64: BF16, u16, false, false, 3, false, false, false, false;
+    gemm_wgmma_bf16_nt_128x64: BF16, u16, false, true, 3, false, false, false, false;
+    gemm_wgmma_bf16_tn_128x64: BF16, u16, true, false, 3, false, false, false, false;
+    gemm_wgmma_bf16_tt_128x64: BF16, u16, true, true, 3, false, false, false, false;
+    gemm_wgmma_tf32_nt: Tf32, f32, false, true, 0, false, false, false, false;
+    gemm_wgmma_tf32_nn: Tf32, f32, true, true, 2, false, true, false, false;
+    gemm_wgmma_tf32_nn_128x64: Tf32, f32, true, true, 3, false, true, false, false;
+    gemm_wgmma_f32x3_nt: Tf32, f32, false, true, 4, true, false, false, false;
+    gemm_wgmma_f32x3_nn_128x64: Tf32, f32, true, true, 3, true, true, false, false;
+    gemm_wgmma_f16_nn_swapped_128x64: F16, u16, true, true, 3, false, false, true, false;
+    gemm_wgmma_bf16_nn_swapped_128x64: BF16, u16, true, true, 3, false, false, true, false;
+    gemm_wgmma_f16_nn_sk: F16, u16, false, false, 0, false, false, false, true;
+    gemm_wgmma_f16_nt_sk: F16, u16, false, true, 0, false, false, false, true;
+    gemm_wgmma_f16_tn_sk: F16, u16, true, false, 0, false, false, false, true;
+    gemm_wgmma_f16_tt_sk: F16, u16, true, true, 0, false, false, false, true;
+    gemm_wgmma_bf16_nn_sk: BF16, u16, false, false, 0, false, false, false, true;
+    gemm_wgmma_bf16_nt_sk: BF16, u16, false, true, 0, false, false, false, true;
+    gemm_wgmma_bf16_tn_sk: BF16, u16, true, false, 0, false, false, false, true;
+    gemm_wgmma_bf16_tt_sk: BF16, u16, true, true, 0, false, false, false, true;
+    gemm_wgmma_f16_nn_256x128_sk: F16, u16, false, false, 1, false, false, false, true;
+    gemm_wgmma_f16_nt_256x128_sk: F16, u16, false, true, 1, false, false, false, true;
+    gemm_wgmma_f16_tn_256x128_sk: F16, u16, true, false, 1, false, false, false, true;
+    gemm_wgmma_f16_tt_256x128_sk: F16, u16, true, true, 1, false, false, false, true;
+    gemm_wgmma_bf16_nn_256x128_sk: BF16, u16, false, false, 1, false, false, false, true;
+    gemm_wgmma_bf16_nt_256x128_sk: BF16, u16, false, true, 1, false, false, false, true;
+    gemm_wgmma_bf16_tn_256x128_sk: BF16, u16, true, false, 1, false, false, false, true;
+    gemm_wgmma_bf16_tt_256x128_sk: BF16, u16, true, true, 1, false, false, false, true;
+    gemm_wgmma_f16_nn_128x192_sk: F16, u16, false, false, 2, false, false, false, true;
+    gemm_wgmma_f16_nt_128x192_sk: F16, u16, false, true, 2, false, false, false, true;
+    gemm_wgmma_f16_tn_128x192_sk: F16, u16, true, false, 2, false, false, false, true;
+    gemm_wgmma_f16_tt_128x192_sk: F16, u16, true, true, 2, false, false, false, true;
+    gemm_wgmma_bf16_nn_128x192_sk: BF16, u16, false, false, 2, false, false, false, true;
+    gemm_wgmma_bf16_nt_128x192_sk: BF16, u16, false, true, 2, false, false, false, true;
+    gemm_wgmma_bf16_tn_128x192_sk: BF16, u16, true, false, 2, false, false, false, true;
+    gemm_wgmma_bf16_tt_128x192_sk: BF16, u16, true, true, 2, false, false, false, true;
 }

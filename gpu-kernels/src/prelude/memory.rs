@@ -38,17 +38,31 @@ pub unsafe fn load_nc_f32x4(p: *const f32) -> F32x4 {
     F32x4([a, b, c, d])
 }
 
-/// `ld.global.v4.f32`: 16 bytes through the coherent path, for buffers the kernel also writes.
-///
-/// # Safety
-/// `p` is 16-byte aligned and points into global memory.
-#[inline(always)]
-pub unsafe fn load_f32x4(p: *const f32) -> F32x4 {
-    let (a, b, c, d): (f32, f32, f32, f32);
-    asm!("ld.global.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];",
-         p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
-         options(readonly, nostack));
-    F32x4([a, b, c, d])
+/// 16-byte f32 loads of memory that may change while the kernel runs (not `pure`: never merged
+/// or hoisted across other memory accesses), one function per PTX form.
+macro_rules! load_f32x4_forms {
+    ($($(#[$doc:meta])* $name:ident: $instr:literal;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `p` is 16-byte aligned and points into global memory.
+        #[inline(always)]
+        pub unsafe fn $name(p: *const f32) -> F32x4 {
+            let (a, b, c, d): (f32, f32, f32, f32);
+            asm!(concat!($instr, " {{{a}, {b}, {c}, {d}}}, [{p}];"),
+                 p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+                 options(readonly, nostack));
+            F32x4([a, b, c, d])
+        }
+    )*};
+}
+
+load_f32x4_forms! {
+    /// `ld.global.v4.f32`: 16 bytes through the coherent path, for buffers the kernel also writes.
+    load_f32x4: "ld.global.v4.f32";
+    /// `ld.global.cg.v4.f32`: 16 bytes past L1, for what other blocks wrote before a GPU-scope
+    /// fence.
+    load_l2_f32x4: "ld.global.cg.v4.f32";
 }
 
 /// `ld.global.v4.u32` of eight 16-bit values through the coherent path, for buffers the kernel

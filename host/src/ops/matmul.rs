@@ -12,7 +12,7 @@
 //! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split, single blocks would take more than a wave and the pairs no more waves than they; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`) | the model's (slices of whole 64-element k-steps, each ≥ 512, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split, single blocks would take more than a wave and the pairs no more waves than they; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`). Past whole waves of a large tile's units (unsplit, one layer), where the part-wave left is under about half a wave, the last wave and that part run as a stream-K region on the `_sk` kernels (`stream_k_region`; `FERROCUDA_WGMMA_STREAM_K=0`: never) | the model's (slices of whole 64-element k-steps, each ≥ 512, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
 //! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_half_shape` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (`half_swap_pays`: at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B; 5-25% faster than unswapped where few rows stream B, `half_swap_pays`), the output written transposed from registers | as row 2 on Cᵀ |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
@@ -29,7 +29,8 @@
 //! and `gemm_reduce_*` adds the slices in order and applies alpha, beta·C, bias and the activation
 //! once: the same bits on every run, no atomics. Row 1's clusters add their slices through
 //! shared memory in rank order instead (as deterministic, without the workspace's bytes and the
-//! second launch). Few rows with A transposed, and few columns
+//! second launch). A stream-K region (row 2) adds the two parts of each tile split between two
+//! clusters' ranges of k-steps once, in the kernel: the same bits on every run. Few rows with A transposed, and few columns
 //! (N ≤ 16, the transposed case), take the tiled kernels (rows 2–9).
 //!
 //! Exact f32 on 3xTF32 (row 5b): each product a·b is a_hi·b_hi + a_lo·b_hi + a_hi·b_lo on TF32
@@ -42,15 +43,16 @@ use crate::runtime::error::{DriverResultExt, Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut, DeviceElement, Kernel};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
-use crate::runtime::stream::Stream;
+use crate::runtime::stream::{Stream, STREAM_K_FLAGS};
 use crate::shapes::{
     gemm_reduce_per_thread, gemm_shared_bytes, gemm_threads, gemv_piece, TensorMaps, ACTIVATION_GELU,
     ACTIVATION_NONE, ACTIVATION_RELU, GEMM_BK, GEMM_REDUCE_THREADS, GEMM_TILE_LARGE, GEMM_TILE_MEDIUM,
     GEMM_TILE_SMALL, GEMM_TILE_TINY, GEMM_TILE_WIDE, GEMM_TINY_MAX_K, GEMM_TINY_THREADS, GEMV_COLS_NT,
     GEMV_MMA_COLS, GEMV_MMA_THREADS, GEMV_ROWS, GEMV_ROWS_SMALL, GEMV_THREADS, GEMV_TMA_CLUSTER_MAX,
     GEMV_TMA_COLS, GEMV_TMA_SHARED_BYTES, GEMV_TMA_STAGE_K, GEMV_TMA_THREADS, MMA16_SHARED_BYTES, MMA_BK,
-    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, TENSOR_MAPS_BYTES, TENSOR_MAPS_MAX, WGMMA_MN_BOX,
-    WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILE, WGMMA_TILES,
+    MMA_SHARED_BYTES, MMA_THREADS, MMA_TILE, TENSOR_MAPS_BYTES, TENSOR_MAPS_MAX, WGMMA_CONSUMERS,
+    WGMMA_MN_BOX, WGMMA_PIECE_FLOATS, WGMMA_ROW_BYTES, WGMMA_SHARED_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS,
+    WGMMA_TILE, WGMMA_TILES,
 };
 use crate::tensor::{element_count, DType, Storage, Tensor};
 use cudarc::driver::sys;
@@ -788,6 +790,30 @@ impl<'a> Gemm<'a> {
 
         let layers = d.batch * plan.slices;
         let units = d.m.div_ceil(tile.0).div_ceil(cluster) * d.n.div_ceil(tile.1) * layers;
+        // Persistent blocks, as many as run at once (one per SM: the shared memory allows no
+        // second; clusters need both blocks' SMs in one GPC, so fewer may fit), each walking the
+        // units `blockIdx.x / cluster + i·gridDim.x / cluster`.
+        let resident = if cluster > 1 { clusters } else { sms };
+        let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
+        // A stream-K region for the plain 16-bit kernels of the large tiles, one unsplit layer,
+        // on kernels of their own.
+        let plain_half = matches!(kernel, WgmmaKernel::Half(_)) && !out_t && kind < WGMMA_SMALL_TILE;
+        let sk_units = if plain_half && layers == 1 && wgmma_stream_k() {
+            stream_k_region(units, resident, k_steps, cluster)
+        } else {
+            0
+        };
+        let kernel = if sk_units > 0 {
+            WgmmaKernel::Half(WGMMA_SK_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
+        } else {
+            kernel
+        };
+        let segments = if sk_units > 0 {
+            let floats = sk_units * cluster * WGMMA_CONSUMERS * WGMMA_PIECE_FLOATS;
+            Some(stream.device.pool.alloc(stream, floats * 4, op)?)
+        } else {
+            None
+        };
         if units > i32::MAX as usize {
             return Err(Error::InvalidArgument {
                 op,
@@ -795,17 +821,15 @@ impl<'a> Gemm<'a> {
                 reason: "too many output tiles for one launch".into(),
             });
         }
-        // Persistent blocks, as many as run at once (one per SM: the shared memory allows no
-        // second; clusters need both blocks' SMs in one GPC, so fewer may fit), each walking the
-        // units `blockIdx.x / cluster + i·gridDim.x / cluster`.
-        let resident = if cluster > 1 { clusters } else { stream.device.info.sm_count as usize };
         cfg.grid.0 = (units.min(resident).max(1) * cluster) as u32;
         let maps = tensor_maps(&maps);
-        let k_steps = plan.k_chunk.div_ceil(WGMMA_ROW_BYTES / dtype.size_bytes());
-        let ws = workspace.map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
+        let ws = segments.as_ref().or(workspace).map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
+        let flags = if sk_units > 0 { DevPtrMut::new(stream.stream_k_flags()?) } else { DevPtrMut::null() };
         let launch = (k_steps, ws, layers, u32::from(tma_store), cluster as u32);
-        // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_<tile>](maps, c, bias, out, m, n, k, stride_c, alpha,
-        // beta, activation, batched_a, batched_b, k_steps, ws, layers, tma_store)`: `ws` is null or
+        let stream_k = (sk_units as u32, flags);
+        // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_<tile>][_sk](maps, c, bias, out, m, n, k, stride_c,
+        // alpha, beta, activation, batched_a, batched_b, k_steps, ws, layers, tma_store, cluster,
+        // sk_units, sk_flags)`: `ws` is null or
         // the workspace of batch·slices·M·N floats with layers = batch·slices, slices = ⌈k-steps /
         // k_steps⌉; `maps` holds A's, B's and (with `tma_store`) the output's tensor maps, and
         // for `gemm_wgmma_f32x3_nt` (taken exactly when `lows` is given) A's and B's low parts'
@@ -818,17 +842,29 @@ impl<'a> Gemm<'a> {
         // for the live buffers of A, B (or their staged, transposed or split copies, which the
         // caller keeps until after this launch) and `out` with the shapes and strides `dims()`
         // checked and the boxes of the kernel's tile; c and bias (may be null) and the fresh
-        // `out` are live buffers of this stream of the shapes checked;
+        // `out` are live buffers of this stream of the shapes checked; with a stream-K region
+        // (`sk_units` > 0: plain 16-bit kernels, one layer, no split), `ws` is `segments`, room
+        // for sk_units · cluster · consumers pieces of `WGMMA_PIECE_FLOATS`, and `flags` this
+        // stream's `STREAM_K_FLAGS` zeroed flags (`stream_k_region` keeps the region's within
+        // them), which no other launch uses while this one runs (the stream runs its launches in
+        // order, and a capture makes this launch a barrier); the grid is the clusters that run at
+        // once, `resident` (the region needs more units than that), as the merge's wait needs;
         // block, grid and dynamic shared memory are the kernel's. The maps travel by value in the
         // launch's parameters.
         unsafe {
             match kernel {
-                WgmmaKernel::Tf32(k) => {
-                    k.launch_clustered(stream, cfg, cluster as u32, self.wgmma_args(maps, &d, out, launch))
-                }
-                WgmmaKernel::Half(k) => {
-                    k.launch_clustered(stream, cfg, cluster as u32, self.wgmma_args(maps, &d, out, launch))
-                }
+                WgmmaKernel::Tf32(k) => k.launch_clustered(
+                    stream,
+                    cfg,
+                    cluster as u32,
+                    self.wgmma_args(maps, &d, out, launch, stream_k),
+                ),
+                WgmmaKernel::Half(k) => k.launch_clustered(
+                    stream,
+                    cfg,
+                    cluster as u32,
+                    self.wgmma_args(maps, &d, out, launch, stream_k),
+                ),
             }
         }
     }
@@ -840,6 +876,7 @@ impl<'a> Gemm<'a> {
         d: &Dims,
         out: &Tensor,
         (k_steps, ws, layers, tma_store, cluster): (usize, DevPtrMut<f32>, usize, u32, u32),
+        (sk_units, sk_flags): (u32, DevPtrMut<u32>),
     ) -> WgmmaArgs<E> {
         (
             maps,
@@ -860,6 +897,8 @@ impl<'a> Gemm<'a> {
             layers,
             tma_store,
             cluster,
+            sk_units,
+            sk_flags,
         )
     }
 
@@ -1205,6 +1244,38 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         WGMMA_SMALL_TILE
     } else {
         large
+    }
+}
+
+/// A stream-K region's k-steps run ~1.3× as long as a whole wave's (not measured why; likely its
+/// clusters, no longer sweeping K in step, share fewer of the operands' bytes in L2, and its
+/// kernels spill more registers than the plain ones), plus a fixed overhead in
+/// k-steps of its tile (a split tile's f32 sums stored, waited for and added; extra fills). Fitted
+/// on 30 bf16 products of 44-128 k-steps (H100, thirty-first session: overhead 0.29 × the region's
+/// steps + 5, rms 13 steps).
+const STREAM_K_SLOWDOWN: (usize, usize) = (13, 10);
+const STREAM_K_OVERHEAD_STEPS: usize = 5;
+
+/// The stream-K region of a `wgmma` launch of `units` work units of `steps` k-steps each on
+/// `resident` persistent clusters of `cluster` blocks: its units (the last wave and the part-wave
+/// after it), or 0. Beyond whole waves, a part-wave of units keeps a few clusters busy while the
+/// rest idle; spread with the wave before it evenly over every cluster, k-step by k-step, it takes
+/// (resident + part) / resident units' time at the region's slower rate and its overhead, against
+/// two whole units': it pays where the part-wave is under about half a wave (measured: part-waves
+/// of 0.06-0.52 waves 1.03-1.10× faster, 0.55-0.82 waves 0.86-0.98×, where the rate's loss
+/// outweighs the idle SMs' gain).
+fn stream_k_region(units: usize, resident: usize, steps: usize, cluster: usize) -> usize {
+    let (waves, part) = (units / resident.max(1), units % resident.max(1));
+    let region = resident + part;
+    if waves == 0 || part == 0 || region * cluster * WGMMA_CONSUMERS > STREAM_K_FLAGS {
+        return 0;
+    }
+    let (slower, base) = STREAM_K_SLOWDOWN;
+    let spread = (slower * region * steps).div_ceil(base * resident) + STREAM_K_OVERHEAD_STEPS;
+    if spread < 2 * steps {
+        region
+    } else {
+        0
     }
 }
 
@@ -1743,7 +1814,7 @@ const TF32_KERNELS: ByTranspose<GemmArgs<f32>> =
 /// The `wgmma` kernels' arguments over elements `E`: the tensor maps, c, bias, out, m, n, k,
 /// stride_c, alpha, beta, the activation, whether A and B are batched, k-steps per slice, the
 /// split-K workspace (null: none), batch × slices, whether the output goes by TMA store, the
-/// cluster size.
+/// cluster size, the stream-K region's units and its flags.
 type WgmmaArgs<E> = (
     TensorMaps,
     DevPtr<E>,
@@ -1763,6 +1834,8 @@ type WgmmaArgs<E> = (
     usize,
     u32,
     u32,
+    u32,
+    DevPtrMut<u32>,
 );
 
 /// A `wgmma` kernel of either element width.
@@ -1796,6 +1869,13 @@ fn resident_clusters(stream: &Stream, kernel: WgmmaKernel, cfg: LaunchConfig) ->
 fn wgmma_cluster() -> bool {
     static CLUSTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CLUSTER.get_or_init(|| std::env::var("FERROCUDA_WGMMA_CLUSTER").map_or(true, |v| v != "1"))
+}
+
+/// Whether the 16-bit `wgmma` GEMM may share its last waves' k-steps out as stream-K
+/// (`FERROCUDA_WGMMA_STREAM_K=0` turns it off, for measuring the difference).
+fn wgmma_stream_k() -> bool {
+    static STREAM_K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *STREAM_K.get_or_init(|| std::env::var("FERROCUDA_WGMMA_STREAM_K").map_or(true, |v| v != "0"))
 }
 
 /// The 16-bit swapped products (`GemmPath::WgmmaSwapped`): `[f16, bf16]`.
@@ -1842,6 +1922,40 @@ const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 4] = [
         [
             [kernels::gemm_wgmma_bf16_nn_128x64, kernels::gemm_wgmma_bf16_nt_128x64],
             [kernels::gemm_wgmma_bf16_tn_128x64, kernels::gemm_wgmma_bf16_tt_128x64],
+        ],
+    ],
+];
+
+/// `WGMMA_KERNELS` of the large tiles with a stream-K region (`stream_k_region`).
+const WGMMA_SK_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 3] = [
+    [
+        [
+            [kernels::gemm_wgmma_f16_nn_sk, kernels::gemm_wgmma_f16_nt_sk],
+            [kernels::gemm_wgmma_f16_tn_sk, kernels::gemm_wgmma_f16_tt_sk],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn_sk, kernels::gemm_wgmma_bf16_nt_sk],
+            [kernels::gemm_wgmma_bf16_tn_sk, kernels::gemm_wgmma_bf16_tt_sk],
+        ],
+    ],
+    [
+        [
+            [kernels::gemm_wgmma_f16_nn_256x128_sk, kernels::gemm_wgmma_f16_nt_256x128_sk],
+            [kernels::gemm_wgmma_f16_tn_256x128_sk, kernels::gemm_wgmma_f16_tt_256x128_sk],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn_256x128_sk, kernels::gemm_wgmma_bf16_nt_256x128_sk],
+            [kernels::gemm_wgmma_bf16_tn_256x128_sk, kernels::gemm_wgmma_bf16_tt_256x128_sk],
+        ],
+    ],
+    [
+        [
+            [kernels::gemm_wgmma_f16_nn_128x192_sk, kernels::gemm_wgmma_f16_nt_128x192_sk],
+            [kernels::gemm_wgmma_f16_tn_128x192_sk, kernels::gemm_wgmma_f16_tt_128x192_sk],
+        ],
+        [
+            [kernels::gemm_wgmma_bf16_nn_128x192_sk, kernels::gemm_wgmma_bf16_nt_128x192_sk],
+            [kernels::gemm_wgmma_bf16_tn_128x192_sk, kernels::gemm_wgmma_bf16_tt_128x192_sk],
         ],
     ],
 ];
@@ -2059,6 +2173,44 @@ mod tests {
 
     fn path(d: Dims, o: Operands, dev: DeviceFacts) -> GemmPath {
         plan(&d, &o, &dev).path
+    }
+
+    #[test]
+    fn stream_k_regions() {
+        // The GPU test's products (`half_precision_stream_k`) on the H100 (66 pairs of blocks at
+        // once): pairs of 128×192, 256×128 or 128×256 tiles past a wave, the last wave and the
+        // part-wave after it spread over every pair, after 66 whole units in the last two.
+        let products = [
+            ((2000, 2104, 1536), WGMMA_N192_TILE, 88, 88),
+            ((2001, 2103, 1505), WGMMA_N192_TILE, 88, 88),
+            ((2448, 3696, 1536), 1, 145, 79),
+            ((2577, 3503, 1537), 0, 154, 88),
+        ];
+        for ((m, n, k), tile, units, region) in products {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let plan = plan(&dims(m, n, k), &operands(DType::BF16, ta, tb), &H100);
+                assert!(matches!(plan.path, GemmPath::Wgmma { tile: t, .. } if t == tile), "{m}x{n}x{k}");
+                assert_eq!(plan.slices, 1);
+            }
+            let (bm, bn) = WGMMA_TILES[tile];
+            assert_eq!(m.div_ceil(bm).div_ceil(2) * n.div_ceil(bn), units);
+            assert_eq!(stream_k_region(units, 66, k.div_ceil(64), 2), region, "{m}x{n}x{k}");
+        }
+        // Whole waves, one wave or less: no region.
+        assert_eq!(stream_k_region(264, 132, 128, 1), 0);
+        assert_eq!(stream_k_region(132, 132, 128, 1), 0);
+        assert_eq!(stream_k_region(60, 132, 128, 1), 0);
+        // Past whole waves, the last one and the part after it.
+        assert_eq!(stream_k_region(133, 132, 128, 1), 133);
+        assert_eq!(stream_k_region(400, 132, 64, 1), 136);
+        // Short K: the overhead would cost more than the part-wave.
+        assert_eq!(stream_k_region(140, 132, 8, 1), 0);
+        // A part-wave over about half a wave: the region's slower rate costs more than it saves
+        // ((1152, 4096, 8192): 110 pairs, 0.145 against 0.133 ms whole).
+        assert_eq!(stream_k_region(110, 66, 128, 2), 0);
+        assert_eq!(stream_k_region(99, 66, 128, 2), 99);
+        // The flags of a region: one per tile and consumer, at most `STREAM_K_FLAGS`.
+        assert_eq!(stream_k_region(2 * 600 - 1, 600, 128, 1), 0);
     }
 
     #[test]

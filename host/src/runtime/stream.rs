@@ -15,14 +15,19 @@ pub(crate) struct CapturedOp {
     kind: NodeKind,
 }
 
+/// The stream-K flags each stream keeps zeroed for the `wgmma` GEMM (`Stream::stream_k_flags`):
+/// one per tile and consumer warpgroup of a launch's stream-K tail.
+pub(crate) const STREAM_K_FLAGS: usize = 1023;
+
 /// A CUDA stream of one device. Work on one stream runs in order; different streams may overlap.
 pub struct Stream {
     raw: sys::CUstream,
     pub(crate) device: Arc<CudaDevice>,
-    /// A zeroed `u32` that the whole-tensor reductions use as their block counter (they leave it
-    /// zero); one per stream: launches that use it never overlap (a stream runs them in order, and
-    /// a captured graph orders them by their write of it).
-    reduce_counter: OnceLock<sys::CUdeviceptr>,
+    /// Zeroed `u32`s that kernels count on and leave zero: the whole-tensor reductions' block
+    /// counter, then `STREAM_K_FLAGS` flags of the `wgmma` GEMM's stream-K tail. One set per
+    /// stream: launches that use them never overlap (a stream runs them in order, and a captured
+    /// graph orders them by their write of them, or as barriers: the `wgmma` launches).
+    zeroed_words: OnceLock<sys::CUdeviceptr>,
     /// The capture in progress on this stream, if any.
     capture: Mutex<Option<Arc<GraphMemory>>>,
     /// The edges of the capture in progress (the graph nodes of each op queued in it), unless it
@@ -46,7 +51,7 @@ impl Stream {
         Ok(Arc::new(Self {
             raw,
             device,
-            reduce_counter: OnceLock::new(),
+            zeroed_words: OnceLock::new(),
             capture: Mutex::new(None),
             capture_order: Mutex::new(None),
             capturing: Arc::new(AtomicBool::new(false)),
@@ -89,7 +94,7 @@ impl Stream {
             return Err(Error::NotCapturable { op: "capture (already capturing)" });
         }
         // Made now: its first use allocates and clears it synchronously.
-        self.reduce_counter()?;
+        self.zeroed_words()?;
         self.device.bind()?;
         // SAFETY: `raw` is a live stream, not being captured (checked above; every capture of it
         // goes through this function).
@@ -145,24 +150,35 @@ impl Stream {
         unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
     }
 
+    /// The whole-tensor reductions' zeroed block counter (one `u32`; they leave it zero).
     pub(crate) fn reduce_counter(&self) -> Result<sys::CUdeviceptr> {
-        if let Some(p) = self.reduce_counter.get() {
+        self.zeroed_words()
+    }
+
+    /// The `wgmma` GEMM's `STREAM_K_FLAGS` zeroed stream-K flags (it leaves them zero).
+    pub(crate) fn stream_k_flags(&self) -> Result<sys::CUdeviceptr> {
+        Ok(self.zeroed_words()? + 4)
+    }
+
+    fn zeroed_words(&self) -> Result<sys::CUdeviceptr> {
+        if let Some(p) = self.zeroed_words.get() {
             return Ok(*p);
         }
         self.device.bind()?;
-        // SAFETY: a fresh 4-byte allocation, zeroed before any kernel sees it; freed in Drop.
+        let bytes = 4 * (1 + STREAM_K_FLAGS);
+        // SAFETY: a fresh allocation, zeroed before any kernel sees it; freed in Drop.
         let p = unsafe {
-            let p = result::malloc_sync(4).call("cuMemAlloc")?;
-            result::memset_d8_sync(p, 0, 4).call("cuMemsetD8")?;
+            let p = result::malloc_sync(bytes).call("cuMemAlloc")?;
+            result::memset_d8_sync(p, 0, bytes).call("cuMemsetD8")?;
             p
         };
-        match self.reduce_counter.set(p) {
+        match self.zeroed_words.set(p) {
             Ok(()) => Ok(p),
             Err(p) => {
-                // Another thread won the race; keep its counter.
+                // Another thread won the race; keep its words.
                 // SAFETY: `p` was allocated above and never handed out.
                 unsafe { result::free_sync(p) }.call("cuMemFree")?;
-                Ok(*self.reduce_counter.get().expect("set by the winner"))
+                Ok(*self.zeroed_words.get().expect("set by the winner"))
             }
         }
     }
@@ -459,11 +475,11 @@ impl Drop for Stream {
         // Errors cannot be returned from drop; a failing driver here means the process is ending.
         if self.device.bind().is_ok() {
             // SAFETY: `raw` is live; every buffer allocated on it (each holds an Arc of this
-            // stream) is gone, so after the sync nothing uses the counter or the stream.
+            // stream) is gone, so after the sync nothing uses the zeroed words or the stream.
             unsafe {
                 let _ = result::stream::synchronize(self.raw);
                 self.device.pool.forget_stream(self);
-                if let Some(p) = self.reduce_counter.get() {
+                if let Some(p) = self.zeroed_words.get() {
                     let _ = result::free_sync(*p);
                 }
                 let _ = result::stream::destroy(self.raw);
