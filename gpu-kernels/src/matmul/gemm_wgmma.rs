@@ -773,8 +773,10 @@ pub(crate) const NO_STREAM_K: (usize, *mut u32) = (0, core::ptr::null_mut());
 /// t)·4`: each warp stores whole lines) and counts itself on the slot's flag in `flags`; the one
 /// that ends it (`ends`) waits for the count, adds those sums, leaves the flag zero again for the
 /// next launch, and returns true: it finishes the tile. What it waits for is the first segment
-/// its neighbour computes, and the grid is persistent (all its blocks resident):
-/// `Schedule::work`.
+/// its neighbour of lower index computes, and the grid is persistent (all its blocks resident,
+/// `Schedule::work`); where other launches hold SMs, blocks start in index order (as CUTLASS's
+/// stream-K relies on too) and the range of cluster 0 starts on a tile, so the lowest waiting
+/// cluster's neighbour is running.
 ///
 /// # Safety
 /// `partials` holds `PIECE_FLOATS` floats per slot; `flags` one zeroed u32 per slot, which no
