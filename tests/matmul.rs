@@ -695,7 +695,7 @@ fn half_precision_swapped_shapes(gpu: &Context) {
 /// SMs, 66 pairs at once) (2000, 2104, 1536) and (2001, 2103, 1505) are 88 pairs of 128×192 tiles,
 /// all in the region, stored by TMA and (odd N, the operands staged, a partial last k-step) from
 /// registers; (2448, 3696, 1536) 145 pairs of 256×128 tiles, 66 whole, then a region of 79;
-/// (2577, 3503, 1537) 154 pairs of 128×256, 66 whole, then 88, odd. The plan's unit tests pin these
+/// (2577, 3503, 1537) 209 pairs of 128×192, 132 whole, then 77, odd. The plan's unit tests pin these
 /// (`stream_k_regions`). Every transpose, plain and with the full epilogue.
 fn half_precision_stream_k(gpu: &Context) {
     // (M, N, K), (A transposed, B transposed), the full epilogue.

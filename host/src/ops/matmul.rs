@@ -1199,7 +1199,7 @@ fn wgmma_half_shape(d: &Dims, dev: &DeviceFacts) -> (usize, (usize, usize)) {
 /// that gives the SMs the least work: with at least a wave of tiles (or K too short to split),
 /// the most any SM computes, ⌈tiles / SMs⌉ tiles; with fewer (split-K spreads them), the padded
 /// output's area per SM. The 128×192 tile counts 8% more per element (it reads more operand bytes
-/// per flop);
+/// per flop), 15% less where the output is stored from registers (`WGMMA_N192_WEIGHT_REGISTER_STORE`);
 /// ties go to the smaller padded output, then to the earlier tile. Split, where another large
 /// tile pads the output exactly as much, the 128×192 tile counts the same, and the one with fewer
 /// slices goes first: each slice's f32 sums cross memory twice and each block's pipeline fill and
@@ -1227,7 +1227,11 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         let (bm, bn) = WGMMA_TILES[kind];
         let tiles = tiles(kind);
         if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
-            let weight = if bn == 192 { 108 } else { 100 };
+            let weight = match bn {
+                192 if d.n % WGMMA_STORE_ALIGN != 0 => WGMMA_N192_WEIGHT_REGISTER_STORE,
+                192 => 108,
+                _ => 100,
+            };
             (tiles.div_ceil(dev.sms) as u128 * (bm * bn * dev.sms) as u128 * weight, padded(kind))
         } else {
             let tie = (0..WGMMA_SMALL_TILE).any(|other| other != kind && padded(other) == padded(kind));
@@ -1278,6 +1282,15 @@ fn stream_k_region(units: usize, resident: usize, steps: usize, cluster: usize) 
         0
     }
 }
+
+/// 16-bit outputs whose rows are not 16-byte multiples (N not a multiple of 8) are stored from
+/// registers, not through TMA; there the 128×192 tile counts 85 per element against the large
+/// tiles' 100 (its register epilogue holds 96 sums a thread against 128): on 20 such products with
+/// at least a wave of tiles (H100, thirty-first session, call H, every tile forced, best of two
+/// runs), 128×192 ran 4-22% faster than the 128×256 or 256×128 tile the 108 weight took on 12 of
+/// the 13 it changes, 8% slower on (8026, 5058, 3635); 1.07× on geometric mean.
+const WGMMA_STORE_ALIGN: usize = 8;
+const WGMMA_N192_WEIGHT_REGISTER_STORE: u128 = 85;
 
 /// A `wgmma` plan: split K when the tiles leave SMs idle (one block per SM fits).
 fn wgmma_plan(d: &Dims, path: GemmPath, dtype: DType, dev: &DeviceFacts) -> GemmPlan {
@@ -2176,15 +2189,27 @@ mod tests {
     }
 
     #[test]
+    fn register_stored_outputs_prefer_the_192_wide_tile() {
+        // N = 8192: TMA stores, 128×256 (8 waves against 10 of 128×192 at 108); N = 8185: the
+        // output stored from registers, where 128×192 counts 85 (call H: 0.494 against 0.604 ms).
+        let tile = |n| match plan(&dims(3794, n, 2828), &operands(DType::BF16, true, false), &H100).path {
+            GemmPath::Wgmma { tile, .. } => tile,
+            p => panic!("{p:?}"),
+        };
+        assert_eq!(tile(8192), 0);
+        assert_eq!(tile(8185), WGMMA_N192_TILE);
+    }
+
+    #[test]
     fn stream_k_regions() {
         // The GPU test's products (`half_precision_stream_k`) on the H100 (66 pairs of blocks at
-        // once): pairs of 128×192, 256×128 or 128×256 tiles past a wave, the last wave and the
-        // part-wave after it spread over every pair, after 66 whole units in the last two.
+        // once): pairs of 128×192 or 256×128 tiles past a wave, the last wave and the part-wave
+        // after it spread over every pair, after whole units in the last two.
         let products = [
             ((2000, 2104, 1536), WGMMA_N192_TILE, 88, 88),
             ((2001, 2103, 1505), WGMMA_N192_TILE, 88, 88),
             ((2448, 3696, 1536), 1, 145, 79),
-            ((2577, 3503, 1537), 0, 154, 88),
+            ((2577, 3503, 1537), WGMMA_N192_TILE, 209, 77),
         ];
         for ((m, n, k), tile, units, region) in products {
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
