@@ -769,7 +769,7 @@ impl<'a> Gemm<'a> {
         let map_b = map_b_of(b)?;
         // The output through shared memory and TMA stores: whole slices only (no split), rows
         // that start on 16-byte boundaries, not transposed.
-        let tma_store = plan.slices == 1 && (d.n * dtype.size_bytes()) % 16 == 0 && !swapped && !out_t;
+        let tma_store = plan.slices == 1 && rows_are_vectors(d.n, dtype) && !swapped && !out_t;
         let map_out = if tma_store {
             let stride = if d.batch > 1 { d.m * d.n } else { 0 };
             tensor_map(dtype, out.device_ptr(), (d.n, d.m, d.batch), stride, (row, WGMMA_STORE_ROWS))?
@@ -803,16 +803,18 @@ impl<'a> Gemm<'a> {
         } else {
             0
         };
-        let kernel = if sk_units > 0 {
-            WgmmaKernel::Half(WGMMA_SK_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
-        } else {
-            kernel
-        };
-        let segments = if sk_units > 0 {
+        // The region's kernel, the workspace of its split tiles' sums and this stream's flags.
+        let (kernel, segments, flags) = if sk_units > 0 {
             let floats = sk_units * cluster * WGMMA_CONSUMERS * WGMMA_PIECE_FLOATS;
-            Some(stream.device.pool.alloc(stream, floats * 4, op)?)
+            (
+                WgmmaKernel::Half(
+                    WGMMA_SK_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)],
+                ),
+                Some(stream.device.pool.alloc(stream, floats * 4, op)?),
+                DevPtrMut::new(stream.stream_k_flags()?),
+            )
         } else {
-            None
+            (kernel, None, DevPtrMut::null())
         };
         if units > i32::MAX as usize {
             return Err(Error::InvalidArgument {
@@ -824,7 +826,6 @@ impl<'a> Gemm<'a> {
         cfg.grid.0 = (units.min(resident).max(1) * cluster) as u32;
         let maps = tensor_maps(&maps);
         let ws = segments.as_ref().or(workspace).map_or(DevPtrMut::null(), DeviceBuffer::dev_ptr_mut);
-        let flags = if sk_units > 0 { DevPtrMut::new(stream.stream_k_flags()?) } else { DevPtrMut::null() };
         let launch = (k_steps, ws, layers, u32::from(tma_store), cluster as u32);
         let stream_k = (sk_units as u32, flags);
         // SAFETY: `gemm_wgmma_<dtype>_<ta><tb>[_<tile>][_sk](maps, c, bias, out, m, n, k, stride_c,
@@ -1073,6 +1074,12 @@ fn vector_elems(dtype: DType) -> usize {
     16 / dtype.size_bytes()
 }
 
+/// Whether rows of `len` elements of `dtype` are whole 16-byte vectors (what TMA needs of a
+/// row's length, in a store as in a load).
+fn rows_are_vectors(len: usize, dtype: DType) -> bool {
+    len % vector_elems(dtype) == 0
+}
+
 /// Blocks of a few-row launch along N.
 fn gemv_blocks_x(n: usize, dtype: DType, transpose_b: bool) -> usize {
     if transpose_b {
@@ -1228,7 +1235,8 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         let tiles = tiles(kind);
         if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
             let weight = match bn {
-                192 if d.n % WGMMA_STORE_ALIGN != 0 => WGMMA_N192_WEIGHT_REGISTER_STORE,
+                // 16-bit products only come here.
+                192 if !rows_are_vectors(d.n, DType::BF16) => WGMMA_N192_WEIGHT_REGISTER_STORE,
                 192 => 108,
                 _ => 100,
             };
@@ -1284,12 +1292,11 @@ fn stream_k_region(units: usize, resident: usize, steps: usize, cluster: usize) 
 }
 
 /// 16-bit outputs whose rows are not 16-byte multiples (N not a multiple of 8) are stored from
-/// registers, not through TMA; there the 128×192 tile counts 85 per element against the large
+/// registers, not through TMA (`launch_wgmma`'s `tma_store`); there the 128×192 tile counts 85 per element against the large
 /// tiles' 100 (its register epilogue holds 96 sums a thread against 128): on 20 such products with
 /// at least a wave of tiles (H100, thirty-first session, call H, every tile forced, best of two
 /// runs), 128×192 ran 4-22% faster than the 128×256 or 256×128 tile the 108 weight took on 12 of
 /// the 13 it changes, 8% slower on (8026, 5058, 3635); 1.07× on geometric mean.
-const WGMMA_STORE_ALIGN: usize = 8;
 const WGMMA_N192_WEIGHT_REGISTER_STORE: u128 = 85;
 
 /// A `wgmma` plan: split K when the tiles leave SMs idle (one block per SM fits).
@@ -1322,7 +1329,8 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     // Whole 16-byte vectors of both operands: rows 0 and 1 (TMA's 16-byte rows, and batches,
     // whose strides M·K and K·N are then whole vectors too).
     let vec = vector_elems(o.dtype);
-    let mma_fits = d.k % vec == 0 && (o.transpose_b || d.n % vec == 0) && o.aligned_a && o.aligned_b;
+    let vectors = |len| rows_are_vectors(len, o.dtype);
+    let mma_fits = vectors(d.k) && (o.transpose_b || vectors(d.n)) && o.aligned_a && o.aligned_b;
     // Row 0: f32 few rows fed by TMA.
     let tma_pays = d.m > GEMV_ROWS_SMALL || d.k.saturating_mul(d.n) >= GEMV_TMA_MIN_B;
     if o.dtype == DType::F32
@@ -1368,9 +1376,8 @@ fn plan(d: &Dims, o: &Operands, dev: &DeviceFacts) -> GemmPlan {
     }
     if o.dtype != DType::F32 {
         // TMA: rows and batches start on 16-byte boundaries.
-        let per_16 = vector_elems(o.dtype);
         let (lda, ldb) = (if o.transpose_a { d.m } else { d.k }, if o.transpose_b { d.k } else { d.n });
-        let (a_tma, b_tma) = (lda % per_16 == 0 && o.aligned_a, ldb % per_16 == 0 && o.aligned_b);
+        let (a_tma, b_tma) = (vectors(lda) && o.aligned_a, vectors(ldb) && o.aligned_b);
         let tma = d.k > 0 && a_tma && b_tma && small_dims;
         // Staging copies each unaligned operand once more (`pad_rows_b16`); wgmma then runs at 4-5×
         // the `mma.sync` kernels' rate on such shapes (bf16 (3001, 2999, 3003): 0.19 ms staged,
@@ -2001,7 +2008,7 @@ fn tma_operand(
     op: &'static str,
 ) -> Result<(TmaOperand, Option<DeviceBuffer>)> {
     let size = t.dtype().size_bytes();
-    if !stage || (row_len * size % 16 == 0 && t.device_ptr() % 16 == 0) {
+    if !stage || (rows_are_vectors(row_len, t.dtype()) && t.device_ptr() % 16 == 0) {
         return Ok((TmaOperand::of(t, row_len, batch_stride), None));
     }
     if size != 2 {

@@ -16,7 +16,7 @@ pub(crate) struct CapturedOp {
 }
 
 /// The stream-K flags each stream keeps zeroed for the `wgmma` GEMM (`Stream::stream_k_flags`):
-/// one per tile and consumer warpgroup of a launch's stream-K tail.
+/// one per region tile and consumer warpgroup of a launch's stream-K region.
 pub(crate) const STREAM_K_FLAGS: usize = 1023;
 
 /// A CUDA stream of one device. Work on one stream runs in order; different streams may overlap.
@@ -24,7 +24,7 @@ pub struct Stream {
     raw: sys::CUstream,
     pub(crate) device: Arc<CudaDevice>,
     /// Zeroed `u32`s that kernels count on and leave zero: the whole-tensor reductions' block
-    /// counter, then `STREAM_K_FLAGS` flags of the `wgmma` GEMM's stream-K tail. One set per
+    /// counter, then `STREAM_K_FLAGS` flags of the `wgmma` GEMM's stream-K region. One set per
     /// stream: launches that use them never overlap (a stream runs them in order, and a captured
     /// graph orders them by their write of them, or as barriers: the `wgmma` launches).
     zeroed_words: OnceLock<sys::CUdeviceptr>,
