@@ -688,7 +688,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let acc = if O::PROMOTE { &mut sums } else { &mut acc };
             if O::STREAM_K && piece != WHOLE {
                 let slot = ((piece / 2) as usize * sched.cluster + sched.rank) * CONSUMERS + wg as usize;
-                if !stream_k_merge::<TILE>(acc, (ws, stream_k.1), slot, piece % 2 == 1) {
+                if !stream_k_merge::<TILE>(acc, (ws, stream_k.1), (slot, wg), piece % 2 == 1) {
                     unit += unit_stride;
                     continue;
                 }
@@ -767,8 +767,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
 /// `gemm`'s `stream_k` for launches without a stream-K tail (the convolutions').
 pub(crate) const NO_STREAM_K: (usize, *mut u32) = (0, core::ptr::null_mut());
 
-/// Stream-K: join the two segments of a tile split between two clusters, for one consumer
-/// (`slot`: the region tile of this block and this consumer). The segment that starts the tile
+/// Stream-K: join the two segments of a tile split between two clusters, for consumer warpgroup
+/// `wg` (`slot`: the region tile of this block and this consumer). The segment that starts the tile
 /// stores the sums `acc` in the slot's room of `partials` (vector j of thread t at `(j·128 +
 /// t)·4`: each warp stores whole lines) and counts itself on the slot's flag in `flags`; the one
 /// that ends it (`ends`) waits for the count, adds those sums, leaves the flag zero again for the
@@ -785,11 +785,10 @@ pub(crate) const NO_STREAM_K: (usize, *mut u32) = (0, core::ptr::null_mut());
 unsafe fn stream_k_merge<const TILE: usize>(
     acc: &mut WgmmaAcc,
     (partials, flags): (*mut f32, *mut u32),
-    slot: usize,
+    (slot, wg): (usize, u32),
     ends: bool,
 ) -> bool {
     let tw = thread_x() % 128;
-    let wg = (thread_x() / 128 - 1) as u32;
     let vectors = column_blocks(TILE).1;
     let flag = flags.add(slot);
     let room = |j: usize| partials.add(slot * PIECE_FLOATS + (j * 128 + tw) * 4);
