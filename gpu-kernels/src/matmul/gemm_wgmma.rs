@@ -85,6 +85,7 @@ use crate::shapes::{
     WGMMA_OUT_BYTES as OUT_BYTES, WGMMA_PIECE_FLOATS as PIECE_FLOATS, WGMMA_ROW_BYTES,
     WGMMA_STAGES as STAGES, WGMMA_STAGE_BYTES as STAGE_BYTES, WGMMA_STORE_ROWS, WGMMA_THREADS, WGMMA_TILES,
 };
+use core::num::NonZeroUsize;
 
 /// One row of a k-step: the 128-byte swizzle width.
 const ROW_BYTES: u32 = WGMMA_ROW_BYTES as u32;
@@ -120,20 +121,35 @@ const fn tile(kind: usize) -> (usize, usize) {
 /// The tiles of a launch and how the blocks walk them. With clusters of two, the blocks of a
 /// cluster take vertically adjacent tiles (tile rows 2p and 2p + 1) of the same columns, so that
 /// they share B's piece of every k-step (each loads half and multicasts it to both).
+///
+/// Every divisor of the walk is a `NonZeroUsize`: a division's zero check is a trap, and a trap
+/// inside the consumers' tile loop makes ptxas allocate that whole loop within the launch's 168
+/// registers instead of the 232 `setmaxnreg` gives them (spills in every epilogue, and no room
+/// for more than 128 sums a thread beside the mainloop's other values).
 #[derive(Clone, Copy)]
 struct Schedule {
     tile: (usize, usize),
     /// Rows of tiles, counted in cluster-high units; columns of tiles.
     units_m: usize,
     tiles_n: usize,
+    /// Units in a layer, tile rows in a group of `GROUP_M` (in units) and units in a group.
+    per_layer: NonZeroUsize,
+    group: NonZeroUsize,
+    per_group: NonZeroUsize,
     /// Work units: a unit is `cluster` vertically adjacent tiles; the first `whole` of them run
     /// whole, the rest (`sk_units`) are the stream-K region, walked as `SK_ITEMS` items per
     /// cluster after them (`units` in all).
     units: usize,
     whole: usize,
     sk_units: usize,
-    cluster: usize,
+    cluster: NonZeroUsize,
     rank: usize,
+}
+
+/// `x` as a divisor: 1 for 0, which no launch gives (the host checks every dimension).
+#[inline(always)]
+fn divisor(x: usize) -> NonZeroUsize {
+    NonZeroUsize::new(x).unwrap_or(NonZeroUsize::MIN)
 }
 
 /// What a work unit computes: layer z (batch, or batch · slices + slice with split-K), this
@@ -169,18 +185,33 @@ impl Schedule {
         (cluster, rank): (usize, usize),
         sk_units: usize,
     ) -> Self {
-        let (units_m, tiles_n) = (m.div_ceil(tile.0).div_ceil(cluster), n.div_ceil(tile.1));
+        let cluster = divisor(cluster);
+        let (units_m, tiles_n) = (m.div_ceil(tile.0).div_ceil(cluster.get()), n.div_ceil(tile.1));
         let all = units_m * tiles_n * layers;
         let sk_units = sk_units.min(all);
         let whole = all - sk_units;
         let units = if sk_units > 0 { whole + SK_ITEMS * (grid_dim_x() / cluster) } else { all };
-        Schedule { tile, units_m, tiles_n, units, whole, sk_units, cluster, rank }
+        let group = divisor(GROUP_M / cluster);
+        let (per_layer, per_group) = (divisor(units_m * tiles_n), divisor(group.get() * tiles_n));
+        Schedule {
+            tile,
+            units_m,
+            tiles_n,
+            per_layer,
+            group,
+            per_group,
+            units,
+            whole,
+            sk_units,
+            cluster,
+            rank,
+        }
     }
 
     /// This block's first unit and the stride between its units (the cluster's index and count).
     #[inline(always)]
-    fn walk(&self) -> (usize, usize) {
-        (block_x() / self.cluster, grid_dim_x() / self.cluster)
+    fn walk(&self) -> (usize, NonZeroUsize) {
+        (block_x() / self.cluster, divisor(grid_dim_x() / self.cluster))
     }
 
     /// Unit `unit`'s work over `all_steps` k-steps in slices of `k_steps` (split-K layers). Past
@@ -223,14 +254,12 @@ impl Schedule {
     /// panels in L2.
     #[inline(always)]
     fn origin(&self, unit: usize) -> (usize, usize, usize) {
-        let per_layer = self.units_m * self.tiles_n;
-        let (z, id) = (unit / per_layer, unit % per_layer);
-        let group = GROUP_M / self.cluster;
-        let per_group = group * self.tiles_n;
-        let first_m = id / per_group * group;
-        let rows = (self.units_m - first_m).min(group);
-        let in_group = id % per_group;
-        let tile_m = (first_m + in_group % rows) * self.cluster + self.rank;
+        let (z, id) = (unit / self.per_layer, unit % self.per_layer);
+        let first_m = id / self.per_group * self.group.get();
+        // A unit of the launch always has a row of tiles left: never 0.
+        let rows = divisor((self.units_m - first_m).min(self.group.get()));
+        let in_group = id % self.per_group;
+        let tile_m = (first_m + in_group % rows) * self.cluster.get() + self.rank;
         (z, tile_m * self.tile.0, in_group / rows * self.tile.1)
     }
 }
@@ -417,7 +446,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
     } else {
         sync_threads();
     }
-    let (first_unit, unit_stride) = sched.walk();
+    let (first_unit, walkers) = sched.walk();
+    let unit_stride = walkers.get();
 
     if t < 128 {
         setmaxnreg_dec::<PRODUCER_REGS>();
@@ -687,7 +717,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             }
             let acc = if O::PROMOTE { &mut sums } else { &mut acc };
             if O::STREAM_K && piece != WHOLE {
-                let slot = ((piece / 2) as usize * sched.cluster + sched.rank) * CONSUMERS + wg as usize;
+                let slot =
+                    ((piece / 2) as usize * sched.cluster.get() + sched.rank) * CONSUMERS + wg as usize;
                 if !stream_k_merge::<TILE>(acc, (ws, stream_k.1), (slot, wg), piece % 2 == 1) {
                     unit += unit_stride;
                     continue;
