@@ -692,23 +692,23 @@ fn half_precision_swapped_shapes(gpu: &Context) {
 /// 16-bit products past one wave of tiles, whose last wave and part-wave run as a stream-K
 /// region (their k-steps cut into one even range per pair of blocks; a tile split between two
 /// ranges finished by the one computing its end, after adding the other's sums): on the H100 (132
-/// SMs, 66 pairs at once) (2000, 2104, 1536) and (2001, 2103, 1505) are 88 pairs of 128×192 tiles,
-/// all in the region, stored by TMA and (odd N, the operands staged, a partial last k-step) from
-/// registers; (2448, 3696, 1536) 145 pairs of 256×128 tiles, 66 whole, then a region of 79;
+/// SMs, 66 pairs at once) (1597, 1776, 1536) is 70 pairs of 128×192 tiles and (2001, 2103, 1505)
+/// 88, all in the region, stored by TMA and (odd N, the operands staged, a partial last k-step)
+/// from registers; (2179, 3408, 1536) 135 pairs of 256×128 tiles, 66 whole, then a region of 69;
 /// (2577, 3503, 1537) 209 pairs of 128×192, 132 whole, then 77, odd. The plan's unit tests pin these
 /// (`stream_k_regions`). Every transpose, plain and with the full epilogue.
 fn half_precision_stream_k(gpu: &Context) {
     // (M, N, K), (A transposed, B transposed), the full epilogue.
     type Layout = ((usize, usize, usize), (bool, bool), bool);
     let products: &[Layout] = if under_sanitizer() {
-        &[((2001, 2103, 1505), (false, true), false), ((2448, 3696, 1536), (true, false), true)]
+        &[((2001, 2103, 1505), (false, true), false), ((2179, 3408, 1536), (true, false), true)]
     } else {
         &[
-            ((2000, 2104, 1536), (false, false), false),
-            ((2000, 2104, 1536), (true, true), true),
+            ((1597, 1776, 1536), (false, false), false),
+            ((1597, 1776, 1536), (true, true), true),
             ((2001, 2103, 1505), (false, true), false),
             ((2001, 2103, 1505), (true, false), true),
-            ((2448, 3696, 1536), (false, false), true),
+            ((2179, 3408, 1536), (false, false), true),
             ((2577, 3503, 1537), (true, false), false),
         ]
     };
@@ -716,6 +716,32 @@ fn half_precision_stream_k(gpu: &Context) {
     for dtype in [DType::BF16, DType::F16] {
         for &(shape, layout, epilogue) in products {
             check_product(gpu, dtype, shape, layout, (1, false), epilogue, seed);
+            seed += 4;
+        }
+    }
+}
+
+/// 16-bit products on the 128×320 tile (each consumer an `m64n256` and an `m64n64` beside it; the
+/// tail's 64 columns stored as a 128×64 tile's): (1104, 3992, 72) is 117 tiles in one wave
+/// against 144 of 128×256 in two, its last column of tiles 152 wide (the tail outside N);
+/// (3001, 3096, 264) 240 in two waves against 312 in three, the last tile row 57 high, A staged
+/// into padded rows where transposed (3001 values a row); two layers of (600, 3992, 72) with a
+/// shared and a batched B. The plan's unit tests pin these (`part_waves_take_the_320_wide_tile`).
+/// Every transpose, plain and with the full epilogue.
+fn half_precision_wide_tile(gpu: &Context) {
+    let small = under_sanitizer();
+    let mut seed = 1700;
+    for dtype in [DType::BF16, DType::F16] {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let epilogue = seed % 8 == 0;
+            check_product(gpu, dtype, (1104, 3992, 72), (ta, tb), (1, false), epilogue, seed);
+            if !small {
+                check_product(gpu, dtype, (3001, 3096, 264), (ta, tb), (1, false), !epilogue, seed + 1);
+            }
+            seed += 4;
+        }
+        for batch_b in [false, true] {
+            check_product(gpu, dtype, (600, 3992, 72), (false, true), (2, batch_b), batch_b, seed);
             seed += 4;
         }
     }
@@ -832,6 +858,7 @@ fn main() {
         ("gpu_half_precision_tma_shapes", Case::Gpu(half_precision_tma_shapes)),
         ("gpu_half_precision_staged_operands", Case::Gpu(half_precision_staged_operands)),
         ("gpu_half_precision_stream_k", Case::Gpu(half_precision_stream_k)),
+        ("gpu_half_precision_wide_tile", Case::Gpu(half_precision_wide_tile)),
         ("gpu_tf32_tma_shapes", Case::Gpu(tf32_tma_shapes)),
         ("gpu_tf32_swapped_shapes", Case::Gpu(tf32_swapped_shapes)),
         ("gpu_half_precision_swapped_shapes", Case::Gpu(half_precision_swapped_shapes)),

@@ -264,7 +264,8 @@ pub const WGMMA_TILE: (usize, usize) = (128, 256);
 /// tiles would leave most SMs idle (a few rows, a thin output, small squares): four times the
 /// tiles, instead of split K; 128×128 (one `m64n128` each), the 3xTF32 tile (its consumers keep
 /// a second set of 64 sums a thread, which the larger tiles have no registers for).
-pub const WGMMA_TILES: [(usize, usize); 5] = [WGMMA_TILE, (256, 128), (128, 192), (128, 64), (128, 128)];
+pub const WGMMA_TILES: [(usize, usize); 6] =
+    [WGMMA_TILE, (256, 128), (128, 192), (128, 64), (128, 128), (128, 320)];
 pub const WGMMA_ROW_BYTES: usize = 128;
 pub const WGMMA_STAGES: usize = 4;
 /// The GEMM's smaller tiles take more stages in the same room (the 128×64 tile eight); at most

@@ -108,9 +108,14 @@ const _: () = assert!(WGMMA_TILES[1].0 == WGMMA_TILES[0].1 && WGMMA_TILES[1].1 =
 const _: () = assert!(WGMMA_TILES[2].0 == 128 && WGMMA_TILES[2].1 == 192);
 // One M/N-major box of B per 128×64 tile: never split between the blocks of a cluster.
 const _: () = assert!(WGMMA_TILES[3].0 == 128 && WGMMA_TILES[3].1 == MN_BOX);
+// The 128×320 tile: the 128×256 one's products and a 128×64 tail (`WgmmaTail`) beside them.
+const _: () = assert!(WGMMA_TILES[WIDE].0 == 128 && WGMMA_TILES[WIDE].1 == WGMMA_TILES[0].1 + MN_BOX);
 const _: () = assert!(STAGE_BYTES == (WGMMA_TILES[0].0 + WGMMA_TILES[0].1) * WGMMA_ROW_BYTES);
 const _: () = assert!(OUT_BYTES == 2 * CONSUMERS * CHUNK_BYTES as usize);
 const _: () = assert!(CHUNK_BYTES as usize == WGMMA_STORE_ROWS * WGMMA_ROW_BYTES);
+
+/// `WGMMA_TILES`' 128×320 tile.
+const WIDE: usize = 5;
 
 /// Tile `TILE` of `WGMMA_TILES`: 0 is 128×256 (each consumer one `m64n256` per 32 bytes of k),
 /// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`), 3 is 128×64 (one `m64n64`).
@@ -381,6 +386,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
 ) {
     // The promoted sums fit the registers beside the k-step's (64 a thread, the 128×128 tile).
     const { assert!(!O::PROMOTE || column_blocks(TILE).1 <= 16) };
+    // The 128×320 tile: plain 16-bit products only.
+    const { assert!(TILE != WIDE || !(O::CONV || O::SPLIT || O::PROMOTE || O::SWAPPED || O::STREAM_K)) };
     // The swapped product: TF32 on the 128×192 or 128×64 tile (3xTF32: 128×64), A M-major (its
     // fragments), B K-major.
     const { assert!(!O::SWAPPED || (TA && TB && (TILE == 2 || TILE == 3) && (!O::SPLIT || TILE == 3))) };
@@ -509,8 +516,16 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                             }
                         };
                         if TB {
-                            let at = (k0, (n0 + b_first) as i32, zb);
-                            load_b(b_dst + (b_first * WGMMA_ROW_BYTES) as u32, at);
+                            // The 128×320 tile's share in boxes of half the tile (a TMA box
+                            // spans at most 256 rows).
+                            let box_rows = if TILE == WIDE { bn / 2 } else { b_rows };
+                            for j in 0..b_rows / box_rows {
+                                let first = b_first + j * box_rows;
+                                load_b(
+                                    b_dst + (first * WGMMA_ROW_BYTES) as u32,
+                                    (k0, (n0 + first) as i32, zb),
+                                );
+                            }
                         } else {
                             // Its boxes by a constant trip count: no loop to set up per k-step.
                             for j in 0..bn / mn_box {
@@ -594,6 +609,8 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 continue;
             }
             let mut acc: WgmmaAcc = [0.0; 128];
+            // The 128×320 tile's last 64 columns.
+            let mut tail: WgmmaTail = [0.0; 32];
             // With `PROMOTE`, the tile's sums; `acc` then holds one k-step's.
             let mut sums: WgmmaAcc = [0.0; 128];
             // Swapped: each k-step's four A fragments (k = 8 each, one swizzle atom apart) read
@@ -652,10 +669,14 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 let s = it % stages;
                 mbarrier_wait(full(s), ((it / stages) & 1) as u32);
                 let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
+                if TILE == WIDE {
+                    // The tail's registers tied ahead of the fence, as `wgmma_fence` ties `acc`.
+                    pin_values(&mut tail);
+                }
                 wgmma_fence(&mut acc);
                 // A · B over the k-step, from A's and B's pieces at `a_s` and `b_s`.
                 let product = #[inline(always)]
-                |acc: &mut WgmmaAcc, a_s: u32, b_s: u32| {
+                |acc: &mut WgmmaAcc, tail: &mut WgmmaTail, a_s: u32, b_s: u32| {
                     unroll!(kk in [0, 1, 2, 3] => {
                         let kk = kk as u32;
                         // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows
@@ -666,11 +687,14 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                         } else {
                             sw128_descriptor(a_s + row * ROW_BYTES + kk * 32, 16, ATOM_BYTES)
                         };
-                        let b = if TB {
+                        // B's rows (or boxes of columns) from `b_s`: the 128×320 tile's last 64
+                        // columns start 256 rows (four boxes) on either way.
+                        let b_at = |b_s: u32| if TB {
                             sw128_descriptor(b_s + kk * 32, 16, ATOM_BYTES)
                         } else {
                             sw128_descriptor(b_s + kk * 2 * ATOM_BYTES, mn_box_bytes, ATOM_BYTES)
                         };
+                        let b = b_at(b_s);
                         let row = wg * rows_wg as u32;
                         match TILE {
                             0 => E::wgmma_k32_bytes(acc, a(row), b, TA, !TB),
@@ -680,6 +704,11 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                             }
                             2 => E::wgmma_n192_k32_bytes(acc, a(row), b, TA, !TB),
                             3 => E::wgmma_n64_k32_bytes(acc, a(row), b, TA, !TB),
+                            WIDE => {
+                                E::wgmma_k32_bytes(acc, a(row), b, TA, !TB);
+                                let tail_b = b_at(b_s + (tile(0).1 * WGMMA_ROW_BYTES) as u32);
+                                E::wgmma_tail_k32_bytes(tail, a(row), tail_b, TA, !TB);
+                            }
                             _ => E::wgmma_n128_k32_bytes::<0>(acc, a(row), b, TA, !TB),
                         }
                     });
@@ -687,10 +716,10 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 if O::SPLIT {
                     // 3xTF32: A_lo·B and A·B_lo (each low part in its half of the stage) before
                     // A·B, the small terms first.
-                    product(&mut acc, a_s + lo, b_s);
-                    product(&mut acc, a_s, b_s + lo);
+                    product(&mut acc, &mut tail, a_s + lo, b_s);
+                    product(&mut acc, &mut tail, a_s, b_s + lo);
                 }
-                product(&mut acc, a_s, b_s);
+                product(&mut acc, &mut tail, a_s, b_s);
                 wgmma_commit();
                 if O::PROMOTE {
                     // This k-step's sums, added in f32; its stage is free once they are final.
@@ -702,6 +731,9 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 } else {
                     // The previous k-step's wgmma have finished: its stage may be refilled.
                     wgmma_wait::<1>(&mut acc);
+                    if TILE == WIDE {
+                        pin_values(&mut tail);
+                    }
                     if step > 0 && leader {
                         release((it - 1) % stages);
                     }
@@ -710,6 +742,9 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             }
             if !O::PROMOTE && !O::SWAPPED {
                 wgmma_wait::<0>(&mut acc);
+                if TILE == WIDE {
+                    pin_values(&mut tail);
+                }
                 if leader {
                     // This tile's last stage (the loop released the ones before it).
                     release((it - 1) % stages);
@@ -733,55 +768,94 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             let has_c = !c.is_null() && beta != 0.0;
             let c = if has_c { c.add(batch * stride_c) } else { c };
             let none = core::ptr::null::<E::Elem>();
-            if O::STORES {
-                operands.store::<TILE>(acc, (out.cast::<f32>(), bias.cast::<f32>()), origin, (m0, bm, z));
-            } else if O::SWAPPED {
-                let place = ((m, n), (m0, n0), swapped_row);
-                if !split {
-                    store_transposed::<E, TILE, false>(
-                        acc,
-                        out.add(batch * m * n),
-                        (c, bias),
-                        place,
-                        out_ctx,
-                    );
-                } else {
-                    store_transposed::<E, TILE, true>(acc, ws.add(z * m * n), (none, none), place, out_ctx);
-                }
-            } else if split {
-                // One slice of a split-K product: the raw sums, reduced and finished by
-                // `gemm_reduce_*`.
-                let raw = (1.0, 0.0, 0);
-                store_direct::<E, TILE, true>(
-                    acc,
-                    ws.add(z * m * n),
-                    (none, none),
-                    (m, n),
-                    origin,
-                    raw,
-                    O::OUT_T,
-                );
-            } else if tma_store && !O::OUT_T {
-                let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1), bias_buf(wg)), wg);
-                // The epilogue's variant is known per launch: each its own straight-line code
-                // (with C, the rarer residual form, one variant for every activation).
-                let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
-                let args = ((c, bias), (m, n), origin, out_ctx, staged);
-                let chunks = &mut chunks;
-                match activation {
-                    _ if plain => store_staged::<E, TILE, true, false, ACTIVATION_NONE>(acc, args, chunks),
-                    _ if has_c => store_staged::<E, TILE, false, true, ACTIVATION_ANY>(acc, args, chunks),
-                    ACTIVATION_RELU => {
-                        store_staged::<E, TILE, false, false, ACTIVATION_RELU>(acc, args, chunks)
+            // The epilogue of sums laid out as tile kind `$tile`'s, at `$origin` (the 128×320
+            // tile runs it for its 128×256 part, then for its tail as a 128×64 tile's).
+            macro_rules! finish {
+                ($acc:expr, $tile:tt, $origin:expr) => {{
+                    let acc: &WgmmaAcc = $acc;
+                    let origin: (usize, usize) = $origin;
+                    if O::STORES {
+                        operands.store::<$tile>(
+                            acc,
+                            (out.cast::<f32>(), bias.cast::<f32>()),
+                            origin,
+                            (m0, bm, z),
+                        );
+                    } else if O::SWAPPED {
+                        let place = ((m, n), (m0, n0), swapped_row);
+                        if !split {
+                            store_transposed::<E, $tile, false>(
+                                acc,
+                                out.add(batch * m * n),
+                                (c, bias),
+                                place,
+                                out_ctx,
+                            );
+                        } else {
+                            store_transposed::<E, $tile, true>(
+                                acc,
+                                ws.add(z * m * n),
+                                (none, none),
+                                place,
+                                out_ctx,
+                            );
+                        }
+                    } else if split {
+                        // One slice of a split-K product: the raw sums, reduced and finished by
+                        // `gemm_reduce_*`.
+                        let raw = (1.0, 0.0, 0);
+                        store_direct::<E, $tile, true>(
+                            acc,
+                            ws.add(z * m * n),
+                            (none, none),
+                            (m, n),
+                            origin,
+                            raw,
+                            O::OUT_T,
+                        );
+                    } else if tma_store && !O::OUT_T {
+                        let staged = (map_out, batch, (chunk_buf(wg, 0), chunk_buf(wg, 1), bias_buf(wg)), wg);
+                        // The epilogue's variant is known per launch: each its own straight-line code
+                        // (with C, the rarer residual form, one variant for every activation).
+                        let plain = !has_c && bias.is_null() && activation == ACTIVATION_NONE;
+                        let args = ((c, bias), (m, n), origin, out_ctx, staged);
+                        let chunks = &mut chunks;
+                        match activation {
+                            _ if plain => {
+                                store_staged::<E, $tile, true, false, ACTIVATION_NONE>(acc, args, chunks)
+                            }
+                            _ if has_c => {
+                                store_staged::<E, $tile, false, true, ACTIVATION_ANY>(acc, args, chunks)
+                            }
+                            ACTIVATION_RELU => {
+                                store_staged::<E, $tile, false, false, ACTIVATION_RELU>(acc, args, chunks)
+                            }
+                            ACTIVATION_GELU => {
+                                store_staged::<E, $tile, false, false, ACTIVATION_GELU>(acc, args, chunks)
+                            }
+                            _ => store_staged::<E, $tile, false, false, ACTIVATION_NONE>(acc, args, chunks),
+                        }
+                    } else {
+                        let out = out.add(batch * m * n);
+                        store_direct::<E, $tile, false>(
+                            acc,
+                            out,
+                            (c, bias),
+                            (m, n),
+                            origin,
+                            out_ctx,
+                            O::OUT_T,
+                        );
                     }
-                    ACTIVATION_GELU => {
-                        store_staged::<E, TILE, false, false, ACTIVATION_GELU>(acc, args, chunks)
-                    }
-                    _ => store_staged::<E, TILE, false, false, ACTIVATION_NONE>(acc, args, chunks),
-                }
+                }};
+            }
+            if TILE == WIDE {
+                finish!(acc, 0, origin);
+                let mut tail_sums: WgmmaAcc = [0.0; 128];
+                tail_sums[..32].copy_from_slice(&tail);
+                finish!(&tail_sums, 3, (origin.0, origin.1 + tile(0).1));
             } else {
-                let out = out.add(batch * m * n);
-                store_direct::<E, TILE, false>(acc, out, (c, bias), (m, n), origin, out_ctx, O::OUT_T);
+                finish!(acc, TILE, origin);
             }
             unit += unit_stride;
         }
@@ -1228,6 +1302,14 @@ wgmma_kernels! {
     gemm_wgmma_bf16_nt_128x192: BF16, u16, false, true, 2, false, false, false, false;
     gemm_wgmma_bf16_tn_128x192: BF16, u16, true, false, 2, false, false, false, false;
     gemm_wgmma_bf16_tt_128x192: BF16, u16, true, true, 2, false, false, false, false;
+    gemm_wgmma_f16_nn_128x320: F16, u16, false, false, 5, false, false, false, false;
+    gemm_wgmma_f16_nt_128x320: F16, u16, false, true, 5, false, false, false, false;
+    gemm_wgmma_f16_tn_128x320: F16, u16, true, false, 5, false, false, false, false;
+    gemm_wgmma_f16_tt_128x320: F16, u16, true, true, 5, false, false, false, false;
+    gemm_wgmma_bf16_nn_128x320: BF16, u16, false, false, 5, false, false, false, false;
+    gemm_wgmma_bf16_nt_128x320: BF16, u16, false, true, 5, false, false, false, false;
+    gemm_wgmma_bf16_tn_128x320: BF16, u16, true, false, 5, false, false, false, false;
+    gemm_wgmma_bf16_tt_128x320: BF16, u16, true, true, 5, false, false, false, false;
     gemm_wgmma_f16_nn_128x64: F16, u16, false, false, 3, false, false, false, false;
     gemm_wgmma_f16_nt_128x64: F16, u16, false, true, 3, false, false, false, false;
     gemm_wgmma_f16_tn_128x64: F16, u16, true, false, 3, false, false, false, false;

@@ -12,7 +12,7 @@
 //! | 0 | f32, M ≤ 16 (M ≤ 4 only where B has at least 2^24 values), A not transposed, sm_90a, K (and N unless B is transposed) multiples of 4, 16-byte aligned operands, K > 0 (TF32 allowed or not) | `gemv_tma_f32_{nn,nt}`: exact f32 FMAs; one producer thread streams B's and A's pieces (64 columns × 64 k) through TMA into eight pieces of shared memory (stages of one piece, two for B `[N, K]`: 512 bytes of each row of B at once), eight consumer warps multiply a 4 k × 4 column block of B by A's 16 rows each | slices until the column groups fill the SMs, each ≥ 512 of k and whole 128-element stages, at most 8: one cluster per column group, the slices added in it in rank order |
 //! | 1 | M ≤ 16, A not transposed, K (and N unless B is transposed) a multiple of a 16-byte vector (8 in f16/bf16, 4 in f32), 16-byte aligned operands, K > 0; f32 only with B transposed and M > 4 (TF32 allowed or not) | `gemv_mma_{f16,bf16}_{nn,nt}`, `gemv_mma_f32_nt`: `mma.m16n8k16` on `outᵀ = op(B)ᵀ·Aᵀ` (f32: 3xTF32 on `mma.m16n8k8` on `out = A·op(B)`, each step's sums added in f32), B streamed once in 16-byte vectors, 64 columns a warp, blocks of 4 warps, or of one where 4-warp blocks and their slices would fill less than half the SMs (with clusters) | slices until the grid holds 2 blocks per SM (8 warps), each ≥ 512 of k (256 for one-warp blocks), multiples of 32; up to 16 slices (compute capability ≥ 9.0) run as one cluster per column group and add their sums in it |
 //! | 1b | M ≤ 16, A not transposed, otherwise (any dtype, TF32 allowed or not) | `gemv_*_{nn,nt}_r{4,16}`: B streamed once, ≤ 4 / ≤ 16 rows of A, f32 FMAs | slices until the grid is 4 blocks per SM, each ≥ 512 of k and whole 16-byte vectors per lane |
-//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split, single blocks would take more than a wave and the pairs no more waves than they; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`) or 128×192 (`_128x192`) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`). Past whole waves of a large tile's units (unsplit, one layer), where the part-wave left is under about half a wave, the last wave and that part run as a stream-K region on the `_sk` kernels (`stream_k_region`; `FERROCUDA_WGMMA_STREAM_K=0`: never) | the model's (slices of whole 64-element k-steps, each ≥ 512, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
+//! | 2 | f16/bf16, sm_90a, rows of A and B 16-byte multiples, pointers 16-byte aligned, K > 0 | `gemm_wgmma_*` (TMA, persistent, clusters of two when M spans two tiles, K is not split, single blocks would take more than a wave and the pairs no more waves than they; `FERROCUDA_WGMMA_CLUSTER=1`: none): 128×256, 256×128 (`_256x128`), 128×192 (`_128x192`) or 128×320 (`_128x320`, where the 128×256 tiles take at least a wave) tiles. Where the 128×256 tiles are fewer than the SMs and K ≥ 1024: the 128×256, 128×192 or 128×64 tile and the split of K that a fitted time model says finish first (`wgmma_modeled`); elsewhere the large tile that leaves the busiest SM the least work, or 128×64 (`_128x64`, no clusters) where that one's tiles are at most a quarter of the SMs (`wgmma_tile`). Past whole waves of a large tile's units (unsplit, one layer), where the part-wave left is under about half a wave, the last wave and that part run as a stream-K region on the `_sk` kernels (`stream_k_region`; `FERROCUDA_WGMMA_STREAM_K=0`: never) | the model's (slices of whole 64-element k-steps, each ≥ 512, at most two waves of blocks); outside it, when the tiles are fewer than the SMs and K ≥ 1024: one wave of slices, each ≥ 512 |
 //! | 2a | row 2 with neither operand transposed, at most 128 rows or columns, where `wgmma_half_shape` gives the 128×64 tile both to the product and to its transpose and the transpose takes no more tiles and no more passes over the streamed operand (`half_swap_pays`: at most 64 rows, or 65-128 columns) | `gemm_wgmma_{f16,bf16}_nn_swapped_128x64`: Cᵀ = Bᵀ·Aᵀ on the 128×64 tile (the `tt` kernel: A read K-major as its B; 5-25% faster than unswapped where few rows stream B, `half_swap_pays`), the output written transposed from registers | as row 2 on Cᵀ |
 //! | 3 | f16/bf16, sm_90a, K ≥ 256, rows or pointers TMA cannot read, and at least 24 flops a byte copied (`STAGE_FLOPS_PER_BYTE`) or the operands to copy at most as many bytes as those read in place (or 4 MiB: thin outputs, small products) | row 2's kernels after copying each such operand into a pool buffer whose rows are padded to 16-byte multiples (`pad_rows_b16`; the tensor maps keep the true row length, so the padding is never read) | as row 2 |
 //! | 4 | f16/bf16 otherwise | `gemm_{f16,bf16}_*` (`mma.sync`, 128×128) | as row 2 (32-element k-steps) |
@@ -730,6 +730,8 @@ impl<'a> Gemm<'a> {
             WgmmaKernel::Tf32(kernels::gemm_wgmma_tf32_nt)
         } else if out_t {
             WgmmaKernel::Half(WGMMA_SWAPPED_KERNELS[dtype.index() - 1])
+        } else if kind == WGMMA_WIDE_TILE {
+            WgmmaKernel::Half(WGMMA_WIDE_KERNELS[dtype.index() - 1][usize::from(ta)][usize::from(tb)])
         } else {
             WgmmaKernel::Half(WGMMA_KERNELS[kind][dtype.index() - 1][usize::from(ta)][usize::from(tb)])
         };
@@ -761,7 +763,9 @@ impl<'a> Gemm<'a> {
         let cluster = if pair { 2 } else { 1 };
         let map_b_of = |b| {
             if tb {
-                map(b, tile.1 / cluster, true, (d.n, d.k))
+                // The 128×320 tile's B rows in boxes of half the tile (a box spans at most 256).
+                let rows = if kind == WGMMA_WIDE_TILE { tile.1 / 2 } else { tile.1 / cluster };
+                map(b, rows, true, (d.n, d.k))
             } else {
                 map(b, tile.1, false, (d.k, d.n))
             }
@@ -1112,6 +1116,12 @@ const WGMMA_SMALL_TILE: usize = 3;
 const WGMMA_N192_TILE: usize = 2;
 /// The 3xTF32 kernel's tile, 128×128 (index into `WGMMA_TILES`).
 const F32X3_TILE: usize = 4;
+/// The 128×320 `wgmma` tile (index into `WGMMA_TILES`): 16-bit, unsplit.
+const WGMMA_WIDE_TILE: usize = 5;
+/// `wgmma_tile`'s weight per element of the 128×320 tile (the others' 100): at the same waves it
+/// ran 4-5% slower than 128×256 (H100, thirty-third session, call A: bf16 8192³ 1.47 against
+/// 1.385 ms, 16.25 against 16 tile-times of 128×256; 6144³ 0.690 against 0.593, 10 against 9).
+const WGMMA_WIDE_WEIGHT: u128 = 105;
 /// Exact f32 products take 3xTF32 on `wgmma` from this many flops, where the time model of
 /// `f32x3_path` says it wins.
 const F32X3_MIN_FLOPS: f64 = (1u64 << 27) as f64;
@@ -1224,7 +1234,7 @@ fn wgmma_half_shape(d: &Dims, dev: &DeviceFacts) -> (usize, (usize, usize)) {
 /// cost more than the 2 slices saved (0.090 → 0.123 ms). Not where the small tiles would fill
 /// fewer SMs: the GPT's weight gradients, (384, 1536, 16384), are 72 small tiles (one block each)
 /// against 18 large ones in 7 slices (126 blocks), and the GPT step took 8.94 ms against 8.1
-/// (perf-notes).
+/// (perf-notes). With at least a wave of 128×256 tiles, the 128×320 tile where `wide_pays`.
 fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
     let tiles = |kind: usize| d.tiles(WGMMA_TILES[kind]);
     // Blocks of the plan `wgmma_plan` makes with tile `kind` (16-bit k-steps).
@@ -1248,6 +1258,9 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         }
     };
     let large = (0..WGMMA_SMALL_TILE).min_by_key(|&kind| cost(kind)).unwrap_or(0);
+    if tiles(0) >= dev.sms && wide_pays(d, large, dev) {
+        return WGMMA_WIDE_TILE;
+    }
     let (small_blocks, large_blocks) = (blocks(WGMMA_SMALL_TILE), blocks(large));
     // Busy fractions of the waves: blocks / (waves · SMs), compared without dividing.
     let fills_as_well =
@@ -1257,6 +1270,39 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
     } else {
         large
     }
+}
+
+/// Whether the 128×320 tile (unsplit, one `m64n256` and one `m64n64` a consumer) finishes before
+/// the large tile `large` that `wgmma_tile` picked: each takes its waves of tiles, 1.25 tile-times
+/// of 128×256 a tile for the wide one at `WGMMA_WIDE_WEIGHT`, the 128×192 tile at its weight, and
+/// `large` only the last whole wave and its part-wave as a stream-K region where
+/// `stream_k_region` runs one (pairs of blocks, half the SMs' worth at once). It takes the
+/// products whose last wave of large tiles is part-full where its own waves end fuller (H100,
+/// thirty-third session, call A, bf16 against the plan before: (3136, 3200, 8064) 0.90×,
+/// (1152, 4096, 8192) 0.89×, (640, 8192, 8192) 0.82× the time, the model's 0.875 / 0.81 / 0.81;
+/// on 16 other products it leaves to the plan, it was 1.00-1.34× slower, the model 1.00-1.31×).
+fn wide_pays(d: &Dims, large: usize, dev: &DeviceFacts) -> bool {
+    let (bm, bn) = WGMMA_TILES[large];
+    let weight = match bn {
+        192 if !rows_are_vectors(d.n, DType::BF16) => WGMMA_N192_WEIGHT_REGISTER_STORE,
+        192 => 108,
+        _ => 100,
+    };
+    // Tile-times of the large tile: its waves, or the whole ones before a region and the region.
+    let resident = (dev.sms / 2).max(1);
+    let units = d.m.div_ceil(bm).div_ceil(2) * d.n.div_ceil(bn);
+    let steps = d.k.div_ceil(WGMMA_ROW_BYTES / 2);
+    let region = if d.batch == 1 { stream_k_region(units, resident, steps, 2) } else { 0 };
+    let large_time = if region > 0 {
+        let (slower, base) = STREAM_K_SLOWDOWN;
+        let spread = (slower * region * steps).div_ceil(base * resident) + STREAM_K_OVERHEAD_STEPS;
+        ((units - region) / resident * steps + spread) as u128 * (bm * bn) as u128 * weight
+    } else {
+        d.tiles((bm, bn)).div_ceil(dev.sms) as u128 * steps as u128 * (bm * bn) as u128 * weight
+    };
+    let (wm, wn) = WGMMA_TILES[WGMMA_WIDE_TILE];
+    let wide_waves = d.tiles((wm, wn)).div_ceil(dev.sms) as u128;
+    wide_waves * steps as u128 * (wm * wn) as u128 * WGMMA_WIDE_WEIGHT < large_time
 }
 
 /// A stream-K region's k-steps run ~1.3× as long as a whole wave's (not measured why; likely its
@@ -1946,6 +1992,18 @@ const WGMMA_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 4] = [
     ],
 ];
 
+/// The 128×320 tile's kernels: `[f16, bf16][A transposed][B transposed]`.
+const WGMMA_WIDE_KERNELS: [ByTranspose<WgmmaArgs<u16>>; 2] = [
+    [
+        [kernels::gemm_wgmma_f16_nn_128x320, kernels::gemm_wgmma_f16_nt_128x320],
+        [kernels::gemm_wgmma_f16_tn_128x320, kernels::gemm_wgmma_f16_tt_128x320],
+    ],
+    [
+        [kernels::gemm_wgmma_bf16_nn_128x320, kernels::gemm_wgmma_bf16_nt_128x320],
+        [kernels::gemm_wgmma_bf16_tn_128x320, kernels::gemm_wgmma_bf16_tt_128x320],
+    ],
+];
+
 /// `WGMMA_KERNELS` of the large tiles with a stream-K region (`stream_k_region`).
 const WGMMA_SK_KERNELS: [[ByTranspose<WgmmaArgs<u16>>; 2]; 3] = [
     [
@@ -2208,14 +2266,56 @@ mod tests {
     }
 
     #[test]
+    fn part_waves_take_the_320_wide_tile() {
+        let tile = |(m, n, k): (usize, usize, usize), ta, tb| match plan(
+            &dims(m, n, k),
+            &operands(DType::BF16, ta, tb),
+            &H100,
+        )
+        .path
+        {
+            GemmPath::Wgmma { tile, .. } => tile,
+            p => panic!("{m}x{n}x{k} {ta} {tb}: {p:?}"),
+        };
+        // Two waves of 128×320 against three of 128×256 (a part-full last one), one against two
+        // (N = 4096: 128×192 would take 1.5 tile-times), and the GPU test's products
+        // (`half_precision_wide_tile`; (3001, 3096, 264) stages A where it is transposed).
+        let wide = [(3136, 3200, 8064), (3200, 3200, 8192), (1152, 4096, 8192), (640, 8192, 8192)];
+        for shape in wide.into_iter().chain([(1104, 3992, 72), (3001, 3096, 264)]) {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                assert_eq!(tile(shape, ta, tb), WGMMA_WIDE_TILE, "{shape:?} {ta} {tb}");
+            }
+        }
+        // Two layers of (600, 3992, 72): one wave of 130 tiles against two of 160 128×256 ones.
+        let batched = Dims { batch: 2, ..dims(600, 3992, 72) };
+        assert!(matches!(
+            plan(&batched, &operands(DType::F16, false, true), &H100).path,
+            GemmPath::Wgmma { tile: WGMMA_WIDE_TILE, .. }
+        ));
+        // Rows off the 16-byte vectors: the 128×192 tile's register stores count 85, which the
+        // wide tile never beats.
+        assert_eq!(tile((1100, 4003, 264), false, false), WGMMA_N192_TILE);
+        // Whole waves of 128×256 (its 1.25× tile-time loses), and fewer 320-wide tiles than SMs.
+        for shape in [
+            (8192, 8192, 8192),
+            (4096, 4096, 4096),
+            (6144, 6144, 6144),
+            (2304, 7424, 2304),
+            (1000, 8200, 4096),
+        ] {
+            assert_ne!(tile(shape, false, false), WGMMA_WIDE_TILE, "{shape:?}");
+        }
+    }
+
+    #[test]
     fn stream_k_regions() {
         // The GPU test's products (`half_precision_stream_k`) on the H100 (66 pairs of blocks at
         // once): pairs of 128×192 or 256×128 tiles past a wave, the last wave and the part-wave
         // after it spread over every pair, after whole units in the last two.
         let products = [
-            ((2000, 2104, 1536), WGMMA_N192_TILE, 88, 88),
+            ((1597, 1776, 1536), WGMMA_N192_TILE, 70, 70),
             ((2001, 2103, 1505), WGMMA_N192_TILE, 88, 88),
-            ((2448, 3696, 1536), 1, 145, 79),
+            ((2179, 3408, 1536), 1, 135, 69),
             ((2577, 3503, 1537), WGMMA_N192_TILE, 209, 77),
         ];
         for ((m, n, k), tile, units, region) in products {
