@@ -16,8 +16,9 @@
 //! Persistent blocks, one per SM, each walking the output tiles `blockIdx.x + i·gridDim.x` (tiles
 //! numbered layer by layer, each down groups of `WGMMA_GROUP_M` rows of tiles, then across, so
 //! that the blocks working at once share A and B panels in L2). A tile is 128×256, 256×128
-//! (`_256x128`) or 128×192 (`_128x192`): the host takes the one that leaves the busiest SM the
-//! least work (N = 384 and 1152 fill whole 192-wide tiles in full waves), or 128×64 (`_128x64`)
+//! (`_256x128`), 128×192 (`_128x192`) or 128×320 (`_128x320`): the host takes the one that leaves
+//! the busiest SM the least work (N = 384 and 1152 fill whole 192-wide tiles in full waves; the
+//! 320-wide tile where its waves end fuller than the others'), or 128×64 (`_128x64`)
 //! where the large tiles would leave most SMs idle (four times the tiles instead of split K:
 //! no f32 slices through memory and no second kernel). With clusters of two
 //! (`cluster` = 2), the blocks of a cluster walk pairs of vertically adjacent tiles of the same
@@ -32,7 +33,8 @@
 //! K works), completion counted on the stage's `full` mbarrier. It runs ahead into the next tile
 //! while the consumers finish the last one. Warpgroups 1 and 2 each own half the tile's rows
 //! (64 × 256: one `m64n256` per 32 bytes of k; 128 × 128: two `m64n128`; 64 × 192: one
-//! `m64n192`; 64 × 64: one `m64n64`), wait on `full`, keep
+//! `m64n192`; 64 × 64: one `m64n64`; 64 × 320: one `m64n256` and one `m64n64` into a second
+//! accumulator array, `WgmmaTail`), wait on `full`, keep
 //! one k-step of `wgmma` in flight and release the stage before it on its `empty` mbarrier.
 //! K-major operands arrive as one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes
 //! apart); M/N-major ones (16-bit only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes
@@ -614,12 +616,12 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             // With `PROMOTE`, the tile's sums; `acc` then holds one k-step's.
             let mut sums: WgmmaAcc = [0.0; 128];
             // Swapped: each k-step's four A fragments (k = 8 each, one swizzle atom apart) read
-            // into registers, then its four `wgmma`, waited for before the next k-step's loads.
-            // ptxas serializes every `wgmma` (C7513) once a fragment is loaded while another
-            // `wgmma` is in flight, even into registers of their own, and once the fragments of
-            // two k-steps do not fit beside the accumulators (C7512: the 128×256 tile), so a
-            // warpgroup cannot overlap its k-steps; the other consumer's `wgmma` keep the tensor
-            // cores busy meanwhile.
+            // into registers, then its four `wgmma`, waited for before the next k-step's loads;
+            // the other consumer's `wgmma` keep the tensor cores busy meanwhile. Loading the next
+            // k-step's fragments during this one's `wgmma` (two fragment sets, k-steps in pairs)
+            // compiles pipelined since the consumers get their 232 registers (`Schedule`), but
+            // measured 2-4% faster at 6144³-8192³ and ~20% slower at (128, 8192, 8192) (H100,
+            // thirty-third session, branch `exp/tf32-pipe`), so it is not used.
             for _ in 0..if O::SWAPPED { steps } else { 0 } {
                 let s = it % stages;
                 mbarrier_wait(full(s), ((it / stages) & 1) as u32);
