@@ -1244,12 +1244,7 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
         let (bm, bn) = WGMMA_TILES[kind];
         let tiles = tiles(kind);
         if tiles >= dev.sms || d.k < 2 * SPLIT_MIN_K {
-            let weight = match bn {
-                // 16-bit products only come here.
-                192 if !rows_are_vectors(d.n, DType::BF16) => WGMMA_N192_WEIGHT_REGISTER_STORE,
-                192 => 108,
-                _ => 100,
-            };
+            let weight = wave_weight(d, bn);
             (tiles.div_ceil(dev.sms) as u128 * (bm * bn * dev.sms) as u128 * weight, padded(kind))
         } else {
             let tie = (0..WGMMA_SMALL_TILE).any(|other| other != kind && padded(other) == padded(kind));
@@ -1272,6 +1267,17 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
     }
 }
 
+/// `wgmma_tile`'s weight per output element of a large 16-bit tile `bn` wide, where it runs whole
+/// waves: the 128×192 tile reads more operand bytes per flop (108), less where the output is
+/// stored from registers (`WGMMA_N192_WEIGHT_REGISTER_STORE`); the others 100.
+fn wave_weight(d: &Dims, bn: usize) -> u128 {
+    match bn {
+        192 if !rows_are_vectors(d.n, DType::BF16) => WGMMA_N192_WEIGHT_REGISTER_STORE,
+        192 => 108,
+        _ => 100,
+    }
+}
+
 /// Whether the 128×320 tile (unsplit, one `m64n256` and one `m64n64` a consumer) finishes before
 /// the large tile `large` that `wgmma_tile` picked: each takes its waves of tiles, 1.25 tile-times
 /// of 128×256 a tile for the wide one at `WGMMA_WIDE_WEIGHT`, the 128×192 tile at its weight, and
@@ -1283,11 +1289,7 @@ fn wgmma_tile(d: &Dims, dev: &DeviceFacts) -> usize {
 /// on 16 other products it leaves to the plan, it was 1.00-1.34× slower, the model 1.00-1.31×).
 fn wide_pays(d: &Dims, large: usize, dev: &DeviceFacts) -> bool {
     let (bm, bn) = WGMMA_TILES[large];
-    let weight = match bn {
-        192 if !rows_are_vectors(d.n, DType::BF16) => WGMMA_N192_WEIGHT_REGISTER_STORE,
-        192 => 108,
-        _ => 100,
-    };
+    let weight = wave_weight(d, bn);
     // Tile-times of the large tile: its waves, or the whole ones before a region and the region.
     let resident = (dev.sms / 2).max(1);
     let units = d.m.div_ceil(bm).div_ceil(2) * d.n.div_ceil(bn);
@@ -2295,7 +2297,7 @@ mod tests {
         // Rows off the 16-byte vectors: the 128×192 tile's register stores count 85, which the
         // wide tile never beats.
         assert_eq!(tile((1100, 4003, 264), false, false), WGMMA_N192_TILE);
-        // Whole waves of 128×256 (its 1.25× tile-time loses), and fewer 320-wide tiles than SMs.
+        // Whole waves of 128×256 (its 1.25× tile-time loses), and as many waves either way.
         for shape in [
             (8192, 8192, 8192),
             (4096, 4096, 4096),
