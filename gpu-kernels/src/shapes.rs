@@ -257,13 +257,15 @@ pub const CONV_SPLIT_ALIGN: usize = 32;
 /// (this one) or as in `WGMMA_TILES`, k-steps of one 128-byte swizzle row (64 16-bit or 32 f32
 /// elements), `WGMMA_STAGES` shared-memory stages.
 pub const WGMMA_TILE: (usize, usize) = (128, 256);
-/// Every tile of the Hopper GEMM (kernel suffixes none, `_256x128`, `_128x192`, `_128x64`, and
-/// the 3xTF32 kernels' `_128x128`): the 128×256 above; 256×128 (each consumer warpgroup computes
-/// 128×128 as two `m64n128` products); 128×192 (one `m64n192` each), for widths that 128 and 256
+/// Every tile of the Hopper GEMM (kernel suffixes none, `_256x128`, `_128x192`, `_128x64`, the
+/// 3xTF32 kernels' `_128x128`, and `_128x320`): the 128×256 above; 256×128 (each consumer
+/// warpgroup computes 128×128 as two `m64n128` products); 128×192 (one `m64n192` each), for widths that 128 and 256
 /// pad or that leave the last wave short; 128×64 (one `m64n64` each), for products whose large
 /// tiles would leave most SMs idle (a few rows, a thin output, small squares): four times the
 /// tiles, instead of split K; 128×128 (one `m64n128` each), the 3xTF32 tile (its consumers keep
-/// a second set of 64 sums a thread, which the larger tiles have no registers for).
+/// a second set of 64 sums a thread, which the larger tiles have no registers for); 128×320 (an
+/// `m64n256` and an `m64n64` each, 160 sums a thread), for products whose waves of the others end
+/// part-full.
 pub const WGMMA_TILES: [(usize, usize); 6] =
     [WGMMA_TILE, (256, 128), (128, 192), (128, 64), (128, 128), (128, 320)];
 pub const WGMMA_ROW_BYTES: usize = 128;

@@ -34,7 +34,7 @@
 //! while the consumers finish the last one. Warpgroups 1 and 2 each own half the tile's rows
 //! (64 × 256: one `m64n256` per 32 bytes of k; 128 × 128: two `m64n128`; 64 × 192: one
 //! `m64n192`; 64 × 64: one `m64n64`; 64 × 320: one `m64n256` and one `m64n64` into a second
-//! accumulator array, `WgmmaTail`), wait on `full`, keep
+//! accumulator array, a 128×64 tile's), wait on `full`, keep
 //! one k-step of `wgmma` in flight and release the stage before it on its `empty` mbarrier.
 //! K-major operands arrive as one box of 128 bytes of k × rows (8-row swizzle atoms 1024 bytes
 //! apart); M/N-major ones (16-bit only) as boxes of 64 rows × 64 k (atoms of 8 k-rows 1024 bytes
@@ -110,7 +110,7 @@ const _: () = assert!(WGMMA_TILES[1].0 == WGMMA_TILES[0].1 && WGMMA_TILES[1].1 =
 const _: () = assert!(WGMMA_TILES[2].0 == 128 && WGMMA_TILES[2].1 == 192);
 // One M/N-major box of B per 128×64 tile: never split between the blocks of a cluster.
 const _: () = assert!(WGMMA_TILES[3].0 == 128 && WGMMA_TILES[3].1 == MN_BOX);
-// The 128×320 tile: the 128×256 one's products and a 128×64 tail (`WgmmaTail`) beside them.
+// The 128×320 tile: the 128×256 one's products and a 128×64 tile's beside them.
 const _: () = assert!(WGMMA_TILES[WIDE].0 == 128 && WGMMA_TILES[WIDE].1 == WGMMA_TILES[0].1 + MN_BOX);
 const _: () = assert!(STAGE_BYTES == (WGMMA_TILES[0].0 + WGMMA_TILES[0].1) * WGMMA_ROW_BYTES);
 const _: () = assert!(OUT_BYTES == 2 * CONSUMERS * CHUNK_BYTES as usize);
@@ -118,9 +118,12 @@ const _: () = assert!(CHUNK_BYTES as usize == WGMMA_STORE_ROWS * WGMMA_ROW_BYTES
 
 /// `WGMMA_TILES`' 128×320 tile.
 const WIDE: usize = 5;
+/// The sums a thread holds of the 128×320 tile's tail: a 128×64 tile's.
+const TAIL_SUMS: usize = 4 * column_blocks(3).1;
 
 /// Tile `TILE` of `WGMMA_TILES`: 0 is 128×256 (each consumer one `m64n256` per 32 bytes of k),
-/// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`), 3 is 128×64 (one `m64n64`).
+/// 1 is 256×128 (two `m64n128`), 2 is 128×192 (one `m64n192`), 3 is 128×64 (one `m64n64`),
+/// `WIDE` 128×320 (the 128×256 tile's `m64n256` and a 128×64 tile's `m64n64` beside it).
 const fn tile(kind: usize) -> (usize, usize) {
     WGMMA_TILES[kind]
 }
@@ -611,8 +614,15 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 continue;
             }
             let mut acc: WgmmaAcc = [0.0; 128];
-            // The 128×320 tile's last 64 columns.
-            let mut tail: WgmmaTail = [0.0; 32];
+            // The 128×320 tile's last 64 columns, laid out as a 128×64 tile's sums (the first
+            // `TAIL_SUMS`; the rest never written, never live).
+            let mut tail: WgmmaAcc = [0.0; 128];
+            // The tail's sums tied in place at the fences and waits, as those tie `acc`.
+            let pin_tail = |tail: &mut WgmmaAcc| {
+                if let Some(sums) = tail.first_chunk_mut::<TAIL_SUMS>() {
+                    pin_values(sums);
+                }
+            };
             // With `PROMOTE`, the tile's sums; `acc` then holds one k-step's.
             let mut sums: WgmmaAcc = [0.0; 128];
             // Swapped: each k-step's four A fragments (k = 8 each, one swizzle atom apart) read
@@ -672,13 +682,12 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                 mbarrier_wait(full(s), ((it / stages) & 1) as u32);
                 let (a_s, b_s) = (stage(s), stage(s) + a_bytes);
                 if TILE == WIDE {
-                    // The tail's registers tied ahead of the fence, as `wgmma_fence` ties `acc`.
-                    pin_values(&mut tail);
+                    pin_tail(&mut tail);
                 }
                 wgmma_fence(&mut acc);
                 // A · B over the k-step, from A's and B's pieces at `a_s` and `b_s`.
                 let product = #[inline(always)]
-                |acc: &mut WgmmaAcc, tail: &mut WgmmaTail, a_s: u32, b_s: u32| {
+                |acc: &mut WgmmaAcc, tail: &mut WgmmaAcc, a_s: u32, b_s: u32| {
                     unroll!(kk in [0, 1, 2, 3] => {
                         let kk = kk as u32;
                         // k-steps of 32 bytes: along a K-major row (the descriptor's swizzle follows
@@ -709,7 +718,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                             WIDE => {
                                 E::wgmma_k32_bytes(acc, a(row), b, TA, !TB);
                                 let tail_b = b_at(b_s + (tile(0).1 * WGMMA_ROW_BYTES) as u32);
-                                E::wgmma_tail_k32_bytes(tail, a(row), tail_b, TA, !TB);
+                                E::wgmma_n64_k32_bytes(tail, a(row), tail_b, TA, !TB);
                             }
                             _ => E::wgmma_n128_k32_bytes::<0>(acc, a(row), b, TA, !TB),
                         }
@@ -734,7 +743,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
                     // The previous k-step's wgmma have finished: its stage may be refilled.
                     wgmma_wait::<1>(&mut acc);
                     if TILE == WIDE {
-                        pin_values(&mut tail);
+                        pin_tail(&mut tail);
                     }
                     if step > 0 && leader {
                         release((it - 1) % stages);
@@ -745,7 +754,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             if !O::PROMOTE && !O::SWAPPED {
                 wgmma_wait::<0>(&mut acc);
                 if TILE == WIDE {
-                    pin_values(&mut tail);
+                    pin_tail(&mut tail);
                 }
                 if leader {
                     // This tile's last stage (the loop released the ones before it).
@@ -853,9 +862,7 @@ pub(crate) unsafe fn gemm<E: WgmmaInput, const TA: bool, const TB: bool, const T
             }
             if TILE == WIDE {
                 finish!(acc, 0, origin);
-                let mut tail_sums: WgmmaAcc = [0.0; 128];
-                tail_sums[..32].copy_from_slice(&tail);
-                finish!(&tail_sums, 3, (origin.0, origin.1 + tile(0).1));
+                finish!(&tail, 3, (origin.0, origin.1 + tile(0).1));
             } else {
                 finish!(acc, TILE, origin);
             }

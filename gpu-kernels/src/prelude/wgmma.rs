@@ -10,10 +10,6 @@ use core::arch::asm;
 /// (16w + g, 8i + 2t), (16w + g, 8i + 2t + 1), (16w + g + 8, 8i + 2t), (16w + g + 8, 8i + 2t + 1).
 pub type WgmmaAcc = [f32; 128];
 
-/// The accumulators of one `wgmma.m64n64k16` kept beside a [`WgmmaAcc`]: the last 64 columns of
-/// a 64×320 tile, laid out as [`WgmmaAcc`]'s first 8 column blocks.
-pub type WgmmaTail = [f32; 32];
-
 /// A 128-byte-swizzle shared-memory matrix descriptor: start address `addr` (the swizzle atom of
 /// 8 rows × 128 bytes it lies in must be 1024-byte aligned), leading-dimension byte offset `lbo`
 /// and stride-dimension byte offset `sbo` (PTX ISA, "Matrix Descriptor Format").
@@ -357,11 +353,8 @@ pub fn wgmma_wait<const PENDING: u32>(acc: &mut WgmmaAcc) {
 /// operands.
 macro_rules! wgmma_product {
     ($name:ident, $count:tt, $shape:literal, $flags:literal) => {
-        wgmma_product!($name, WgmmaAcc, $count, $shape, $flags);
-    };
-    ($name:ident, $acc:ty, $count:tt, $shape:literal, $flags:literal) => {
         #[inline(always)]
-        unsafe fn $name<const HALF: usize>(acc: &mut $acc, a: u64, b: u64) {
+        unsafe fn $name<const HALF: usize>(acc: &mut WgmmaAcc, a: u64, b: u64) {
             with_accumulator_indices!(
                 $count,
                 asm_on_accumulators!(
@@ -415,16 +408,6 @@ wgmma_product!(wgmma_n64_bf16_km, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 1");
 wgmma_product!(wgmma_n64_bf16_mk, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 0");
 wgmma_product!(wgmma_n64_bf16_mm, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 1");
 wgmma_product!(wgmma_n64_tf32_kk, 32, "m64n64k8.f32.tf32.tf32", "1, 1");
-
-wgmma_product!(wgmma_tail_f16_kk, WgmmaTail, 32, "m64n64k16.f32.f16.f16", "1, 1, 0, 0");
-wgmma_product!(wgmma_tail_f16_km, WgmmaTail, 32, "m64n64k16.f32.f16.f16", "1, 1, 0, 1");
-wgmma_product!(wgmma_tail_f16_mk, WgmmaTail, 32, "m64n64k16.f32.f16.f16", "1, 1, 1, 0");
-wgmma_product!(wgmma_tail_f16_mm, WgmmaTail, 32, "m64n64k16.f32.f16.f16", "1, 1, 1, 1");
-wgmma_product!(wgmma_tail_bf16_kk, WgmmaTail, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 0");
-wgmma_product!(wgmma_tail_bf16_km, WgmmaTail, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 0, 1");
-wgmma_product!(wgmma_tail_bf16_mk, WgmmaTail, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 0");
-wgmma_product!(wgmma_tail_bf16_mm, WgmmaTail, 32, "m64n64k16.f32.bf16.bf16", "1, 1, 1, 1");
-wgmma_product!(wgmma_tail_tf32_kk, WgmmaTail, 32, "m64n64k8.f32.tf32.tf32", "1, 1");
 
 /// `acc += A · B` for one warpgroup over k = 8 in TF32 on the `$count` accumulators from 0: A
 /// 64×8 from registers, `a` this thread's fragment of its warp's 16 rows (lane = 4g + t: (g, t),
@@ -534,12 +517,6 @@ pub trait WgmmaInput {
     /// # Safety
     /// As [`WgmmaInput::wgmma_k32_bytes`].
     unsafe fn wgmma_n64_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
-    /// As [`WgmmaInput::wgmma_n64_k32_bytes`] on a [`WgmmaTail`]: the last 64 columns of a
-    /// 64×320 product beside [`WgmmaInput::wgmma_k32_bytes`]'s 256.
-    ///
-    /// # Safety
-    /// As [`WgmmaInput::wgmma_k32_bytes`].
-    unsafe fn wgmma_tail_k32_bytes(acc: &mut WgmmaTail, a: u64, b: u64, a_mn_major: bool, b_mn_major: bool);
 }
 
 /// The product among `[kk, km, mk, mm]` (A K- or M-major, then B K- or N-major) for the
@@ -558,8 +535,7 @@ macro_rules! by_major {
 
 macro_rules! wgmma_16bit {
     ($ty:ty, [$kk:ident, $km:ident, $mk:ident, $mm:ident], [$kk2:ident, $km2:ident, $mk2:ident, $mm2:ident],
-     [$kk3:ident, $km3:ident, $mk3:ident, $mm3:ident], [$kk4:ident, $km4:ident, $mk4:ident, $mm4:ident],
-     [$kk5:ident, $km5:ident, $mk5:ident, $mm5:ident]) => {
+     [$kk3:ident, $km3:ident, $mk3:ident, $mm3:ident], [$kk4:ident, $km4:ident, $mk4:ident, $mm4:ident]) => {
         impl WgmmaInput for $ty {
             type Elem = u16;
             #[inline(always)]
@@ -636,16 +612,6 @@ macro_rules! wgmma_16bit {
             ) {
                 by_major!((a_mn_major, b_mn_major), [$kk4, $km4, $mk4, $mm4]::<0>(acc, a, b))
             }
-            #[inline(always)]
-            unsafe fn wgmma_tail_k32_bytes(
-                acc: &mut WgmmaTail,
-                a: u64,
-                b: u64,
-                a_mn_major: bool,
-                b_mn_major: bool,
-            ) {
-                by_major!((a_mn_major, b_mn_major), [$kk5, $km5, $mk5, $mm5]::<0>(acc, a, b))
-            }
         }
     };
 }
@@ -655,16 +621,14 @@ wgmma_16bit!(
     [wgmma_f16_kk, wgmma_f16_km, wgmma_f16_mk, wgmma_f16_mm],
     [wgmma_n128_f16_kk, wgmma_n128_f16_km, wgmma_n128_f16_mk, wgmma_n128_f16_mm],
     [wgmma_n192_f16_kk, wgmma_n192_f16_km, wgmma_n192_f16_mk, wgmma_n192_f16_mm],
-    [wgmma_n64_f16_kk, wgmma_n64_f16_km, wgmma_n64_f16_mk, wgmma_n64_f16_mm],
-    [wgmma_tail_f16_kk, wgmma_tail_f16_km, wgmma_tail_f16_mk, wgmma_tail_f16_mm]
+    [wgmma_n64_f16_kk, wgmma_n64_f16_km, wgmma_n64_f16_mk, wgmma_n64_f16_mm]
 );
 wgmma_16bit!(
     super::BF16,
     [wgmma_bf16_kk, wgmma_bf16_km, wgmma_bf16_mk, wgmma_bf16_mm],
     [wgmma_n128_bf16_kk, wgmma_n128_bf16_km, wgmma_n128_bf16_mk, wgmma_n128_bf16_mm],
     [wgmma_n192_bf16_kk, wgmma_n192_bf16_km, wgmma_n192_bf16_mk, wgmma_n192_bf16_mm],
-    [wgmma_n64_bf16_kk, wgmma_n64_bf16_km, wgmma_n64_bf16_mk, wgmma_n64_bf16_mm],
-    [wgmma_tail_bf16_kk, wgmma_tail_bf16_km, wgmma_tail_bf16_mk, wgmma_tail_bf16_mm]
+    [wgmma_n64_bf16_kk, wgmma_n64_bf16_km, wgmma_n64_bf16_mk, wgmma_n64_bf16_mm]
 );
 
 impl WgmmaInput for Tf32 {
@@ -719,9 +683,6 @@ impl WgmmaInput for Tf32 {
     #[inline(always)]
     unsafe fn wgmma_n64_k32_bytes(acc: &mut WgmmaAcc, a: u64, b: u64, _: bool, _: bool) {
         wgmma_n64_tf32_kk::<0>(acc, a, b)
-    }
-    unsafe fn wgmma_tail_k32_bytes(acc: &mut WgmmaTail, a: u64, b: u64, _: bool, _: bool) {
-        wgmma_tail_tf32_kk::<0>(acc, a, b)
     }
 }
 
