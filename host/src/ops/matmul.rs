@@ -1296,8 +1296,7 @@ fn wide_pays(d: &Dims, large: usize, dev: &DeviceFacts) -> bool {
     let steps = d.k.div_ceil(WGMMA_ROW_BYTES / 2);
     let region = if d.batch == 1 { stream_k_region(units, resident, steps, 2) } else { 0 };
     let large_time = if region > 0 {
-        let (slower, base) = STREAM_K_SLOWDOWN;
-        let spread = (slower * region * steps).div_ceil(base * resident) + STREAM_K_OVERHEAD_STEPS;
+        let spread = stream_k_spread(region, resident, steps);
         ((units - region) / resident * steps + spread) as u128 * (bm * bn) as u128 * weight
     } else {
         d.tiles((bm, bn)).div_ceil(dev.sms) as u128 * steps as u128 * (bm * bn) as u128 * weight
@@ -1316,6 +1315,13 @@ fn wide_pays(d: &Dims, large: usize, dev: &DeviceFacts) -> bool {
 const STREAM_K_SLOWDOWN: (usize, usize) = (13, 10);
 const STREAM_K_OVERHEAD_STEPS: usize = 5;
 
+/// The k-steps a stream-K region of `region` units of `steps` k-steps takes spread over `resident`
+/// clusters: its share at the region's slower rate, plus its overhead.
+fn stream_k_spread(region: usize, resident: usize, steps: usize) -> usize {
+    let (slower, base) = STREAM_K_SLOWDOWN;
+    (slower * region * steps).div_ceil(base * resident) + STREAM_K_OVERHEAD_STEPS
+}
+
 /// The stream-K region of a `wgmma` launch of `units` work units of `steps` k-steps each on
 /// `resident` persistent clusters of `cluster` blocks: its units (the last wave and the part-wave
 /// after it), or 0. Beyond whole waves, a part-wave of units keeps a few clusters busy while the
@@ -1330,9 +1336,7 @@ fn stream_k_region(units: usize, resident: usize, steps: usize, cluster: usize) 
     if waves == 0 || part == 0 || region * cluster * WGMMA_CONSUMERS > STREAM_K_FLAGS {
         return 0;
     }
-    let (slower, base) = STREAM_K_SLOWDOWN;
-    let spread = (slower * region * steps).div_ceil(base * resident) + STREAM_K_OVERHEAD_STEPS;
-    if spread < 2 * steps {
+    if stream_k_spread(region, resident, steps) < 2 * steps {
         region
     } else {
         0
