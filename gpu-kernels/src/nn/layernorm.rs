@@ -92,16 +92,21 @@ unsafe fn gamma_slots<F: Float, const K: usize>(t: &RowTeam, gamma: *const F::Ra
     }
 }
 
-/// This thread's share of (Σ g, Σ g·x̂) over its row (its first `K` chunks: see
-/// `RowTeam::each_first`).
-///
+/// x̂ = (x - mean)·rstd in place over this thread's first `K` chunks (values past the row's end
+/// included: the sums below skip them): computed once, for the row sums, dx and dγ alike.
 #[inline(always)]
-fn dx_row_sums<const K: usize>(
-    t: &RowTeam,
-    (v, d): (&Slots, &Slots),
-    w: &Slots,
-    (mu, r): (f32, f32),
-) -> Sum2 {
+fn normalize<const K: usize>(v: &mut Slots, (mu, r): (f32, f32)) {
+    unroll!(k in [0, 1, 2, 3] => {
+        if k < K {
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { v[k][e] = (v[k][e] - mu) * r; });
+        }
+    });
+}
+
+/// This thread's share of (Σ g, Σ g·x̂) over its row, from x̂ (`normalize`; its first `K` chunks:
+/// see `RowTeam::each_first`).
+#[inline(always)]
+fn dx_row_sums<const K: usize>(t: &RowTeam, (xh, d): (&Slots, &Slots), w: &Slots) -> Sum2 {
     let (mut a, mut b) = (0.0f32, 0.0f32);
     unroll!(k in [0, 1, 2, 3] => {
         if k < K && t.holds(k, 0) {
@@ -109,7 +114,7 @@ fn dx_row_sums<const K: usize>(
             unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
                 if t.holds(k, e) {
                     a += gk[e];
-                    b += gk[e] * (v[k][e] - mu) * r;
+                    b = fma(gk[e], xh[k][e], b);
                 }
             });
         }
@@ -118,7 +123,7 @@ fn dx_row_sums<const K: usize>(
 }
 
 /// Store `dx = rstd (g - mean(g) - x̂ mean(g x̂))` of the team's row (the first `K` chunks of
-/// each thread), from the row's sums.
+/// each thread), from x̂ and the row's sums.
 ///
 /// # Safety
 /// `dx_row` is the row's start in the output.
@@ -126,9 +131,9 @@ fn dx_row_sums<const K: usize>(
 unsafe fn store_dx<F: Float, const K: usize>(
     t: &RowTeam,
     dx_row: *mut F::Raw,
-    (v, d): (&Slots, &Slots),
+    (xh, d): (&Slots, &Slots),
     w: &Slots,
-    (mu, r): (f32, f32),
+    r: f32,
     Sum2(sum_g, sum_gx): Sum2,
     cols: usize,
 ) {
@@ -140,9 +145,7 @@ unsafe fn store_dx<F: Float, const K: usize>(
         |k| {
             let gk = dy_gamma(d, w, k);
             let mut out = [0.0f32; 8];
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                out[e] = r * (gk[e] - mean_g - (v[k][e] - mu) * r * mean_gx);
-            });
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { out[e] = r * (gk[e] - fma(xh[k][e], mean_gx, mean_g)); });
             out
         },
     );
@@ -170,15 +173,15 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
             let active = t.begin < t.end;
             let stat =
                 if active { (load_f32(mean.add(t.row)), load_f32(rstd.add(t.row))) } else { (0.0, 0.0) };
-            let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
+            let mut v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
             let d = t.load_first::<F, K>(dy.wrapping_add(offset), 0.0);
             let w = gamma_slots::<F, K>(&t, gamma);
-            let Some(sums) =
-                t.row_stat(mode, partials, || t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat)))
+            normalize::<K>(&mut v, stat);
+            let Some(sums) = t.row_stat(mode, partials, || t.combine(dx_row_sums::<K>(&t, (&v, &d), &w)))
             else {
                 return;
             };
-            store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat, sums, cols);
+            store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat.1, sums, cols);
         },
     );
 }
@@ -216,18 +219,31 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
     let (mut sum_dg, mut sum_db) = ([[0.0f32; 8]; SLOTS], [[0.0f32; 8]; SLOTS]);
     let w = gamma_slots::<F, K>(&team, gamma);
     let mut row = (block_x() * block_dim_x() + thread_x()) / 32;
+    // A row's loads (its statistics, x and dy) are issued while the warp works on the row
+    // before: a warp a row at ~12 warps an SM waits on memory otherwise.
+    let issue = |row: usize| {
+        let offset = row * cols;
+        let stat = (load_f32(mean.add(row)), load_f32(rstd.add(row)));
+        (stat, team.load_rows_raw::<F, K, 2>([x.add(offset), dy.add(offset)]))
+    };
+    let mut pending = if row < rows { issue(row) } else { ((0.0, 0.0), [[[0; 8]; SLOTS]; 2]) };
     while row < rows {
         let t = team.at_row(row, cols);
         let offset = row * cols;
-        let stat = (load_f32(mean.add(row)), load_f32(rstd.add(row)));
-        let [v, d] = t.load_rows_first::<F, K, 2>([x.add(offset), dy.add(offset)], 0.0);
-        let sums = t.combine(dx_row_sums::<K>(&t, (&v, &d), &w, stat));
-        store_dx::<F, K>(&t, dx.add(offset), (&v, &d), &w, stat, sums, cols);
+        let (stat, raw) = pending;
+        let next = row + warps;
+        if next < rows {
+            pending = issue(next);
+        }
+        let [mut v, d] = t.widen_rows::<F, K, 2>(raw, [x.add(offset), dy.add(offset)], 0.0);
+        normalize::<K>(&mut v, stat);
+        let sums = t.combine(dx_row_sums::<K>(&t, (&v, &d), &w));
+        store_dx::<F, K>(&t, dx.add(offset), (&v, &d), &w, stat.1, sums, cols);
         t.each_first::<K>(|k, e| {
-            sum_dg[k][e] += d[k][e] * (v[k][e] - stat.0) * stat.1;
+            sum_dg[k][e] = fma(d[k][e], v[k][e], sum_dg[k][e]);
             sum_db[k][e] += d[k][e];
         });
-        row += warps;
+        row = next;
     }
     let scratch = shared_ptr(&raw mut FUSED_PARAMS_SCRATCH);
     let warp = thread_x() / 32;

@@ -1,5 +1,6 @@
 //! Block-wide reductions: warp butterflies, then one value per warp through shared memory.
 use super::index::{block_dim_x, block_dim_y, block_x, grid_dim_x, lane, thread_x, warp_in_block};
+use super::math::rcp_approx;
 use super::memory::load_l2_f32;
 use super::shared::shared_ptr;
 use super::sync::{atomic_add_u32, fence_gpu, sync_threads};
@@ -155,7 +156,9 @@ pub fn welford_combine(a: (f32, f32, f32), b: (f32, f32, f32)) -> (f32, f32, f32
         return a;
     }
     let delta = b.1 - a.1;
-    let wb = b.0 / n;
+    // Counts are small exact integers: a reciprocal within an ulp, without the slow-path branch
+    // of an IEEE division at every level of a team's merge.
+    let wb = b.0 * rcp_approx(n);
     (n, a.1 + delta * wb, a.2 + b.2 + delta * delta * a.0 * wb)
 }
 

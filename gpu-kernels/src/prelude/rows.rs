@@ -15,7 +15,7 @@
 use super::block::{welford_combine, Max, ReduceOp, Sum};
 use super::half::{HalfFloat, BF16, F16};
 use super::index::{block_dim_x, block_x, block_y, grid_dim_x, grid_dim_y, lane, thread_x, warp_in_block};
-use super::math::exp_fast;
+use super::math::{exp_fast, rcp_approx};
 use super::memory::*;
 use super::shared::shared_ptr;
 use super::sync::sync_threads;
@@ -369,20 +369,20 @@ impl RowTeam {
         v
     }
 
-    /// [`RowTeam::load_first`] of `N` rows at once (e.g. x and dy of a backward pass): every
-    /// whole 16-byte chunk of all of them is loaded before any is converted, so that the warp
-    /// waits for memory once rather than once per load; the partial chunks at a row's end follow.
-    /// It holds the raw and the converted values at once: for kernels with registers to spare
-    /// (a warp walking rows), not for the block-per-row ones.
+    /// The loads of `N` rows of this team's first `K` chunks at once (e.g. x and dy of a
+    /// backward pass): every whole 16-byte chunk of all of them, unconverted, so that the warp
+    /// waits for memory once rather than once per load, and so that a warp walking rows can
+    /// issue the next row's before it works on this one's (the words stay in flight meanwhile);
+    /// [`RowTeam::widen_rows`] converts them. The raw words and the values are held at once: for
+    /// kernels with registers to spare (a warp walking rows), not for the block-per-row ones.
     ///
     /// # Safety
     /// As [`RowTeam::load`], for each row.
     #[inline(always)]
-    pub unsafe fn load_rows_first<F: Float, const K: usize, const N: usize>(
+    pub unsafe fn load_rows_raw<F: Float, const K: usize, const N: usize>(
         &self,
         rows: [*const F::Raw; N],
-        fill: f32,
-    ) -> [Slots; N] {
+    ) -> [[[u32; 8]; SLOTS]; N] {
         let mut raw = [[[0u32; 8]; SLOTS]; N];
         unroll!(k in [0, 1, 2, 3] => {
             if k < K && self.whole(k) {
@@ -392,6 +392,21 @@ impl RowTeam {
                 }
             }
         });
+        raw
+    }
+
+    /// The values of `N` rows from their whole chunks' words `raw` ([`RowTeam::load_rows_raw`]);
+    /// the partial chunks at a row's end are loaded here.
+    ///
+    /// # Safety
+    /// As [`RowTeam::load`], for each row.
+    #[inline(always)]
+    pub unsafe fn widen_rows<F: Float, const K: usize, const N: usize>(
+        &self,
+        raw: [[[u32; 8]; SLOTS]; N],
+        rows: [*const F::Raw; N],
+        fill: f32,
+    ) -> [Slots; N] {
         let mut v = [[[fill; 8]; SLOTS]; N];
         unroll!(k in [0, 1, 2, 3] => {
             if k < K {
@@ -799,7 +814,7 @@ pub fn welford_slots<const K: usize>(t: &RowTeam, v: &Slots) -> Welford {
     if n == 0 {
         return Welford::EMPTY;
     }
-    let mean = sum / n as f32;
+    let mean = sum * rcp_approx(n as f32);
     Welford(n as f32, mean, fold_slots::<Sum, K>(t, v, |e| (e - mean) * (e - mean)))
 }
 
