@@ -4,7 +4,7 @@
 //! Floor: forward reads x and writes y (8 B per f32 element, 4 B per 16-bit one; mean, rstd, γ, β
 //! are noise); backward reads x and dy and writes dx (12 B / 6 B), and the parameter gradients
 //! read x and dy once more.
-//! Forward: a row team (see `prelude::rows`) holds its row in registers: each thread's exact
+//! Forward: a row team (see `prelude::rows`) holds its row in registers: each thread's
 //! two-pass (count, mean, M2) over its values, merged over the team by Chan's formula (one team
 //! reduction), then `y = (x - mean) · rstd · γ + β` from the registers; one read, one write. Rows
 //! split across blocks (two launches over all rows) merge the chunks' (count, mean, M2) the same
@@ -43,7 +43,7 @@ unsafe fn layernorm_rows<F: Float, const K: usize, const CLUSTER: bool>(
         |t, mode| {
             let offset = t.row * cols;
             let v = t.load_first::<F, K>(x.wrapping_add(offset), 0.0);
-            // Each thread's exact two-pass (count, mean, M2) over its registers, merged over the team
+            // Each thread's two-pass (count, mean, M2) over its registers, merged over the team
             // (and, for a split row, over its chunks) by Chan's formula: one team reduction.
             let Some(Welford(n, mean, m2)) =
                 t.row_stat(mode, partials, || t.combine(welford_slots::<K>(&t, &v)))

@@ -801,9 +801,9 @@ pub fn fold_slots<R: ReduceOp, const K: usize>(t: &RowTeam, v: &Slots, f: impl F
     acc
 }
 
-/// This thread's exact `(count, mean, M2)` of its values in range (its first `K` chunks): two
-/// passes over the registers, so that a team merges them once (Chan's formula) instead of
-/// reducing the mean and then the squares.
+/// This thread's `(count, mean, M2)` of its values in range (its first `K` chunks): two passes
+/// over the registers (the mean, its sum times a reciprocal within an ulp; then M2 about it), so
+/// that a team merges them once (Chan's formula) instead of reducing the mean and then the squares.
 #[inline(always)]
 pub fn welford_slots<const K: usize>(t: &RowTeam, v: &Slots) -> Welford {
     let (mut n, mut sum) = (0u32, 0.0f32);
