@@ -195,6 +195,10 @@ fn main() -> Result<()> {
             ferrocuda::layer_norm_backward(x, Some(&gamma), &dy, &saved).map(|(dx, _, _)| dx)
         })?);
     }
+    // Column sums over a GPT step's rows (the linear layers' bias gradients), bf16: read once.
+    for shape in [[16384, 384], [16384, 1152], [16384, 1536]] {
+        rows.push(measure_as(&ctx, "sum_leading_bf16", &shape, true, 2, DType::BF16, Tensor::sum_leading)?);
+    }
     // Cross-entropy forward and gradient (labels on the device, as torch's), 8 B per f32 logit;
     // the bf16 rows (4 B per logit) have no PyTorch twin.
     for (r, classes) in [(8192, 50257), (16384, 73)] {
