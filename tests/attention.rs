@@ -1,12 +1,16 @@
 //! Flash attention: the GPU forward and backward against the CPU backend (f64) at odd sizes
 //! (lengths 1, 17, 127, 1000, 2049; Sq ≠ Sk both ways; GQA and MQA; every head dim; causal and
 //! not; f16 and bf16; outputs poisoned with NaN), the CPU backward against finite differences of
-//! an f64 reference, determinism, the `MultiHeadAttention` layer's gradients GPU vs CPU, and
-//! typed errors for bad input.
+//! an f64 reference, determinism, the packed-projection form (`attention_qkv_packed`: the same
+//! bits as the head-major form on the GPU, and close to the CPU), the `MultiHeadAttention`
+//! layer's gradients GPU vs CPU, and typed errors for bad input.
 mod common;
 use common::*;
 use ferrocuda::layers::MultiHeadAttention;
-use ferrocuda::{attention, attention_backward, AttentionParams, Context, DType, Error, Layer, Tensor};
+use ferrocuda::{
+    attention, attention_backward, attention_qkv_packed, attention_qkv_packed_backward, AttentionParams,
+    Context, DType, Error, Layer, Tensor,
+};
 
 /// (batch, query heads, kv heads, Sq, Sk, head dim, causal).
 type Shape = (usize, usize, usize, usize, usize, usize, bool);
@@ -301,14 +305,117 @@ fn cpu_forward_matches_reference() {
     }
 }
 
-fn mha(ctx: &Context, causal: bool) -> MultiHeadAttention {
-    MultiHeadAttention::new(ctx, 48, (4, 2, 32), causal, 77).unwrap()
+/// (batch, query heads, kv heads, S, head dim, causal) of the packed form: the Hopper kernels'
+/// head dims with one query head per kv head (dK, dV written in place) and with GQA (summed, then
+/// copied in), S off the tiles, a GPT layer's shape, and head dims that take the copies.
+const PACKED: [(usize, usize, usize, usize, usize, bool); 8] = [
+    (1, 1, 1, 1, 64, false),
+    (2, 3, 3, 130, 64, true),
+    (1, 4, 2, 257, 128, false),
+    (2, 2, 1, 1000, 64, true),
+    (4, 6, 6, 256, 64, true),
+    (1, 2, 2, 129, 128, true),
+    (1, 2, 2, 17, 32, true),
+    (2, 2, 1, 100, 96, false),
+];
+
+/// The (token-major, head-major) offsets of every row of heads `h0..h0 + h` of a token-major
+/// `[b, s, htot, d]` tensor and of the head-major `[b, h, s, d]` one that holds them.
+fn head_rows([b, s, htot, d]: [usize; 4], (h0, h): (usize, usize)) -> Vec<(usize, usize)> {
+    let mut rows = Vec::new();
+    for bb in 0..b {
+        for hh in 0..h {
+            for t in 0..s {
+                rows.push((((bb * s + t) * htot + h0 + hh) * d, ((bb * h + hh) * s + t) * d));
+            }
+        }
+    }
+    rows
 }
 
+/// `attention_qkv_packed` and its backward: the GPU's outputs are the bits of the head-major form
+/// on the same inputs (the same kernels reading and writing other addresses), and the CPU's are
+/// close; outputs poisoned with NaN first.
+fn packed_matches_head_major(gpu: &Context) {
+    let cpu = Context::cpu();
+    for (i, &(b, hq, hkv, s, d, causal)) in PACKED.iter().enumerate() {
+        if under_sanitizer() && s > 256 {
+            continue;
+        }
+        let dtype = if i % 2 == 0 { DType::BF16 } else { DType::F16 };
+        let htot = hq + 2 * hkv;
+        let (qkv, dout) =
+            (randn_host(b * s * htot * d, 300 + i as u64), randn_host(b * s * hq * d, 400 + i as u64));
+        let p = AttentionParams::default().causal(causal);
+        let what = format!("packed {:?} {dtype:?}", (b, hq, hkv, s, d, causal));
+        let run = |ctx: &Context| {
+            if ctx.is_cuda() {
+                poison16(ctx, b * s * hq * d);
+                poison_pool(ctx, &[b, hq, s]);
+            }
+            let qkv = tensor(ctx, &qkv, &[b, s, htot, d], dtype);
+            let (out, lse) = attention_qkv_packed(&qkv, (hq, hkv), p).unwrap();
+            if ctx.is_cuda() {
+                poison16(ctx, b * s * htot * d);
+            }
+            let dout = tensor(ctx, &dout, &[b, s, hq, d], dtype);
+            let dqkv = attention_qkv_packed_backward(&dout, &qkv, &out, &lse, (hq, hkv), p).unwrap();
+            (out.to_vec().unwrap(), lse.to_vec().unwrap(), dqkv.to_vec().unwrap())
+        };
+        let (og, lg, dg) = run(gpu);
+        let (oc, lc, dc) = run(&cpu);
+        println!("    {what}: out rel err {:.2e}, dqkv {:.2e}", rel_err(&og, &oc), rel_err(&dg, &dc));
+        assert_close(&format!("{what} out"), &og, &oc, 1e-2);
+        assert_lse(&what, &lg, &lc);
+        assert_close(&format!("{what} dqkv"), &dg, &dc, 3e-2);
+
+        // The head-major form on the GPU, the same values.
+        let token_shape = [b, s, htot, d];
+        let mut parts = Vec::new();
+        for (h0, h) in [(0, hq), (hq, hkv), (hq + hkv, hkv), (0, hq)] {
+            let (src, shape) = if parts.len() < 3 { (&qkv, token_shape) } else { (&dout, [b, s, hq, d]) };
+            let mut heads = vec![0.0; b * h * s * d];
+            for (tk, hd) in head_rows(shape, (h0, h)) {
+                heads[hd..hd + d].copy_from_slice(&src[tk..tk + d]);
+            }
+            parts.push(tensor(gpu, &heads, &[b, h, s, d], dtype));
+        }
+        let (o, l) = attention(&parts[0], &parts[1], &parts[2], p).unwrap();
+        let (dq, dk, dv) = attention_backward(&parts[3], &parts[0], &parts[1], &parts[2], &o, &l, p).unwrap();
+        let mut want_out = vec![0.0; b * s * hq * d];
+        let heads = o.to_vec().unwrap();
+        for (tk, hd) in head_rows([b, s, hq, d], (0, hq)) {
+            want_out[tk..tk + d].copy_from_slice(&heads[hd..hd + d]);
+        }
+        let mut want_dqkv = vec![0.0; b * s * htot * d];
+        for (g, h0, h) in [(&dq, 0, hq), (&dk, hq, hkv), (&dv, hq + hkv, hkv)] {
+            let heads = g.to_vec().unwrap();
+            for (tk, hd) in head_rows(token_shape, (h0, h)) {
+                want_dqkv[tk..tk + d].copy_from_slice(&heads[hd..hd + d]);
+            }
+        }
+        assert!(og == want_out, "{what}: out differs from the head-major form's");
+        assert!(lg == l.to_vec().unwrap(), "{what}: lse differs from the head-major form's");
+        assert!(dg == want_dqkv, "{what}: dqkv differs from the head-major form's");
+    }
+}
+
+fn mha(ctx: &Context, causal: bool, heads: (usize, usize, usize)) -> MultiHeadAttention {
+    MultiHeadAttention::new(ctx, 48, heads, causal, 77).unwrap()
+}
+
+/// The layer at head dim 32 (copies to and from the head-major kernels) and 64 (the packed
+/// Hopper path on an H100), with grouped kv heads and without.
 fn layer_matches_cpu(gpu: &Context) {
     let cpu = Context::cpu();
-    for (batch, seq, causal) in [(1, 1, false), (2, 33, true), (3, 130, false)] {
-        let (mut lg, mut lc) = (mha(gpu, causal), mha(&cpu, causal));
+    for (batch, seq, causal, heads) in [
+        (1, 1, false, (4, 2, 32)),
+        (2, 33, true, (4, 2, 32)),
+        (3, 130, false, (4, 2, 32)),
+        (2, 130, true, (3, 3, 64)),
+        (1, 200, false, (4, 2, 64)),
+    ] {
+        let (mut lg, mut lc) = (mha(gpu, causal, heads), mha(&cpu, causal, heads));
         let x = randn_host(batch * seq * 48, 70);
         let dy = randn_host(batch * seq * 48, 71);
         let (xg, xc) = pair(gpu, &x, &[batch, seq, 48]);
@@ -327,7 +434,7 @@ fn layer_matches_cpu(gpu: &Context) {
             ));
         }
         for (name, g, c) in outs {
-            let what = format!("batch {batch}, seq {seq}, causal {causal}: {name}");
+            let what = format!("batch {batch}, seq {seq}, causal {causal}, heads {heads:?}: {name}");
             println!("    layer {what}: rel err {:.2e}", rel_err(&g, &c));
             assert_close(&what, &g, &c, 3e-2);
         }
@@ -369,6 +476,29 @@ fn bad_input(ctx: &Context) {
     assert!(matches!(e, Error::DTypeMismatch { op: "attention_backward", .. }), "{e}");
     let e = attention_backward(&v6, &q, &q, &q, &o, &l, p).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "attention_backward", .. }), "{e}");
+    let qkv = t(&[1, 5, 4, 64], DType::F16);
+    for heads in [(2, 2), (2, 0), (3, 2)] {
+        let e = attention_qkv_packed(&qkv, heads, p).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { op: "attention_qkv_packed", .. }), "{heads:?}: {e}");
+    }
+    let e = attention_qkv_packed(&t(&[5, 4, 64], DType::F16), (2, 1), p).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { op: "attention_qkv_packed", .. }), "{e}");
+    let e = attention_qkv_packed(&t(&[1, 5, 4, 48], DType::F16), (2, 1), p).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { op: "attention_qkv_packed", .. }), "{e}");
+    let e = attention_qkv_packed(&ctx.zeros(&[1, 5, 4, 64]).unwrap(), (2, 1), p).unwrap_err();
+    assert!(matches!(e, Error::UnsupportedDType { op: "attention_qkv_packed", .. }), "{e}");
+    let (o, l) = attention_qkv_packed(&qkv, (2, 1), p).unwrap();
+    const BACK: &str = "attention_qkv_packed_backward";
+    let e = attention_qkv_packed_backward(&qkv, &qkv, &o, &l, (2, 1), p).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: BACK, .. }), "{e}");
+    let e = attention_qkv_packed_backward(&o, &qkv, &o, &o, (2, 1), p).unwrap_err();
+    assert!(matches!(e, Error::DTypeMismatch { op: BACK, .. }), "{e}");
+    let ob = t(&[1, 5, 2, 64], DType::BF16);
+    let e = attention_qkv_packed_backward(&ob, &qkv, &o, &l, (2, 1), p).unwrap_err();
+    assert!(matches!(e, Error::DTypeMismatch { op: BACK, .. }), "{e}");
+    let e =
+        attention_qkv_packed_backward(&o, &qkv, &o, &ctx.zeros(&[1, 2, 4]).unwrap(), (2, 1), p).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: BACK, .. }), "{e}");
     let mut layer = MultiHeadAttention::new(ctx, 16, (2, 1, 32), false, 1).unwrap();
     let e = layer.forward(&ctx.zeros(&[2, 3, 15]).unwrap()).unwrap_err();
     assert!(matches!(e, Error::Layer { .. }) && e.to_string().contains("MultiHeadAttention"), "{e}");
@@ -386,6 +516,11 @@ fn empty_inputs(ctx: &Context) {
     assert!(dq.to_vec().unwrap().iter().all(|&x| x == 0.0) && dk.is_empty());
     let (o, l) = attention(&none, &q, &q, p).unwrap();
     assert!(o.is_empty() && l.is_empty());
+    let qkv = ctx.full_as(&[2, 0, 3, 64], 0.0, DType::BF16).unwrap();
+    let (o, l) = attention_qkv_packed(&qkv, (1, 1), p).unwrap();
+    assert!(o.shape() == [2, 0, 1, 64] && l.shape() == [2, 1, 0]);
+    let d = attention_qkv_packed_backward(&o, &qkv, &o, &l, (1, 1), p).unwrap();
+    assert!(d.shape() == [2, 0, 3, 64]);
 }
 
 fn main() {
@@ -394,6 +529,7 @@ fn main() {
         ("gpu_attention_forward_with_scale_matches_cpu", Case::Gpu(forward_with_scale_matches_cpu)),
         ("gpu_attention_backward_matches_cpu", Case::Gpu(backward_matches_cpu)),
         ("gpu_attention_backward_is_deterministic", Case::Gpu(backward_is_deterministic)),
+        ("gpu_attention_packed_matches_head_major", Case::Gpu(packed_matches_head_major)),
         ("gpu_attention_layer_matches_cpu", Case::Gpu(layer_matches_cpu)),
         ("gpu_attention_bad_input", Case::Gpu(bad_input)),
         ("gpu_attention_empty_inputs", Case::Gpu(empty_inputs)),
@@ -402,6 +538,7 @@ fn main() {
             "cpu_attention_backward_matches_finite_differences",
             Case::Cpu(cpu_backward_matches_finite_differences),
         ),
+        ("cpu_attention_packed_matches_head_major", Case::Cpu(|| packed_matches_head_major(&Context::cpu()))),
         ("cpu_attention_bad_input", Case::Cpu(|| bad_input(&Context::cpu()))),
         ("cpu_attention_empty_inputs", Case::Cpu(|| empty_inputs(&Context::cpu()))),
     ]);

@@ -91,30 +91,34 @@ kernel_table! {
                 attention_fwd_wgmma_f16_d64, attention_fwd_wgmma_f16_d128, attention_fwd_wgmma_bf16_d64,
                 attention_fwd_wgmma_bf16_d128
             ](
-                maps: crate::shapes::TensorMaps, out: *mut u16, lse: *mut f32, sq: usize, sk: usize,
-                hq: usize, hkv: usize, scale_log2: f32, causal: u32
+                maps: crate::shapes::TensorMaps, out: *mut u16, out_row: usize, out_head: usize,
+                out_batch: usize, lse: *mut f32, sq: usize, sk: usize, hq: usize, hkv: usize,
+                scale_log2: f32, causal: u32
             );
         }
     }
     module attention_bwd_sm90a("attention_bwd_sm90a", sm_90a) {
         attention::backward_wgmma {
             [attention_bwd_stats_f16, attention_bwd_stats_bf16](
-                dout: *const u16, out: *const u16, lse: *const f32, delta: *mut f32, lse2: *mut f32,
-                sq: usize, padded: usize, heads: usize, d: usize
+                dout: *const u16, out: *const u16, row: usize, head: usize, batch: usize,
+                lse: *const f32, delta: *mut f32, lse2: *mut f32, sq: usize, padded: usize, hq: usize,
+                d: usize
             );
             [
                 attention_bwd_wgmma_dq_f16_d64, attention_bwd_wgmma_dq_f16_d128,
                 attention_bwd_wgmma_dq_bf16_d64, attention_bwd_wgmma_dq_bf16_d128
             ](
                 maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16,
-                sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32
+                dq_row: usize, dq_head: usize, dq_batch: usize, sq: usize, sk: usize, hq: usize,
+                hkv: usize, scale: f32, scale_log2: f32, causal: u32
             );
             [
                 attention_bwd_wgmma_dkdv_f16_d64, attention_bwd_wgmma_dkdv_f16_d128,
                 attention_bwd_wgmma_dkdv_bf16_d64, attention_bwd_wgmma_dkdv_bf16_d128
             ](
                 maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dk: *mut f32,
-                dv: *mut f32, dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize,
+                dv: *mut f32, dk16: *mut u16, dv16: *mut u16, kv_row: usize, kv_head: usize,
+                kv_batch: usize, sq: usize, sk: usize, hq: usize, hkv: usize,
                 scale: f32, scale_log2: f32, causal: u32
             );
         }

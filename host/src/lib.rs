@@ -86,7 +86,9 @@ pub(crate) mod shapes;
 
 pub use half::{bf16, f16};
 pub use layers::{Layer, Sequential};
-pub use ops::attention::{attention, attention_backward, AttentionParams};
+pub use ops::attention::{
+    attention, attention_backward, attention_qkv_packed, attention_qkv_packed_backward, AttentionParams,
+};
 pub use ops::conv::{
     conv2d, conv2d_backward_bias, conv2d_backward_data, conv2d_backward_weight, Conv2dParams,
 };

@@ -40,9 +40,11 @@
 //! the dK/dV kernel.
 //!
 //! Launch: block `ATTN_WG_THREADS` (PTX `.maxntid` set by build.rs), dynamic shared memory
-//! `attn_wg_bwd_shared_bytes`; `maps` holds four tensor maps by value (q, k, v, dout; 3-D: D,
-//! sequence, batch · heads; boxes of 64 × 64, 128-byte swizzle), which TMA reads in the
-//! kernel's parameters.
+//! `attn_wg_bwd_shared_bytes`; `maps` holds four tensor maps by value (q, k, v, dout; 4-D: D,
+//! sequence, heads, batches, with any strides, so that they may be heads of packed projection
+//! outputs; boxes of 64 × 64, 128-byte swizzle), which TMA reads in the kernel's parameters. The
+//! gradients are written by address with `HeadStrides`.
+use super::HeadStrides;
 use crate::prelude::*;
 use crate::shapes::{
     attn_wg_padded_rows, attn_wg_stages, attn_wg_streamed_rows, TensorMaps, ATTN_WG_CONSUMERS as CONSUMERS,
@@ -206,31 +208,33 @@ impl Smem {
     }
 }
 
-/// TMA: rows `row..row + rows` of head `head` (all D columns: boxes of 64 rows × 64 columns,
-/// the panels of `rows` rows one after the other) into the tile at `dst`, counted on `bar`.
+/// TMA: rows `row..row + rows` of head `h` of batch `b` (all D columns: boxes of 64 rows × 64
+/// columns, the panels of `rows` rows one after the other) into the tile at `dst`, counted on
+/// `bar`.
 ///
 /// # Safety
-/// As [`tma_load_3d`], `dst` a tile of `panels` panels of `rows` rows.
+/// As [`tma_load_4d`], `dst` a tile of `panels` panels of `rows` rows.
 #[inline(always)]
 unsafe fn load_tile(
     dst: u32,
     map: *const u8,
     bar: u32,
-    (row, head): (usize, usize),
+    (row, (h, b)): (usize, (usize, usize)),
     (panels, rows): (usize, usize),
 ) {
     for p in 0..panels {
         for r in 0..rows / ROWS {
             let at = dst + ((p * rows / ROWS + r) as u32) * PANEL;
-            tma_load_3d(at, map, bar, ((p * 64) as i32, (row + r * ROWS) as i32, head as i32));
+            tma_load_4d(at, map, bar, ((p * 64) as i32, (row + r * ROWS) as i32, h as i32, b as i32));
         }
     }
 }
 
 /// The producer warpgroup: give registers away; thread 0 loads each consumer's two held tiles
-/// (`held_maps`, rows `held_row + 64c` of head `held_head`), then streams tiles `first..last`
-/// (`streamed_maps`, rows from `i · streamed_rows` of `streamed_head`) and, when `stats` is some (lse · log2 e
-/// and Δ, padded rows of `padded` per head, this head's at `stats_head`), their slices.
+/// (`held_maps`, rows `held_row + 64c` of head and batch `held_head`), then streams tiles
+/// `first..last` (`streamed_maps`, rows from `i · streamed_rows` of `streamed_head`) and, when
+/// `stats` is some (lse · log2 e and Δ, padded rows of `padded` per head, the streamed head's
+/// at head index `b·Hq + h`), their slices.
 ///
 /// # Safety
 /// `maps` as in the module documentation; the statistics hold `padded` rows per head.
@@ -238,10 +242,10 @@ unsafe fn load_tile(
 unsafe fn produce(
     sm: &Smem,
     maps: *const u8,
-    (held_maps, held_row, held_head): ([usize; 2], usize, usize),
-    (streamed_maps, streamed_head): ([usize; 2], usize),
+    (held_maps, held_row, held_head): ([usize; 2], usize, (usize, usize)),
+    (streamed_maps, streamed_head): ([usize; 2], (usize, usize)),
     (first, last): (usize, usize),
-    stats: Option<(*const f32, *const f32, usize)>,
+    stats: Option<(*const f32, *const f32, usize, usize)>,
 ) {
     setmaxnreg_dec::<PRODUCER_REGS>();
     if thread_x() != 0 {
@@ -267,8 +271,8 @@ unsafe fn produce(
         for (which, &m) in streamed_maps.iter().enumerate() {
             load_tile(sm.streamed(s, which), map(m), sm.full(s), rows, (sm.panels, sm.streamed_rows));
         }
-        if let Some((lse2, delta, padded)) = stats {
-            let at = streamed_head * padded + i * sm.streamed_rows;
+        if let Some((lse2, delta, padded, stats_head)) = stats {
+            let at = stats_head * padded + i * sm.streamed_rows;
             bulk_load(sm.stats(s, 0), lse2.add(at) as *const u8, sm.stats_bytes(), sm.full(s));
             bulk_load(sm.stats(s, 1), delta.add(at) as *const u8, sm.stats_bytes(), sm.full(s));
         }
@@ -388,12 +392,14 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     maps: *const u8,
     (lse2, delta): (*const f32, *const f32),
     (dk, dv, dk16, dv16): (*mut f32, *mut f32, *mut u16, *mut u16),
+    kv_at: HeadStrides,
     (sq, sk, hq, hkv): (usize, usize, usize, usize),
     (scale, scale_log2): (f32, f32),
     causal: bool,
 ) {
     let k0 = block_x() * ROWS * CONSUMERS;
-    let (qh, kvh) = (block_z() * hq + block_y(), block_z() * hkv + block_y() / (hq / hkv));
+    let (b, h) = (block_z(), block_y());
+    let (qh, kvh) = (b * hq + h, h / (hq / hkv));
     let offset = sk as isize - sq as isize;
     // The first query that sees key k0 under the mask.
     let q_lo = if causal { (k0 as isize - offset).max(0) as usize } else { 0 };
@@ -403,8 +409,8 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     sm.init();
     let t = thread_x();
     if t < 128 {
-        let stats = Some((lse2, delta, attn_wg_padded_rows(sq)));
-        produce(&sm, maps, ([1, 2], k0, kvh), ([0, 3], qh), (first, last), stats);
+        let stats = Some((lse2, delta, attn_wg_padded_rows(sq), qh));
+        produce(&sm, maps, ([1, 2], k0, (kvh, b)), ([0, 3], (h, b)), (first, last), stats);
         return;
     }
     setmaxnreg_inc::<CONSUMER_REGS>();
@@ -469,19 +475,19 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
         release(&mut Some(sm.empty(s)), tw);
     }
     let direct = !dk16.is_null();
-    unroll!(h in [0, 1] => {
-        if keys[h] < sk {
+    unroll!(half in [0, 1] => {
+        if keys[half] < sk {
             unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
                 if blk < D / 8 {
-                    let (x, at) = (4 * blk + 2 * h, keys[h] * D + 8 * blk + 2 * q4);
+                    let (x, at) = (4 * blk + 2 * half, 8 * blk + 2 * q4);
                     let gk = [acc_dk[x] * scale, acc_dk[x + 1] * scale];
                     let gv = [acc_dv[x], acc_dv[x + 1]];
                     if direct {
-                        let at = kvh * sk * D + at;
+                        let at = kv_at.at(b, kvh, keys[half]) + at;
                         store_u16x2(dk16.add(at), E::from_f32(gk[0]), E::from_f32(gk[1]));
                         store_u16x2(dv16.add(at), E::from_f32(gv[0]), E::from_f32(gv[1]));
                     } else {
-                        let at = qh * sk * D + at;
+                        let at = (qh * sk + keys[half]) * D + at;
                         store_f32x2(dk.add(at), gk);
                         store_f32x2(dv.add(at), gv);
                     }
@@ -495,7 +501,7 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
 unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     maps: *const u8,
     (lse2, delta): (*const f32, *const f32),
-    dq: *mut u16,
+    (dq, dq_at): (*mut u16, HeadStrides),
     (sq, sk, hq, hkv): (usize, usize, usize, usize),
     scale: f32,
     scale_log2: f32,
@@ -503,7 +509,8 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
 ) {
     // Last tiles first: under the mask they see the most keys.
     let q0 = (grid_dim_x() - 1 - block_x()) * ROWS * CONSUMERS;
-    let (qh, kvh) = (block_z() * hq + block_y(), block_z() * hkv + block_y() / (hq / hkv));
+    let (b, h) = (block_z(), block_y());
+    let (qh, kvh) = (b * hq + h, h / (hq / hkv));
     let offset = sk as isize - sq as isize;
     // Keys below this one are seen by some query of rows `from..from + 64·consumers`.
     let kv_end = |from: usize, consumers: usize| {
@@ -518,7 +525,7 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     sm.init();
     let t = thread_x();
     if t < 128 {
-        produce(&sm, maps, ([0, 3], q0, qh), ([1, 2], kvh), (0, tiles), None);
+        produce(&sm, maps, ([0, 3], q0, (h, b)), ([1, 2], (kvh, b)), (0, tiles), None);
         return;
     }
     setmaxnreg_inc::<CONSUMER_REGS>();
@@ -528,10 +535,10 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     let rows = [qc0 + 16 * w + g, qc0 + 16 * w + g + 8];
     let padded = attn_wg_padded_rows(sq);
     let (mut lse_r, mut dl_r) = ([f32::INFINITY; 2], [0.0f32; 2]);
-    unroll!(h in [0, 1] => {
-        if rows[h] < sq {
-            lse_r[h] = load_nc_f32(lse2.add(qh * padded + rows[h]));
-            dl_r[h] = load_nc_f32(delta.add(qh * padded + rows[h]));
+    unroll!(half in [0, 1] => {
+        if rows[half] < sq {
+            lse_r[half] = load_nc_f32(lse2.add(qh * padded + rows[half]));
+            dl_r[half] = load_nc_f32(delta.add(qh * padded + rows[half]));
         }
     });
     let mine = kv_end(qc0, 1).div_ceil(S::COLS);
@@ -588,12 +595,12 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     }
     acc.wait::<0>();
     release(&mut running, tw);
-    unroll!(h in [0, 1] => {
-        if rows[h] < sq {
-            let row = dq.add((qh * sq + rows[h]) * D + 2 * q4);
+    unroll!(half in [0, 1] => {
+        if rows[half] < sq {
+            let row = dq.add(dq_at.at(b, h, rows[half]) + 2 * q4);
             unroll!(blk in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
                 if blk < D / 8 {
-                    let x = 4 * blk + 2 * h;
+                    let x = 4 * blk + 2 * half;
                     store_u16x2(row.add(8 * blk), E::from_f32(acc[x] * scale), E::from_f32(acc[x + 1] * scale));
                 }
             });
@@ -601,27 +608,31 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     });
 }
 
-/// Per padded row `r` of `heads` heads of `padded` rows (row `r % padded` of head
-/// `r / padded`): Δ = rowsum(dO ∘ O) and lse · log2 e for the `sq` real rows of `d` elements
-/// (64 or 128), 0 and +∞ past them. Each lane reads 16-byte vectors, d/8 lanes a row, 256/d rows
-/// a warp (a lane per 2-byte element read the rows at a fifth of the bandwidth).
+/// Per padded row `i` of head `h` (grid y) of batch `b` (grid z), `padded` rows a head: Δ =
+/// rowsum(dO ∘ O) and lse · log2 e for the `sq` real rows of `d` elements (64 or 128; dO's and
+/// O's rows placed by `at`), 0 and +∞ past them, at row `(b·Hq + h)·padded + i` of `delta` and
+/// `lse2`. Each lane reads 16-byte vectors, d/8 lanes a row, 256/d rows a warp (a lane per
+/// 2-byte element read the rows at a fifth of the bandwidth).
 #[inline(always)]
 unsafe fn stats<H: HalfFloat>(
     (dout, out, lse): (*const u16, *const u16, *const f32),
+    at: HeadStrides,
     (delta, lse2): (*mut f32, *mut f32),
-    (sq, padded, heads, d): (usize, usize, usize, usize),
+    (sq, padded, hq, d): (usize, usize, usize, usize),
 ) {
+    let (h, b) = (block_y(), block_z());
+    let head = b * hq + h;
     let lanes = d / 8;
     let rows_per_warp = 32 / lanes;
     let step = grid_dim_x() * block_dim_x() / 32 * rows_per_warp;
     let mut first = global_x() / 32 * rows_per_warp;
-    while first < heads * padded {
-        let r = first + lane() / lanes;
-        let (head, i) = (r / padded, r % padded);
-        let real = r < heads * padded && i < sq;
+    while first < padded {
+        let i = first + lane() / lanes;
+        let r = head * padded + i;
+        let real = i < sq;
         let mut dot = 0.0f32;
         if real {
-            let at = (head * sq + i) * d + lane() % lanes * 8;
+            let at = at.at(b, h, i) + lane() % lanes * 8;
             let (o, g) = (load_nc_u16x8(out.add(at)).0, load_nc_u16x8(dout.add(at)).0);
             for k in 0..8 {
                 dot += H::to_f32(o[k]) * H::to_f32(g[k]);
@@ -632,7 +643,7 @@ unsafe fn stats<H: HalfFloat>(
             dot += shfl_xor(dot, m as u32);
             m /= 2;
         }
-        if r < heads * padded && lane() % lanes == 0 {
+        if i < padded && lane() % lanes == 0 {
             store_f32(delta.add(r), dot);
             store_f32(
                 lse2.add(r),
@@ -646,13 +657,15 @@ unsafe fn stats<H: HalfFloat>(
 macro_rules! stats_kernels {
     ($($name:ident: $h:ty;)*) => {$(
         /// Δ and lse · log2 e padded to whole query tiles: `delta` and `lse2` hold
-        /// `heads · padded` rows; any 1-D grid of whole warps.
+        /// `B·Hq·padded` rows; dO's and O's rows are placed alike, by `HeadStrides` (`row`,
+        /// `head`, `batch`); grid `(any, Hq, B)` of whole warps.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            dout: *const u16, out: *const u16, lse: *const f32, delta: *mut f32, lse2: *mut f32,
-            sq: usize, padded: usize, heads: usize, d: usize,
+            dout: *const u16, out: *const u16, row: usize, head: usize, batch: usize, lse: *const f32,
+            delta: *mut f32, lse2: *mut f32, sq: usize, padded: usize, hq: usize, d: usize,
         ) {
-            stats::<$h>((dout, out, lse), (delta, lse2), (sq, padded, heads, d))
+            let at = HeadStrides { row, head, batch };
+            stats::<$h>((dout, out, lse), at, (delta, lse2), (sq, padded, hq, d))
         }
     )*};
 }
@@ -664,26 +677,31 @@ stats_kernels! {
 
 macro_rules! wgmma_backward_kernels {
     ($($dq:ident, $dkdv:ident: $e:ty, $d:literal, $tile:ty, $dq_scores:ty, $dkdv_scores:ty;)*) => {$(
-        /// dQ `[B, Hq, Sq, D]` in the dtype; see the module documentation.
+        /// dQ in the dtype, row `r` of head `h` of batch `b` at `dq_out + b·dq_batch +
+        /// h·dq_head + r·dq_row` (`HeadStrides`); see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dq(
-            _maps: TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16, sq: usize, sk: usize,
-            hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32,
+            _maps: TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16, dq_row: usize,
+            dq_head: usize, dq_batch: usize, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
+            scale_log2: f32, causal: u32,
         ) {
             let maps = kernel_param_address!($dq, 0);
-            dq::<$e, $tile, $dq_scores, $d>(maps, (lse2, delta), dq_out, (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
+            let dq_at = HeadStrides { row: dq_row, head: dq_head, batch: dq_batch };
+            dq::<$e, $tile, $dq_scores, $d>(maps, (lse2, delta), (dq_out, dq_at), (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
         }
         /// dK and dV: f32 per query head `[B, Hq, Sk, D]` into `dk`, `dv`, or (when `dk16` is
-        /// not null, for Hq = Hkv) the dtype into `dk16`, `dv16`; see the module documentation.
+        /// not null, for Hq = Hkv) the dtype into `dk16`, `dv16`, placed alike by `HeadStrides`
+        /// (`kv_row`, `kv_head`, `kv_batch`); see the module documentation.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $dkdv(
             _maps: TensorMaps, lse2: *const f32, delta: *const f32, dk: *mut f32, dv: *mut f32,
-            dk16: *mut u16, dv16: *mut u16, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
-            scale_log2: f32, causal: u32,
+            dk16: *mut u16, dv16: *mut u16, kv_row: usize, kv_head: usize, kv_batch: usize, sq: usize,
+            sk: usize, hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32,
         ) {
             let maps = kernel_param_address!($dkdv, 0);
+            let kv_at = HeadStrides { row: kv_row, head: kv_head, batch: kv_batch };
             dkdv::<$e, $tile, $dkdv_scores, $d>(
-                maps, (lse2, delta), (dk, dv, dk16, dv16), (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
+                maps, (lse2, delta), (dk, dv, dk16, dv16), kv_at, (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
             )
         }
     )*};

@@ -37,9 +37,10 @@
 //!
 //! Launch: block `ATTN_WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(⌈Sq/128⌉, Hq, B)`,
 //! dynamic shared memory `attn_wgmma_shared_bytes(D)`; `maps` holds three tensor maps by value
-//! (q, k, v; 3-D: D, rows, heads of all batches; boxes of 64 columns × 128 rows; 128-byte
-//! swizzle), which TMA reads in the kernel's parameters.
-use super::block_coords;
+//! (q, k, v; 4-D: D, rows, heads, batches, with any strides, so that q, k and v may be heads of
+//! one packed projection output; boxes of 64 columns × 128 rows; 128-byte swizzle), which TMA
+//! reads in the kernel's parameters. The output is written by address with `HeadStrides`.
+use super::{block_coords, HeadStrides};
 use crate::prelude::*;
 use crate::shapes::{
     attn_wgmma_stages, TensorMaps, ATTN_WGMMA_BLOCK_M as BM, ATTN_WGMMA_BLOCK_N as BN,
@@ -102,6 +103,7 @@ impl Layout {
 #[inline(always)]
 unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
     (maps, out, lse): (*const u8, *mut u16, *mut f32),
+    out_at: HeadStrides,
     (sq, sk, hq, hkv): (usize, usize, usize, usize),
     scale_log2: f32,
     causal: bool,
@@ -111,7 +113,7 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
     let t = thread_x();
     let (tile, h, b, _) = block_coords(1);
     let q0 = tile * BM;
-    let (q_head, kv_head) = (b * hq + h, b * hkv + h / (hq / hkv));
+    let (q_head, kv_head) = (b * hq + h, h / (hq / hkv));
     let offset = sk as isize - sq as isize;
     let kv_end =
         if causal { (q0 as isize + BM as isize + offset).clamp(0, sk as isize) as usize } else { sk };
@@ -139,8 +141,8 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
             let kv_bytes = panels * KV_PANEL;
             mbarrier_arrive_expect_tx(at.q_full(), panels * Q_PANEL);
             for p in 0..panels {
-                let coords = ((p as usize * PANEL) as i32, q0 as i32, q_head as i32);
-                tma_load_3d(at.q() + p * Q_PANEL, map_q, at.q_full(), coords);
+                let coords = ((p as usize * PANEL) as i32, q0 as i32, h as i32, b as i32);
+                tma_load_4d(at.q() + p * Q_PANEL, map_q, at.q_full(), coords);
             }
             for j in 0..tiles {
                 let s = j % stages;
@@ -155,8 +157,8 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
                     }
                     mbarrier_arrive_expect_tx(full, kv_bytes);
                     for p in 0..panels {
-                        let coords = ((p as usize * PANEL) as i32, (j * BN) as i32, kv_head as i32);
-                        tma_load_3d(dst + p * KV_PANEL, map, full, coords);
+                        let coords = ((p as usize * PANEL) as i32, (j * BN) as i32, kv_head as i32, b as i32);
+                        tma_load_4d(dst + p * KV_PANEL, map, full, coords);
                     }
                 }
             }
@@ -273,10 +275,9 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
             store_f32(lse.add(q_head * sq + row(i)), v);
         }
     });
-    let out = out.add(q_head * sq * D);
     unroll!(i in [0, 1] => {
         if row(i) < sq {
-            let at_row = out.add(row(i) * D + 2 * tq);
+            let at_row = out.add(out_at.at(b, h, row(i)) + 2 * tq);
             unroll!(n in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] => {
                 if n < NO / 4 {
                     let (v0, v1) = (o[4 * n + 2 * i] * inv[i], o[4 * n + 2 * i + 1] * inv[i]);
@@ -429,15 +430,17 @@ impl Softmax {
 macro_rules! forward_wgmma_kernels {
     ($($name:ident: $e:ty, $d:literal;)*) => {$(
         /// Attention forward on `wgmma`; see the module documentation. `maps` holds q's, k's and
-        /// v's tensor maps; `lse` is f32 `[B, Hq, Sq]`; `scale_log2` = softmax scale · log2 e > 0;
-        /// `causal` 0 or 1.
+        /// v's tensor maps; row `r` of head `h` of batch `b` of the output starts at `out +
+        /// b·out_batch + h·out_head + r·out_row` (`HeadStrides`); `lse` is f32 `[B, Hq, Sq]`;
+        /// `scale_log2` = softmax scale · log2 e > 0; `causal` 0 or 1.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            _maps: TensorMaps, out: *mut u16, lse: *mut f32,
-            sq: usize, sk: usize, hq: usize, hkv: usize, scale_log2: f32, causal: u32,
+            _maps: TensorMaps, out: *mut u16, out_row: usize, out_head: usize, out_batch: usize,
+            lse: *mut f32, sq: usize, sk: usize, hq: usize, hkv: usize, scale_log2: f32, causal: u32,
         ) {
             let maps = kernel_param_address!($name, 0);
-            forward::<$e, $d, { $d / 2 }>((maps, out, lse), (sq, sk, hq, hkv), scale_log2, causal != 0)
+            let out_at = HeadStrides { row: out_row, head: out_head, batch: out_batch };
+            forward::<$e, $d, { $d / 2 }>((maps, out, lse), out_at, (sq, sk, hq, hkv), scale_log2, causal != 0)
         }
     )*};
 }

@@ -172,6 +172,25 @@ pub(crate) unsafe fn store_strip<H: HalfFloat, const NO: usize>(
     });
 }
 
+/// Where the rows of a head start in a 16-bit tensor the Hopper kernels write or read by address:
+/// element strides between consecutive rows, heads and batches. Head-major `[B, H, S, D]` has
+/// `(D, S·D, H·S·D)`; token-major `[B, S, Htot, D]` (a projection's output, heads side by side
+/// in a row) `(Htot·D, D, S·Htot·D)`.
+#[derive(Clone, Copy)]
+pub(crate) struct HeadStrides {
+    pub row: usize,
+    pub head: usize,
+    pub batch: usize,
+}
+
+impl HeadStrides {
+    /// The offset of row `r` of head `h` of batch `b`.
+    #[inline(always)]
+    pub fn at(self, b: usize, h: usize, r: usize) -> usize {
+        b * self.batch + h * self.head + r * self.row
+    }
+}
+
 /// Block coordinates of a per-(row tile, head, batch · pass) launch: (tile, head, batch, pass);
 /// tiles run last-first, so the longest causal rows start first.
 #[inline(always)]

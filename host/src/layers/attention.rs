@@ -1,6 +1,6 @@
 //! [`MultiHeadAttention`]: a fused QKV projection, flash attention, an output projection.
 use super::{bias_grad, layer_error, saved, uniform_init, InLayer, Layer, Param, WeightBias};
-use crate::ops::attention::{attention, attention_backward, from_heads, to_heads, AttentionParams};
+use crate::ops::attention::{attention_qkv_packed, attention_qkv_packed_backward, AttentionParams};
 use crate::ops::matmul::{linear, Activation, Gemm};
 use crate::runtime::error::Result;
 use crate::tensor::{DType, Tensor};
@@ -21,12 +21,12 @@ pub struct MultiHeadAttention {
     training: bool,
 }
 
-/// What backward needs from a training-mode forward.
+/// What backward needs from a training-mode forward: the input, the projection's output
+/// `[B, S, Hq + 2·Hkv, D]` and the attention's `[B, S, Hq, D]` in the attention dtype, the
+/// log-sum-exp, and the output projection's input in the layer's dtype.
 struct Kept {
     x: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+    qkv: Tensor,
     out: Tensor,
     lse: Tensor,
     merged: Tensor,
@@ -91,33 +91,22 @@ impl MultiHeadAttention {
         let x2 = x.reshape(&[b * s, e])?;
         let qkv = linear(&x2, self.qkv.weight.value(), self.qkv.bias_value(), Activation::None)?;
         let qkv = qkv.reshape(&[b, s, hq + 2 * hkv, d])?.into_dtype(self.attention_dtype())?;
-        let (q, k, v) =
-            (to_heads(&qkv, (0, hq))?, to_heads(&qkv, (hq, hkv))?, to_heads(&qkv, (hq + hkv, hkv))?);
-        let (out, lse) = attention(&q, &k, &v, self.params)?;
-        // Every head of `merged` and `dqkv` is written by `from_heads`.
-        let mut merged = Tensor::uninit_as(x.context(), &[b, s, hq, d], out.dtype(), "MultiHeadAttention")?;
-        from_heads(&out, &mut merged, 0)?;
-        let merged = merged.into_dtype(self.dtype())?.reshape(&[b * s, hq * d])?;
+        let (out, lse) = attention_qkv_packed(&qkv, (hq, hkv), self.params)?;
+        let merged = out.clone().into_dtype(self.dtype())?.reshape(&[b * s, hq * d])?;
         let y = linear(&merged, self.proj.weight.value(), self.proj.bias_value(), Activation::None)?;
-        Ok((y.reshape(&[b, s, e])?, Kept { x: x2, q, k, v, out, lse, merged }))
+        Ok((y.reshape(&[b, s, e])?, Kept { x: x2, qkv, out, lse, merged }))
     }
 
     fn backward_parts(&mut self, kept: Kept, dy: &Tensor) -> Result<Tensor> {
         let (hq, hkv, d) = self.heads;
         let (b, s, e) = (dy.shape()[0], dy.shape()[1], dy.shape()[2]);
-        let ctx = dy.context();
         let dy2 = dy.reshape(&[b * s, e])?;
         let dwo = Gemm::new(&dy2, &kept.merged).transpose_a(true).run()?;
         let dbo = bias_grad(&dy2)?;
         let dmerged = dy2.matmul(self.proj.weight.value())?;
         let dmerged = dmerged.reshape(&[b, s, hq, d])?.into_dtype(self.attention_dtype())?;
-        let dout = to_heads(&dmerged, (0, hq))?;
-        let (dq, dk, dv) =
-            attention_backward(&dout, &kept.q, &kept.k, &kept.v, &kept.out, &kept.lse, self.params)?;
-        let mut dqkv = Tensor::uninit_as(ctx, &[b, s, hq + 2 * hkv, d], dq.dtype(), "MultiHeadAttention")?;
-        from_heads(&dq, &mut dqkv, 0)?;
-        from_heads(&dk, &mut dqkv, hq)?;
-        from_heads(&dv, &mut dqkv, hq + hkv)?;
+        let dqkv =
+            attention_qkv_packed_backward(&dmerged, &kept.qkv, &kept.out, &kept.lse, (hq, hkv), self.params)?;
         let dqkv = dqkv.into_dtype(self.dtype())?.reshape(&[b * s, (hq + 2 * hkv) * d])?;
         let dw = Gemm::new(&dqkv, &kept.x).transpose_a(true).run()?;
         let db = bias_grad(&dqkv)?;
@@ -140,7 +129,7 @@ impl Layer for MultiHeadAttention {
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
         let kept = saved(self.kept.take(), self, dy)?;
-        if dy.shape() != [kept.q.shape()[0], kept.q.shape()[2], self.embed()] {
+        if dy.shape() != [kept.qkv.shape()[0], kept.qkv.shape()[1], self.embed()] {
             return Err(layer_error(self, dy.shape(), "dy must have the last forward output's shape"));
         }
         self.backward_parts(kept, dy).in_layer(self)

@@ -10,13 +10,19 @@
 //! `j ≤ i + Sk − Sq` (the mask aligned to the bottom right, as FlashAttention-2); a row that sees
 //! no key (only when Sq > Sk) gets output 0 and log-sum-exp +∞.
 //!
+//! [`attention_qkv_packed`] and its backward take self-attention's q, k and v where a fused QKV
+//! projection leaves them (token-major `[B, S, Hq + 2·Hkv, D]`) and give the output token-major
+//! `[B, S, Hq, D]` (the output projection's input) and dQKV like the input: the Hopper kernels
+//! read and write heads through strided 4-D tensor maps and addresses (`Heads`), so a layer
+//! needs no copies between its projections and attention.
+//!
 //! The CPU twin computes in f64 (softmax and both products) and rounds once to the dtype; it is
 //! the tests' oracle. The GPU backward is deterministic in every mode: dQ and dK/dV come from two
 //! kernels that each sum in a fixed order (no atomics), see `backward.rs`; where the sm_90a
 //! modules are loaded (compute capability 9.0, `FERROCUDA_DISABLE_SM90A` unset) the backward at
 //! D = 64 and 128 runs the `wgmma` kernels of `backward_wgmma.rs`, with the same contract.
 use crate::kernels;
-use crate::ops::matmul::{tensor_map, tensor_maps};
+use crate::ops::matmul::{tensor_map_tiled, tensor_maps};
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{DevPtr, DevPtrMut, Kernel};
 use crate::runtime::launch::LaunchConfig;
@@ -25,9 +31,10 @@ use crate::shapes::{
     attn_dkdv_shared_bytes, attn_dq_shared_bytes, attn_fwd_rows, attn_fwd_shared_bytes,
     attn_wg_bwd_shared_bytes, attn_wg_padded_rows, attn_wgmma_shared_bytes, TensorMaps, ATTN_AUX_BLOCK,
     ATTN_BLOCK_M, ATTN_BLOCK_N, ATTN_MAX_OUT_COLS, ATTN_THREADS, ATTN_WGMMA_BLOCK_M, ATTN_WGMMA_BLOCK_N,
-    ATTN_WGMMA_PANEL, ATTN_WGMMA_THREADS, ATTN_WG_CONSUMERS, ATTN_WG_ROWS, ATTN_WG_THREADS,
+    ATTN_WGMMA_THREADS, ATTN_WG_CONSUMERS, ATTN_WG_ROWS, ATTN_WG_THREADS,
 };
 use crate::tensor::{DType, Storage, Tensor};
+use cudarc::driver::sys;
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -152,8 +159,9 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, params: AttentionParams) ->
                 ));
             }
             let stream = ctx.stream(OP)?;
-            if uses_wgmma_forward(stream, &d, (q, k, v), &params) {
-                forward_wgmma(stream, d, (q, k, v), (&out, &lse), &params)?;
+            let views = (Heads::head_major(q), Heads::head_major(k), Heads::head_major(v));
+            if uses_wgmma_forward(stream, &d, views, &params) {
+                forward_wgmma(stream, d, views, (Heads::head_major(&out), &lse), &params)?;
                 return Ok((out, lse));
             }
             let cfg = block_grid(OP, &d, d.sq.div_ceil(attn_fwd_rows(d.d)), attn_fwd_shared_bytes(d.d))?;
@@ -192,7 +200,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, params: AttentionParams) ->
 fn uses_wgmma_forward(
     stream: &Stream,
     d: &Dims,
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    views: (Heads, Heads, Heads),
     params: &AttentionParams,
 ) -> bool {
     let scale = d.scale(params);
@@ -200,32 +208,102 @@ fn uses_wgmma_forward(
         && matches!(d.d, 64 | 128)
         && scale > 0.0
         && scale.is_finite()
-        && [q, k, v].iter().all(|t| t.device_ptr() % 16 == 0)
+        && [views.0, views.1, views.2].iter().all(|t| t.address() % 16 == 0)
         && d.sq.max(d.sk) < i32::MAX as usize / 2
+}
+
+/// Where a 16-bit tensor's heads lie for the Hopper kernels, in elements: the strides between
+/// consecutive rows, heads and batches (the kernels' `HeadStrides`; TMA's map strides) and the
+/// offset of the first head.
+#[derive(Clone, Copy, Debug)]
+struct HeadLayout {
+    row: usize,
+    head: usize,
+    batch: usize,
+    first: usize,
+}
+
+/// `heads` heads of `seq` rows of D values in `t`, placed as `at` says.
+#[derive(Clone, Copy)]
+struct Heads<'a> {
+    t: &'a Tensor,
+    at: HeadLayout,
+    heads: usize,
+    seq: usize,
+}
+
+impl<'a> Heads<'a> {
+    /// A head-major `[B, H, S, D]` tensor, the layout of [`attention`]'s.
+    fn head_major(t: &'a Tensor) -> Self {
+        let (h, s, d) = (t.shape()[1], t.shape()[2], t.shape()[3]);
+        let at = HeadLayout { row: d, head: s * d, batch: h * s * d, first: 0 };
+        Heads { t, at, heads: h, seq: s }
+    }
+
+    /// Heads `h0..h0 + h` of a token-major `[B, S, Htot, D]` tensor (a projection's output).
+    fn token_major(t: &'a Tensor, (h0, h): (usize, usize)) -> Self {
+        let (s, htot, d) = (t.shape()[1], t.shape()[2], t.shape()[3]);
+        let at = HeadLayout { row: htot * d, head: d, batch: s * htot * d, first: h0 * d };
+        Heads { t, at, heads: h, seq: s }
+    }
+
+    /// The device address of the first head's first row.
+    fn address(&self) -> u64 {
+        self.t.device_ptr() + (self.at.first * self.t.dtype().size_bytes()) as u64
+    }
+
+    fn ptr(&self) -> DevPtr<u16> {
+        self.t.ptr::<u16>().offset(self.at.first)
+    }
+
+    fn ptr_mut(&self) -> DevPtrMut<u16> {
+        self.t.ptr_mut::<u16>().offset(self.at.first)
+    }
+
+    /// The kernels' `HeadStrides`: (row, head, batch).
+    fn strides(&self) -> (usize, usize, usize) {
+        (self.at.row, self.at.head, self.at.batch)
+    }
+
+    /// A 4-D TMA map (D, rows, heads, batches) of `batch` batches, boxes of 64 columns × `rows`
+    /// rows, 128-byte swizzle.
+    fn map(&self, (batch, d): (usize, usize), rows: usize) -> Result<sys::CUtensorMap> {
+        let size = self.t.dtype().size_bytes() as u64;
+        let (row, head, batch_stride) = self.strides();
+        tensor_map_tiled(
+            self.t.dtype(),
+            self.address(),
+            &[d as u64, self.seq as u64, self.heads as u64, batch as u64],
+            &[row as u64 * size, head as u64 * size, batch_stride as u64 * size],
+            &[64, rows as u32, 1, 1],
+        )
+    }
 }
 
 /// The Hopper forward: q's, k's and v's tensor maps, then the launch.
 fn forward_wgmma(
     stream: &Arc<Stream>,
     d: Dims,
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
-    (out, lse): (&Tensor, &Tensor),
+    (q, k, v): (Heads, Heads, Heads),
+    (out, lse): (Heads, &Tensor),
     params: &AttentionParams,
 ) -> Result<()> {
     const OP: &str = "attention";
-    let dtype = q.dtype();
-    let boxed = (ATTN_WGMMA_PANEL, ATTN_WGMMA_BLOCK_M);
-    let map_q = tensor_map(dtype, q.device_ptr(), (d.d, d.sq, d.b * d.hq), d.sq * d.d, boxed)?;
-    let boxed = (ATTN_WGMMA_PANEL, ATTN_WGMMA_BLOCK_N);
-    let map_k = tensor_map(dtype, k.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
-    let map_v = tensor_map(dtype, v.device_ptr(), (d.d, d.sk, d.b * d.hkv), d.sk * d.d, boxed)?;
+    let dtype = q.t.dtype();
+    let map_q = q.map((d.b, d.d), ATTN_WGMMA_BLOCK_M)?;
+    let map_k = k.map((d.b, d.d), ATTN_WGMMA_BLOCK_N)?;
+    let map_v = v.map((d.b, d.d), ATTN_WGMMA_BLOCK_N)?;
     let mut cfg = block_grid(OP, &d, d.sq.div_ceil(ATTN_WGMMA_BLOCK_M), attn_wgmma_shared_bytes(d.d))?;
     cfg.block = (ATTN_WGMMA_THREADS as u32, 1, 1);
     let kernel = FWD_WGMMA_KERNELS[dtype.index() - 1][usize::from(d.d == 128)];
     let scale_log2 = d.scale(params) * std::f32::consts::LOG2_E;
+    let (row, head, batch) = out.strides();
     let args = (
         tensor_maps(&[map_q, map_k, map_v]),
         out.ptr_mut(),
+        row,
+        head,
+        batch,
         lse.ptr_mut(),
         d.sq,
         d.sk,
@@ -234,13 +312,15 @@ fn forward_wgmma(
         scale_log2,
         u32::from(params.causal),
     );
-    // SAFETY: `attention_fwd_wgmma_<dtype>_d<D>(maps, out, lse, sq, sk, hq, hkv, scale_log2,
-    // causal)`: `maps` holds the tensor maps of q [B·Hq, Sq, D], k and v [B·Hkv, Sk, D], made
-    // above for their live, 16-byte aligned buffers with the shapes `dims()` checked (Hkv
-    // dividing Hq, D the kernel's); out and lse are fresh buffers of [B, Hq, Sq, D] and
-    // [B, Hq, Sq]; block, grid (B ≤ 65535 checked by `block_grid`) and dynamic shared memory are
-    // the kernel's; Sq, Sk > 0; scale_log2 > 0. The maps travel by value in the launch's
-    // parameters, which the launch copies.
+    // SAFETY: `attention_fwd_wgmma_<dtype>_d<D>(maps, out, out_row, out_head, out_batch, lse, sq,
+    // sk, hq, hkv, scale_log2, causal)`: `maps` holds the 4-D tensor maps of q (Hq heads of Sq
+    // rows), k and v (Hkv heads of Sk rows) over B batches, made above for their live, 16-byte
+    // aligned buffers from views whose shapes the caller checked (Hkv dividing Hq, D the
+    // kernel's); `out` with its strides places B·Hq·Sq rows of D inside a fresh (or the caller's
+    // unshared) buffer of the dtype, lse is a fresh f32 [B, Hq, Sq]; block, grid (B ≤ 65535
+    // checked by `block_grid`) and dynamic shared memory are the kernel's; Sq, Sk > 0;
+    // scale_log2 > 0. The maps travel by value in the launch's parameters, which the launch
+    // copies.
     unsafe { kernel.launch(stream, cfg, args) }
 }
 
@@ -286,6 +366,139 @@ pub fn attention_backward(
     }
 }
 
+/// Check a packed projection output `qkv` `[B, S, Hq + 2·Hkv, D]` for [`attention_qkv_packed`]
+/// and return its sizes (self-attention: Sq = Sk = S).
+fn packed_dims(op: &'static str, qkv: &Tensor, (hq, hkv): (usize, usize)) -> Result<Dims> {
+    if !matches!(qkv.dtype(), DType::F16 | DType::BF16) {
+        return Err(Error::UnsupportedDType { op, dtype: qkv.dtype() });
+    }
+    let bad = |reason: String| Error::InvalidArgument { op, shape: qkv.shape().to_vec(), reason };
+    let &[b, s, htot, d] = qkv.shape() else {
+        return Err(bad("qkv must be [batch, seq, q_heads + 2·kv_heads, head_dim]".into()));
+    };
+    if hkv == 0 || hq % hkv != 0 {
+        return Err(bad(format!("the kv heads ({hkv}) must divide the query heads ({hq})")));
+    }
+    if htot != hq + 2 * hkv {
+        return Err(bad(format!("{htot} heads in qkv, not {hq} query + 2 × {hkv} kv heads")));
+    }
+    if !HEAD_DIMS.contains(&d) {
+        return Err(bad(format!("head dim {d} is not supported (one of {HEAD_DIMS:?})")));
+    }
+    Ok(Dims { b, hq, hkv, sq: s, sk: s, d })
+}
+
+/// Self-attention over the output of a fused QKV projection, read where it lies: `qkv` is
+/// token-major `[B, S, Hq + 2·Hkv, D]` (the query heads, then the key heads, then the value
+/// heads: `x · Wqkvᵀ` reshaped), the output token-major `[B, S, Hq, D]` (the output projection's
+/// input as `[B·S, Hq·D]`), the log-sum-exp f32 `[B, Hq, S]`. The math, dtypes, head dims and
+/// options are [`attention`]'s (Sq = Sk = S). The Hopper kernels (D = 64 or 128) read q, k and v
+/// from `qkv` and write the output in place through strided tensor maps and addresses; elsewhere
+/// the heads are copied to and from [`attention`]'s head-major layout.
+pub fn attention_qkv_packed(
+    qkv: &Tensor,
+    (hq, hkv): (usize, usize),
+    params: AttentionParams,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "attention_qkv_packed";
+    let d = packed_dims(OP, qkv, (hq, hkv))?;
+    let ctx = qkv.context();
+    let out_shape = [d.b, d.sq, hq, d.d];
+    if matches!(qkv.storage(), Storage::Cuda(_)) && d.b * hq * d.sq > 0 {
+        let stream = ctx.stream(OP)?;
+        let tm = |h| Heads::token_major(qkv, h);
+        let views = (tm((0, hq)), tm((hq, hkv)), tm((hq + hkv, hkv)));
+        if uses_wgmma_forward(stream, &d, views, &params) {
+            let out = Tensor::uninit_as(ctx, &out_shape, qkv.dtype(), OP)?;
+            let lse = Tensor::uninit(ctx, &d.lse_shape(), OP)?;
+            forward_wgmma(stream, d, views, (Heads::token_major(&out, (0, hq)), &lse), &params)?;
+            return Ok((out, lse));
+        }
+    }
+    let (q, k, v) = (to_heads(qkv, (0, hq))?, to_heads(qkv, (hq, hkv))?, to_heads(qkv, (hq + hkv, hkv))?);
+    let (heads_out, lse) = attention(&q, &k, &v, params)?;
+    // Every head of `out` is written by `from_heads`.
+    let mut out = Tensor::uninit_as(ctx, &out_shape, qkv.dtype(), OP)?;
+    from_heads(&heads_out, &mut out, 0)?;
+    Ok((out, lse))
+}
+
+/// The gradient of [`attention_qkv_packed`]'s `qkv` (a tensor like it) from `dout` (like `out`),
+/// the forward's `qkv`, `out` and `lse`, and the same heads and `params`. The Hopper kernels
+/// write dQ, dK and dV into their heads of the result directly.
+pub fn attention_qkv_packed_backward(
+    dout: &Tensor,
+    qkv: &Tensor,
+    out: &Tensor,
+    lse: &Tensor,
+    (hq, hkv): (usize, usize),
+    params: AttentionParams,
+) -> Result<Tensor> {
+    const OP: &str = "attention_qkv_packed_backward";
+    let d = packed_dims(OP, qkv, (hq, hkv))?;
+    let out_shape = [d.b, d.sq, hq, d.d];
+    for t in [dout, out] {
+        qkv.check_peer(OP, t)?;
+        if t.shape() != out_shape {
+            return Err(Error::ShapeMismatch { op: OP, lhs: t.shape().to_vec(), rhs: out_shape.to_vec() });
+        }
+    }
+    if !qkv.context().same_queue(lse.context()) {
+        return Err(qkv.context().mismatch(OP, lse.context()));
+    }
+    if lse.dtype() != DType::F32 {
+        return Err(Error::DTypeMismatch { op: OP, lhs: lse.dtype(), rhs: DType::F32 });
+    }
+    if lse.shape() != d.lse_shape() {
+        return Err(Error::ShapeMismatch { op: OP, lhs: lse.shape().to_vec(), rhs: d.lse_shape().to_vec() });
+    }
+    let ctx = qkv.context();
+    let dtype = qkv.dtype();
+    let aligned = [qkv, dout, out].iter().all(|t| t.device_ptr() % 16 == 0);
+    if matches!(qkv.storage(), Storage::Cuda(_)) && d.b * hq * d.sq > 0 && aligned {
+        let stream = ctx.stream(OP)?;
+        if stream.device.modules.sm90a && matches!(d.d, 64 | 128) {
+            // Every head of `dqkv` is written: dQ, dK and dV by the kernels, or dK and dV of
+            // grouped heads by `from_heads`.
+            let mut dqkv = Tensor::uninit_as(ctx, qkv.shape(), dtype, OP)?;
+            let tm = Heads::token_major;
+            let inputs = (
+                tm(dout, (0, hq)),
+                tm(qkv, (0, hq)),
+                tm(qkv, (hq, hkv)),
+                tm(qkv, (hq + hkv, hkv)),
+                tm(out, (0, hq)),
+                lse,
+            );
+            if d.group() == 1 {
+                let grads = (tm(&dqkv, (0, hq)), tm(&dqkv, (hq, hkv)), tm(&dqkv, (hq + hkv, hkv)));
+                gpu_backward_wgmma(stream, d, inputs, grads, &params)?;
+            } else {
+                // Grouped kv heads: dK and dV are sums over query heads into head-major tensors.
+                let kv_shape = [d.b, hkv, d.sk, d.d];
+                let (dk, dv) = (
+                    Tensor::uninit_as(ctx, &kv_shape, dtype, OP)?,
+                    Tensor::uninit_as(ctx, &kv_shape, dtype, OP)?,
+                );
+                let grads = (tm(&dqkv, (0, hq)), Heads::head_major(&dk), Heads::head_major(&dv));
+                gpu_backward_wgmma(stream, d, inputs, grads, &params)?;
+                from_heads(&dk, &mut dqkv, hq)?;
+                from_heads(&dv, &mut dqkv, hq + hkv)?;
+            }
+            return Ok(dqkv);
+        }
+    }
+    let (q, k, v) = (to_heads(qkv, (0, hq))?, to_heads(qkv, (hq, hkv))?, to_heads(qkv, (hq + hkv, hkv))?);
+    let (heads_dout, heads_out) = (to_heads(dout, (0, hq))?, to_heads(out, (0, hq))?);
+    let (dq, dk, dv) = attention_backward(&heads_dout, &q, &k, &v, &heads_out, lse, params)?;
+    // Every head of `dqkv` is written by `from_heads`.
+    let mut dqkv = Tensor::uninit_as(ctx, qkv.shape(), dtype, OP)?;
+    from_heads(&dq, &mut dqkv, 0)?;
+    from_heads(&dk, &mut dqkv, hq)?;
+    from_heads(&dv, &mut dqkv, hq + hkv)?;
+    Ok(dqkv)
+}
+
 /// Grid `(tiles, Hq, B · passes)` of 128-thread blocks with `shared` bytes.
 fn block_grid(op: &'static str, d: &Dims, tiles: usize, shared: usize) -> Result<LaunchConfig> {
     let z = d.b * d.passes();
@@ -310,11 +523,19 @@ fn gpu_backward(
     params: &AttentionParams,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     const OP: &str = "attention_backward";
-    if stream.device.modules.sm90a && matches!(d.d, 64 | 128) {
-        return gpu_backward_wgmma(stream, d, (dout, q, k, v, out, lse), params);
-    }
     let ctx = q.context();
     let dtype = q.dtype();
+    if stream.device.modules.sm90a && matches!(d.d, 64 | 128) {
+        let (dq, dk, dv) = (
+            Tensor::uninit_as(ctx, q.shape(), dtype, OP)?,
+            Tensor::uninit_as(ctx, k.shape(), dtype, OP)?,
+            Tensor::uninit_as(ctx, v.shape(), dtype, OP)?,
+        );
+        let hm = Heads::head_major;
+        let inputs = (hm(dout), hm(q), hm(k), hm(v), hm(out), lse);
+        gpu_backward_wgmma(stream, d, inputs, (hm(&dq), hm(&dk), hm(&dv)), params)?;
+        return Ok((dq, dk, dv));
+    }
     let di = dtype.index() - 1;
     let rows = d.b * d.hq * d.sq;
     let delta = Tensor::uninit(ctx, &d.lse_shape(), OP)?;
@@ -399,64 +620,107 @@ fn sum_heads(stream: &Arc<Stream>, d: &Dims, parts: [&Tensor; 2], grads: [&Tenso
     Ok(())
 }
 
-/// The Hopper backward (`backward_wgmma.rs`, sm_90a module, D = 64 or 128): the padded
-/// statistics, q, k, v and dout's tensor maps, the dQ and dK/dV kernels, and the
-/// GQA head sum when a kv head serves several query heads (else dK/dV land in the dtype
-/// directly).
+/// The Hopper backward (`backward_wgmma.rs`, sm_90a module, D = 64 or 128) into `grads` (dq like
+/// q, dk and dv like k and v, each written whole): the padded statistics, q, k, v and dout's
+/// tensor maps, the dQ and dK/dV kernels, and the GQA head sum when a kv head serves several
+/// query heads (then dk and dv must be whole head-major tensors), else dK/dV land in the dtype
+/// directly. dout and out must share a layout (the statistics kernel places them alike), and so
+/// must dk and dv.
 fn gpu_backward_wgmma(
     stream: &Arc<Stream>,
     d: Dims,
-    (dout, q, k, v, out, lse): (&Tensor, &Tensor, &Tensor, &Tensor, &Tensor, &Tensor),
+    (dout, q, k, v, out, lse): (Heads, Heads, Heads, Heads, Heads, &Tensor),
+    (dq, dk, dv): (Heads, Heads, Heads),
     params: &AttentionParams,
-) -> Result<(Tensor, Tensor, Tensor)> {
+) -> Result<()> {
     const OP: &str = "attention_backward";
-    let ctx = q.context();
-    let dtype = q.dtype();
+    debug_assert!(dout.strides() == out.strides() && dk.strides() == dv.strides());
+    let ctx = q.t.context();
+    let dtype = q.t.dtype();
     let (di, dd) = (dtype.index() - 1, usize::from(d.d == 128));
     let (heads, padded) = (d.b * d.hq, attn_wg_padded_rows(d.sq));
     let (delta, lse2) =
         (Tensor::uninit(ctx, &[heads, padded], OP)?, Tensor::uninit(ctx, &[heads, padded], OP)?);
-    // d/8 threads a row (16-byte vectors).
-    let cfg = LaunchConfig::grid_stride(&stream.device.info, heads * padded * d.d / 8, ATTN_AUX_BLOCK, 4);
-    // SAFETY: `attention_bwd_stats_<dtype>(dout, out, lse, delta, lse2, sq, padded, heads, d)`:
-    // dout and out hold `heads · Sq` rows of D elements of the dtype and lse `heads · Sq` f32
-    // (checked against q, 16-byte aligned pool blocks with rows of 128 or 256 bytes), delta and
-    // lse2 are fresh f32 buffers of `heads · padded` rows, D is 64 or 128; any 1-D grid of whole
-    // warps is valid (the block is 256 threads).
-    let args = (dout.ptr(), out.ptr(), lse.ptr(), delta.ptr_mut(), lse2.ptr_mut(), d.sq, padded, heads, d.d);
-    unsafe { STATS_KERNELS[di].launch(stream, cfg, args)? };
-
-    // q, k, v, dout: (D, sequence, batch · heads), boxes of 64 columns × 64 rows.
-    let mut maps = Vec::with_capacity(4);
-    for (t, s, h) in [(q, d.sq, d.hq), (k, d.sk, d.hkv), (v, d.sk, d.hkv), (dout, d.sq, d.hq)] {
-        maps.push(tensor_map(dtype, t.device_ptr(), (d.d, s, d.b * h), s * d.d, (64, ATTN_WG_ROWS))?);
-    }
-    let maps = tensor_maps(&maps);
-
     let block_rows = ATTN_WG_ROWS * ATTN_WG_CONSUMERS;
     // `keys`: the dQ kernel (keys streamed), else the dK/dV kernel.
-    let cfg = |rows: usize, keys: bool| -> Result<LaunchConfig> {
+    let wg_cfg = |rows: usize, keys: bool| -> Result<LaunchConfig> {
         let mut cfg = block_grid(OP, &d, rows.div_ceil(block_rows), attn_wg_bwd_shared_bytes(d.d, keys))?;
         cfg.block = (ATTN_WG_THREADS as u32, 1, 1);
         Ok(cfg)
     };
+    // Both launch shapes first: `block_grid` checks B and Hq for the statistics' grid too.
+    let (dq_cfg, dkdv_cfg) = (wg_cfg(d.sq, true)?, wg_cfg(d.sk, false)?);
+    // d/8 threads a row (16-byte vectors), a head per (y, z) of the grid.
+    let rows_per_block = ATTN_AUX_BLOCK * 8 / d.d;
+    let cfg = LaunchConfig {
+        grid: (padded.div_ceil(rows_per_block) as u32, d.hq as u32, d.b as u32),
+        block: (ATTN_AUX_BLOCK as u32, 1, 1),
+        shared_bytes: 0,
+    };
+    let (row, head, batch) = out.strides();
+    // SAFETY: `attention_bwd_stats_<dtype>(dout, out, row, head, batch, lse, delta, lse2, sq,
+    // padded, hq, d)`: dout and out place B·Hq·Sq rows of D elements of the dtype alike by those
+    // strides (views of checked, 16-byte aligned live buffers whose rows start at 128- or
+    // 256-byte multiples), lse holds `heads · Sq` f32, delta and lse2 are fresh f32 buffers of
+    // `heads · padded` rows, D is 64 or 128; the grid is (any, Hq, B) of 256-thread blocks (Hq
+    // and B ≤ 65535, checked by `block_grid` above).
+    let args = (
+        dout.ptr(),
+        out.ptr(),
+        row,
+        head,
+        batch,
+        lse.ptr(),
+        delta.ptr_mut(),
+        lse2.ptr_mut(),
+        d.sq,
+        padded,
+        d.hq,
+        d.d,
+    );
+    unsafe { STATS_KERNELS[di].launch(stream, cfg, args)? };
+
+    // q, k, v, dout: (D, sequence, heads, batches), boxes of 64 columns × 64 rows.
+    let rows = ATTN_WG_ROWS;
+    let maps = [
+        q.map((d.b, d.d), rows)?,
+        k.map((d.b, d.d), rows)?,
+        v.map((d.b, d.d), rows)?,
+        dout.map((d.b, d.d), rows)?,
+    ];
+    let maps = tensor_maps(&maps);
+
     let scale = d.scale(params);
     let scale_log2 = scale * std::f32::consts::LOG2_E;
     let causal = u32::from(params.causal);
-    let dq = Tensor::uninit_as(ctx, q.shape(), dtype, OP)?;
-    // SAFETY (this launch and the next): `maps` holds the tensor maps of q, dout ([B, Hq, Sq,
-    // D]) and k, v ([B, Hkv, Sk, D]), live buffers of this stream whose shapes `dims()` checked,
-    // made above with 64 × 64 boxes and 128-byte swizzle, by value in the launch's parameters.
-    // lse2 and delta hold `padded` rows per (batch, query
-    // head), Hkv divides Hq, D is the kernel's; block, grid (x over 128-row tiles) and dynamic
-    // shared memory are the kernel's. Here `attention_bwd_wgmma_dq_<dtype>_d<D>(maps, lse2, delta,
-    // dq, sq, sk, hq, hkv, scale, scale_log2, causal)` with dq fresh [B, Hq, Sq, D].
-    let args =
-        (maps, lse2.ptr(), delta.ptr(), dq.ptr_mut(), d.sq, d.sk, d.hq, d.hkv, scale, scale_log2, causal);
-    unsafe { WGMMA_DQ_KERNELS[di][dd].launch(stream, cfg(d.sq, true)?, args)? };
+    let (row, head, batch) = dq.strides();
+    // SAFETY (this launch and the next): `maps` holds the 4-D tensor maps of q, dout (Hq heads of
+    // Sq rows) and k, v (Hkv heads of Sk rows) over B batches, views of live buffers of this
+    // stream whose shapes the caller checked, made above with 64 × 64 boxes and 128-byte
+    // swizzle, by value in the launch's parameters. lse2 and delta hold `padded` rows per
+    // (batch, query head), Hkv divides Hq, D is the kernel's; block, grid (x over 128-row tiles)
+    // and dynamic shared memory are the kernel's. Here `attention_bwd_wgmma_dq_<dtype>_d<D>(maps,
+    // lse2, delta, dq, dq_row, dq_head, dq_batch, sq, sk, hq, hkv, scale, scale_log2, causal)`
+    // with dq and its strides placing B·Hq·Sq rows of D in a fresh (or the caller's unshared)
+    // buffer, apart from every other output.
+    let args = (
+        maps,
+        lse2.ptr(),
+        delta.ptr(),
+        dq.ptr_mut(),
+        row,
+        head,
+        batch,
+        d.sq,
+        d.sk,
+        d.hq,
+        d.hkv,
+        scale,
+        scale_log2,
+        causal,
+    );
+    unsafe { WGMMA_DQ_KERNELS[di][dd].launch(stream, dq_cfg, args)? };
 
-    let (dk, dv) =
-        (Tensor::uninit_as(ctx, k.shape(), dtype, OP)?, Tensor::uninit_as(ctx, v.shape(), dtype, OP)?);
     let parts = if d.group() == 1 {
         None
     } else {
@@ -467,10 +731,12 @@ fn gpu_backward_wgmma(
         Some((pk, pv)) => (pk.ptr_mut(), pv.ptr_mut(), DevPtrMut::null(), DevPtrMut::null()),
         None => (DevPtrMut::null(), DevPtrMut::null(), dk.ptr_mut(), dv.ptr_mut()),
     };
+    let (row, head, batch) = dk.strides();
     // SAFETY: as above, `attention_bwd_wgmma_dkdv_<dtype>_d<D>(maps, lse2, delta, dk, dv, dk16,
-    // dv16, sq, sk, hq, hkv, scale, scale_log2, causal)`: with GQA, dk and dv are fresh f32
-    // [B, Hq, Sk, D] buffers and dk16, dv16 null; else dk, dv null and dk16, dv16 the fresh
-    // [B, Hkv = Hq, Sk, D] outputs.
+    // dv16, kv_row, kv_head, kv_batch, sq, sk, hq, hkv, scale, scale_log2, causal)`: with GQA, dk
+    // and dv are fresh f32 [B, Hq, Sk, D] buffers and dk16, dv16 null; else dk, dv null and dk16,
+    // dv16 place B·Hkv·Sk rows of D each by the strides, in fresh (or the caller's unshared)
+    // buffers, apart from each other and from dq.
     let args = (
         maps,
         lse2.ptr(),
@@ -479,6 +745,9 @@ fn gpu_backward_wgmma(
         dv_f32,
         dk16,
         dv16,
+        row,
+        head,
+        batch,
         d.sq,
         d.sk,
         d.hq,
@@ -487,11 +756,12 @@ fn gpu_backward_wgmma(
         scale_log2,
         causal,
     );
-    unsafe { WGMMA_DKDV_KERNELS[di][dd].launch(stream, cfg(d.sk, false)?, args)? };
+    unsafe { WGMMA_DKDV_KERNELS[di][dd].launch(stream, dkdv_cfg, args)? };
     if let Some((pk, pv)) = &parts {
-        sum_heads(stream, &d, [pk, pv], [&dk, &dv])?;
+        debug_assert!(dk.at.first == 0 && dk.at.row == d.d && dk.at.head == d.sk * d.d);
+        sum_heads(stream, &d, [pk, pv], [dk.t, dv.t])?;
     }
-    Ok((dq, dk, dv))
+    Ok(())
 }
 
 type ForwardArgs = (
@@ -543,8 +813,9 @@ type DkDvArgs = (
     u32,
 );
 
-/// maps, out, lse, sq, sk, hq, hkv, scale_log2, causal.
-type WgmmaForwardArgs = (TensorMaps, DevPtrMut<u16>, DevPtrMut<f32>, usize, usize, usize, usize, f32, u32);
+/// maps, out, out's strides (row, head, batch), lse, sq, sk, hq, hkv, scale_log2, causal.
+type WgmmaForwardArgs =
+    (TensorMaps, DevPtrMut<u16>, usize, usize, usize, DevPtrMut<f32>, usize, usize, usize, usize, f32, u32);
 /// `[f16, bf16][D = 64, 128]`.
 const FWD_WGMMA_KERNELS: [[Kernel<WgmmaForwardArgs>; 2]; 2] = [
     [kernels::attention_fwd_wgmma_f16_d64, kernels::attention_fwd_wgmma_f16_d128],
@@ -604,15 +875,43 @@ const DKDV_KERNELS: [[Kernel<DkDvArgs>; 5]; 2] = [
 type DotArgs = (DevPtr<u16>, DevPtr<u16>, DevPtrMut<f32>, usize, usize);
 /// The f32 per-query-head gradient, the 16-bit per-KV-head one, n, per_head, hkv, group.
 type HeadsArgs = (DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize);
-/// dout, out, lse, delta, lse2, sq, padded, heads, D.
-type StatsArgs =
-    (DevPtr<u16>, DevPtr<u16>, DevPtr<f32>, DevPtrMut<f32>, DevPtrMut<f32>, usize, usize, usize, usize);
+/// dout, out, their strides (row, head, batch), lse, delta, lse2, sq, padded, hq, D.
+type StatsArgs = (
+    DevPtr<u16>,
+    DevPtr<u16>,
+    usize,
+    usize,
+    usize,
+    DevPtr<f32>,
+    DevPtrMut<f32>,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+);
 const STATS_KERNELS: [Kernel<StatsArgs>; 2] =
     [kernels::attention_bwd_stats_f16, kernels::attention_bwd_stats_bf16];
-/// maps, lse2, delta, dq, sq, sk, hq, hkv, scale, scale_log2, causal.
-type WgmmaDqArgs =
-    (TensorMaps, DevPtr<f32>, DevPtr<f32>, DevPtrMut<u16>, usize, usize, usize, usize, f32, f32, u32);
-/// maps, lse2, delta, dk, dv (f32), dk, dv (dtype), sq, sk, hq, hkv, scale, scale_log2, causal.
+/// maps, lse2, delta, dq, dq's strides (row, head, batch), sq, sk, hq, hkv, scale, scale_log2,
+/// causal.
+type WgmmaDqArgs = (
+    TensorMaps,
+    DevPtr<f32>,
+    DevPtr<f32>,
+    DevPtrMut<u16>,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    f32,
+    u32,
+);
+/// maps, lse2, delta, dk, dv (f32), dk, dv (dtype), the latter's strides (row, head, batch), sq,
+/// sk, hq, hkv, scale, scale_log2, causal.
 type WgmmaDkDvArgs = (
     TensorMaps,
     DevPtr<f32>,
@@ -621,6 +920,9 @@ type WgmmaDkDvArgs = (
     DevPtrMut<f32>,
     DevPtrMut<u16>,
     DevPtrMut<u16>,
+    usize,
+    usize,
+    usize,
     usize,
     usize,
     usize,

@@ -79,6 +79,11 @@ impl<T: DeviceElement> DevPtrMut<T> {
     pub(crate) fn null() -> Self {
         Self::new(0)
     }
+
+    /// The pointer `elems` elements further; null stays null.
+    pub(crate) fn offset(self, elems: usize) -> Self {
+        Self { addr: DevPtr::<T>::new(self.addr).offset(elems).addr, elem: PhantomData }
+    }
 }
 
 impl<T: DeviceElement> From<DevPtrMut<T>> for DevPtr<T> {
