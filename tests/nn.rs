@@ -5,7 +5,8 @@ use common::*;
 use ferrocuda::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, cross_entropy_labels_in_place,
-    dropout, dropout_backward, layer_norm, layer_norm_backward, mse_loss, Context, DType, Error, Tensor,
+    dropout, dropout_add, dropout_backward, layer_norm, layer_norm_backward, mse_loss, Context, DType, Error,
+    Tensor,
 };
 
 const TOL: f64 = 1e-5;
@@ -1033,6 +1034,37 @@ fn dropout_16_bit_matches_cpu(gpu: &Context) {
     }
 }
 
+/// `dropout_add` (a residual's dropout and add in one pass): GPU and CPU the same bits in every
+/// dtype; in f32 the bits of `dropout` then `add`, in 16 bits `residual + x·mask·scale` rounded
+/// once (within half an ulp of the two-op result's rounding); shape and dtype mismatches typed.
+fn dropout_add_matches_cpu(gpu: &Context) {
+    let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+    for (s, n) in loss_sizes().into_iter().enumerate() {
+        let (x, r) = (randn_host(n, 4500 + s as u64), randn_host(n, 4600 + s as u64));
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let (xg, xc) = pair_as(gpu, &x, &[n], dtype);
+            let (rg, rc) = pair_as(gpu, &r, &[n], dtype);
+            poison_pool_as(gpu, &[n], dtype);
+            let yg = dropout_add(&xg, &rg, 0.3, 11).unwrap();
+            assert_eq!(yg.dtype(), dtype);
+            let (yg, yc) = (yg.to_vec().unwrap(), dropout_add(&xc, &rc, 0.3, 11).unwrap().to_vec().unwrap());
+            assert!(bits(&yg) == bits(&yc), "dropout_add {dtype:?} n={n}: GPU and CPU differ");
+            let two_ops = dropout(&xg, 0.3, 11).unwrap().add(&rg).unwrap().to_vec().unwrap();
+            if dtype == DType::F32 {
+                assert!(bits(&yg) == bits(&two_ops), "dropout_add f32 n={n}: not dropout then add");
+            } else {
+                assert_close(&format!("dropout_add {dtype:?} n={n}"), &yg, &two_ops, 1e-2);
+            }
+        }
+    }
+    let (a, b) = (gpu.zeros(&[4]).unwrap(), gpu.zeros(&[5]).unwrap());
+    let e = dropout_add(&a, &b, 0.1, 1).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "dropout_add", .. }), "{e}");
+    let h = gpu.zeros(&[4]).unwrap().to_dtype(DType::BF16).unwrap();
+    let e = dropout_add(&a, &h, 0.1, 1).unwrap_err();
+    assert!(matches!(e, Error::DTypeMismatch { op: "dropout_add", .. }), "{e}");
+}
+
 fn main() {
     run(&[
         ("gpu_softmax_forward_backward_match_cpu", Case::Gpu(softmax_forward_backward_match_cpu)),
@@ -1064,6 +1096,8 @@ fn main() {
         ("cpu_row_ops_dtype_errors", Case::Cpu(cpu_row_ops_dtype_errors)),
         ("cpu_row_ops_16_bit", Case::Cpu(cpu_row_ops_16_bit)),
         ("gpu_dropout_16_bit_matches_cpu", Case::Gpu(dropout_16_bit_matches_cpu)),
+        ("gpu_dropout_add_matches_cpu", Case::Gpu(dropout_add_matches_cpu)),
+        ("cpu_dropout_add_is_dropout_then_add", Case::Cpu(|| dropout_add_matches_cpu(&Context::cpu()))),
         ("cpu_nn_layer_ops_bad_input", Case::Cpu(cpu_layer_ops_bad_input)),
     ]);
 }

@@ -479,12 +479,20 @@ kernel_table! {
             );
         }
         nn::dropout {
-            [dropout_f32](x: *const f32, y: *mut f32, n: usize, seed: u64, p: f32, scale: f32);
-            [dropout_f16, dropout_bf16](x: *const u16, y: *mut u16, n: usize, seed: u64, p: f32, scale: f32);
+            [dropout_f32](
+                x: *const f32, residual: *const f32, y: *mut f32, n: usize, seed: u64, p: f32, scale: f32
+            );
+            [dropout_f16, dropout_bf16](
+                x: *const u16, residual: *const u16, y: *mut u16, n: usize, seed: u64, p: f32, scale: f32
+            );
             [dropout_advance](seeds: *mut u64);
-            [dropout_dev_f32](x: *const f32, y: *mut f32, n: usize, seeds: *const u64, p: f32, scale: f32);
+            [dropout_dev_f32](
+                x: *const f32, residual: *const f32, y: *mut f32, n: usize, seeds: *const u64, p: f32,
+                scale: f32
+            );
             [dropout_dev_f16, dropout_dev_bf16](
-                x: *const u16, y: *mut u16, n: usize, seeds: *const u64, p: f32, scale: f32
+                x: *const u16, residual: *const u16, y: *mut u16, n: usize, seeds: *const u64, p: f32,
+                scale: f32
             );
         }
     }

@@ -52,13 +52,22 @@ impl Dropout {
     }
 }
 
-impl Layer for Dropout {
-    fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
+impl Dropout {
+    /// `residual + self.forward(x)` in one pass (a residual connection's dropout and add), rounded
+    /// once; [`Layer::backward`] then gives the gradient of `x` (that of `residual` is `dy`).
+    pub fn forward_add(&mut self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, Some(residual))
+    }
+
+    fn forward_with(&mut self, x: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         if !(0.0..1.0).contains(&self.p) {
             return Err(layer_error(self, x.shape(), "p must lie in [0, 1)"));
         }
         if !self.training {
-            return Ok(x.clone());
+            return match residual {
+                Some(r) => r.add(x).in_layer(self),
+                None => Ok(x.clone()),
+            };
         }
         let kept = if self.capturable && x.context().is_cuda() {
             if self.seeds.is_none() {
@@ -77,13 +86,20 @@ impl Layer for Dropout {
             self.next_seed = self.next_seed.wrapping_add(1);
             Kept::Host(seed)
         };
-        let y = dropout_impl("dropout", x, self.p, self.seed(kept)).in_layer(self)?;
+        let op = if residual.is_some() { "dropout_add" } else { "dropout" };
+        let y = dropout_impl(op, x, residual, self.p, self.seed(kept)).in_layer(self)?;
         self.kept = Some(kept);
         Ok(y)
     }
+}
+
+impl Layer for Dropout {
+    fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, None)
+    }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
         let kept = saved(self.kept.take(), self, dy)?;
-        dropout_impl("dropout_backward", dy, self.p, self.seed(kept)).in_layer(self)
+        dropout_impl("dropout_backward", dy, None, self.p, self.seed(kept)).in_layer(self)
     }
     fn set_training(&mut self, training: bool) {
         self.training = training;

@@ -62,10 +62,10 @@ impl TransformerBlock {
     fn forward_parts(&mut self, x: &Tensor) -> Result<Tensor> {
         let (b, s, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let a = self.attn.forward(&self.ln1.forward(x)?)?;
-        let x1 = x.add(&self.drop1.forward(&a)?)?;
+        let x1 = self.drop1.forward_add(&a, x)?;
         let h = self.ln2.forward(&x1.reshape(&[b * s, e])?)?;
-        let m = self.drop2.forward(&self.out.forward(&self.fc.forward(&h)?)?)?;
-        x1.add(&m.reshape(&[b, s, e])?)
+        let m = self.out.forward(&self.fc.forward(&h)?)?;
+        self.drop2.forward_add(&m.reshape(&[b, s, e])?, &x1)
     }
 
     fn backward_parts(&mut self, (b, s): (usize, usize), dy: &Tensor) -> Result<Tensor> {

@@ -93,10 +93,10 @@ type LayerNormParamsArgs<T> = (
 );
 /// The final pass of a column sum: partials, groups, cols, stride, c_lanes, out.
 pub(crate) type ColumnPartialsArgs<T> = (DevPtr<f32>, usize, usize, usize, usize, DevPtrMut<T>);
-/// Dropout: x, y, n, seed, p, scale.
-type DropoutArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, u64, f32, f32);
-/// Dropout with the seed on the device: x, y, n, seeds, p, scale.
-type DropoutDevArgs<T> = (DevPtr<T>, DevPtrMut<T>, usize, DevPtr<u64>, f32, f32);
+/// Dropout: x, residual (or null), y, n, seed, p, scale.
+type DropoutArgs<T> = (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, usize, u64, f32, f32);
+/// Dropout with the seed on the device: x, residual, y, n, seeds, p, scale.
+type DropoutDevArgs<T> = (DevPtr<T>, DevPtr<T>, DevPtrMut<T>, usize, DevPtr<u64>, f32, f32);
 
 // Row kernels by the values a thread holds (`RowLaunch::variant`: 32, 16, 8).
 const SOFTMAX: RowKernels<SoftmaxArgs<f32>, SoftmaxArgs<u16>> = [
@@ -1073,8 +1073,15 @@ impl DropoutSeeds {
     }
 }
 
-/// [`dropout`] (`op` "dropout") or [`dropout_backward`] ("dropout_backward") with the seed of `seed`.
-pub(crate) fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: DropoutSeed) -> Result<Tensor> {
+/// [`dropout`] (`op` "dropout"), [`dropout_add`] (with `residual`) or [`dropout_backward`]
+/// ("dropout_backward") with the seed of `seed`.
+pub(crate) fn dropout_impl(
+    op: &'static str,
+    x: &Tensor,
+    residual: Option<&Tensor>,
+    p: f32,
+    seed: DropoutSeed,
+) -> Result<Tensor> {
     if !(0.0..1.0).contains(&p) {
         return Err(Error::InvalidArgument {
             op,
@@ -1082,15 +1089,24 @@ pub(crate) fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: DropoutSe
             reason: format!("drop probability {p} outside [0, 1)"),
         });
     }
+    if let Some(r) = residual {
+        x.check_pair(op, r)?;
+    }
     let (scale, dtype) = (1.0 / (1.0 - p), x.dtype());
     match (x.storage(), seed) {
         (Storage::Cpu(v), DropoutSeed::Host(seed)) => {
+            // `check_pair` put the residual on this backend.
+            let r = residual.and_then(|r| match r.storage() {
+                Storage::Cpu(r) => Some(r),
+                Storage::Cuda(_) => None,
+            });
             let mut out = vec![0.0f32; v.len()];
             out.par_chunks_mut(4).zip(v.par_chunks(4)).with_min_len(CPU_CHUNK / 4).enumerate().for_each(
                 |(group, (o, x))| {
                     let u = philox::uniform4(seed, group as u64);
                     for (k, (o, &x)) in o.iter_mut().zip(x).enumerate() {
-                        *o = dtype.round((x * if u[k] >= p { scale } else { 0.0 }) as f64);
+                        let add = r.as_ref().map_or(0.0, |r| r[4 * group + k]);
+                        *o = dtype.round((x * if u[k] >= p { scale } else { 0.0 } + add) as f64);
                     }
                 },
             );
@@ -1114,14 +1130,18 @@ pub(crate) fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: DropoutSe
                 let cfg = LaunchConfig::covering(n.div_ceil(per_thread), ELEMENTWISE_BLOCK);
                 match seed {
                     DropoutSeed::Host(seed) => launch_by_dtype!(DROPOUT, dtype, |k| {
-                        // SAFETY: `dropout_<dtype>(x, y, n, seed, p, scale)`: x and y hold n values
-                        // of the kernel's type (16-byte aligned); any grid.
-                        unsafe { k.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seed, p, scale)) }
+                        // SAFETY: `dropout_<dtype>(x, residual, y, n, seed, p, scale)`: x, y and the
+                        // residual (or null) hold n values of the kernel's type (16-byte aligned
+                        // pool blocks; the residual's shape and dtype checked above); any grid.
+                        let args = (x.ptr(), Tensor::ptr_or_null(residual), out.ptr_mut(), n, seed, p, scale);
+                        unsafe { k.launch(stream, cfg, args) }
                     })?,
                     DropoutSeed::Device(seeds) => launch_by_dtype!(DROPOUT_DEV, dtype, |k| {
-                        // SAFETY: `dropout_dev_<dtype>(x, y, n, seeds, p, scale)`: as above, and
-                        // `seeds` is a 16-byte buffer of this stream (checked above).
-                        unsafe { k.launch(stream, cfg, (x.ptr(), out.ptr_mut(), n, seeds.ptr(), p, scale)) }
+                        // SAFETY: `dropout_dev_<dtype>(x, residual, y, n, seeds, p, scale)`: as
+                        // above, and `seeds` is a 16-byte buffer of this stream (checked above).
+                        let args =
+                            (x.ptr(), Tensor::ptr_or_null(residual), out.ptr_mut(), n, seeds.ptr(), p, scale);
+                        unsafe { k.launch(stream, cfg, args) }
                     })?,
                 }
             }
@@ -1139,13 +1159,20 @@ pub(crate) fn dropout_impl(op: &'static str, x: &Tensor, p: f32, seed: DropoutSe
 /// `1/(1 - p)`, else zeroed. Element `i`'s mask depends only on `(seed, i)` (Philox, the numbers
 /// of `Context::rand`), identically on every backend.
 pub fn dropout(x: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
-    dropout_impl("dropout", x, p, DropoutSeed::Host(seed))
+    dropout_impl("dropout", x, None, p, DropoutSeed::Host(seed))
+}
+
+/// `residual + dropout(x, p, seed)` in one pass, rounded once (a residual connection's dropout
+/// and add; `residual` like `x`). Its gradient: [`dropout_backward`] for `x`, `dy` itself for
+/// `residual`.
+pub fn dropout_add(x: &Tensor, residual: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
+    dropout_impl("dropout_add", x, Some(residual), p, DropoutSeed::Host(seed))
 }
 
 /// The gradient of [`dropout`] with the same `p` and `seed`: the same mask, regenerated, applied
 /// to `dy`.
 pub fn dropout_backward(dy: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
-    dropout_impl("dropout_backward", dy, p, DropoutSeed::Host(seed))
+    dropout_impl("dropout_backward", dy, None, p, DropoutSeed::Host(seed))
 }
 
 /// What [`batch_norm2d_train`] saves for [`batch_norm2d_backward`].
