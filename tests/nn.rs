@@ -5,8 +5,8 @@ use common::*;
 use ferrocuda::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, cross_entropy_labels_in_place,
-    dropout, dropout_add, dropout_backward, layer_norm, layer_norm_backward, mse_loss, Context, DType, Error,
-    Tensor,
+    dropout, dropout_add, dropout_backward, layer_norm, layer_norm_backward, layer_norm_backward_add,
+    mse_loss, Context, DType, Error, Tensor,
 };
 
 const TOL: f64 = 1e-5;
@@ -1034,6 +1034,42 @@ fn dropout_16_bit_matches_cpu(gpu: &Context) {
     }
 }
 
+/// `layer_norm_backward_add`: dx + residual, GPU against the CPU in every dtype, on rows the
+/// one-launch kernel takes (257-512 columns: the residual added in it for 16-bit rows, after it
+/// for f32) and on rows it does not; and against `layer_norm_backward`'s dx plus the residual.
+fn layer_norm_backward_add_matches_cpu(gpu: &Context) {
+    for (i, &(rows, cols)) in
+        [(1, 384), (33, 300), (1000, 512), (7, 257), (65, 1000), (3, 4096), (40, 31)].iter().enumerate()
+    {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let shape = [rows, cols];
+            let tol = if dtype == DType::F32 { 1e-4 } else { 2e-2 };
+            let host = |seed: u64, n: usize| randn_host(n, 5000 + 10 * i as u64 + seed);
+            let (xg, xc) = pair_as(gpu, &host(0, rows * cols), &shape, dtype);
+            let (gg, gc) = pair_as(gpu, &host(1, cols), &[cols], dtype);
+            let (dg, dc) = pair_as(gpu, &host(2, rows * cols), &shape, dtype);
+            let (rg, rc) = pair_as(gpu, &host(3, rows * cols), &shape, dtype);
+            let (_, sg) = layer_norm(&xg, Some(&gg), None, 1e-5).unwrap();
+            let (_, sc) = layer_norm(&xc, Some(&gc), None, 1e-5).unwrap();
+            poison_pool_as(gpu, &shape, dtype);
+            let (ag, agg, abg) = layer_norm_backward_add(&xg, Some(&gg), &dg, &sg, &rg).unwrap();
+            let (ac, _, _) = layer_norm_backward_add(&xc, Some(&gc), &dc, &sc, &rc).unwrap();
+            let what = format!("layer_norm_backward_add {shape:?} {dtype:?}");
+            assert_eq!(ag.dtype(), dtype);
+            assert_close(&what, &ag.to_vec().unwrap(), &ac.to_vec().unwrap(), tol);
+            let (dx, dgam, dbet) = layer_norm_backward(&xg, Some(&gg), &dg, &sg).unwrap();
+            let sum = dx.add(&rg).unwrap().to_vec().unwrap();
+            assert_close(&format!("{what} vs dx + residual"), &ag.to_vec().unwrap(), &sum, tol);
+            assert!(agg.to_vec().unwrap() == dgam.to_vec().unwrap(), "{what}: dgamma differs");
+            assert!(abg.to_vec().unwrap() == dbet.to_vec().unwrap(), "{what}: dbeta differs");
+        }
+    }
+    let (x, r) = (gpu.zeros(&[2, 384]).unwrap(), gpu.zeros(&[2, 383]).unwrap());
+    let (_, saved) = layer_norm(&x, None, None, 1e-5).unwrap();
+    let e = layer_norm_backward_add(&x, None, &x, &saved, &r).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "layer_norm_backward_add", .. }), "{e}");
+}
+
 /// `dropout_add` (a residual's dropout and add in one pass): GPU and CPU the same bits in every
 /// dtype; in f32 the bits of `dropout` then `add`, in 16 bits `residual + x·mask·scale` rounded
 /// once (within half an ulp of the two-op result's rounding); shape and dtype mismatches typed.
@@ -1097,6 +1133,8 @@ fn main() {
         ("cpu_row_ops_16_bit", Case::Cpu(cpu_row_ops_16_bit)),
         ("gpu_dropout_16_bit_matches_cpu", Case::Gpu(dropout_16_bit_matches_cpu)),
         ("gpu_dropout_add_matches_cpu", Case::Gpu(dropout_add_matches_cpu)),
+        ("gpu_layer_norm_backward_add_matches_cpu", Case::Gpu(layer_norm_backward_add_matches_cpu)),
+        ("cpu_layer_norm_backward_add", Case::Cpu(|| layer_norm_backward_add_matches_cpu(&Context::cpu()))),
         ("cpu_dropout_add_is_dropout_then_add", Case::Cpu(|| dropout_add_matches_cpu(&Context::cpu()))),
         ("cpu_nn_layer_ops_bad_input", Case::Cpu(cpu_layer_ops_bad_input)),
     ]);

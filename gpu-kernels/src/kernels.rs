@@ -93,7 +93,7 @@ kernel_table! {
             ](
                 maps: crate::shapes::TensorMaps, out: *mut u16, out_row: usize, out_head: usize,
                 out_batch: usize, lse: *mut f32, sq: usize, sk: usize, hq: usize, hkv: usize,
-                scale_log2: f32, causal: u32
+                scale_log2: f32, causal: u32, flat: u32
             );
         }
     }
@@ -110,7 +110,7 @@ kernel_table! {
             ](
                 maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16,
                 dq_row: usize, dq_head: usize, dq_batch: usize, sq: usize, sk: usize, hq: usize,
-                hkv: usize, scale: f32, scale_log2: f32, causal: u32
+                hkv: usize, scale: f32, scale_log2: f32, causal: u32, flat: u32
             );
             [
                 attention_bwd_wgmma_dkdv_f16_d64, attention_bwd_wgmma_dkdv_f16_d128,
@@ -119,7 +119,7 @@ kernel_table! {
                 maps: crate::shapes::TensorMaps, lse2: *const f32, delta: *const f32, dk: *mut f32,
                 dv: *mut f32, dk16: *mut u16, dv16: *mut u16, kv_row: usize, kv_head: usize,
                 kv_batch: usize, sq: usize, sk: usize, hq: usize, hkv: usize,
-                scale: f32, scale_log2: f32, causal: u32
+                scale: f32, scale_log2: f32, causal: u32, flat: u32
             );
         }
     }
@@ -337,9 +337,9 @@ kernel_table! {
                 mode: u32
             );
             [layernorm_bwd_f32](
-                x: *const f32, gamma: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32,
-                dx: *mut f32, partials: *mut f32, counter: *mut u32, dgamma: *mut f32, dbeta: *mut f32,
-                rows: usize, cols: usize
+                x: *const f32, gamma: *const f32, dy: *const f32, residual: *const f32, mean: *const f32,
+                rstd: *const f32, dx: *mut f32, partials: *mut f32, counter: *mut u32, dgamma: *mut f32,
+                dbeta: *mut f32, rows: usize, cols: usize
             );
             [layernorm_bwd_params_f32](
                 x: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32, partials: *mut f32,
@@ -366,10 +366,10 @@ kernel_table! {
                 dx: *mut u16, partials: *mut f32, rows: usize, cols: usize, team: usize, chunk: usize,
                 mode: u32
             );
-            [layernorm_bwd_f16, layernorm_bwd_bf16](
-                x: *const u16, gamma: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32,
-                dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16, dbeta: *mut u16,
-                rows: usize, cols: usize
+            [layernorm_bwd_f16, layernorm_bwd_bf16, layernorm_bwd_add_f16, layernorm_bwd_add_bf16](
+                x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
+                rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
+                dbeta: *mut u16, rows: usize, cols: usize
             );
             [layernorm_bwd_params_f16, layernorm_bwd_params_bf16](
                 x: *const u16, dy: *const u16, mean: *const f32, rstd: *const f32, partials: *mut f32,

@@ -98,8 +98,8 @@ pub use ops::matmul::{linear, Activation, Gemm};
 pub use ops::nn::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, binary_cross_entropy,
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_labels, cross_entropy_labels_in_place,
-    dropout, dropout_add, dropout_backward, layer_norm, layer_norm_backward, mse_loss, BatchNormSaved,
-    Labels, LayerNormSaved,
+    dropout, dropout_add, dropout_backward, layer_norm, layer_norm_backward, layer_norm_backward_add,
+    mse_loss, BatchNormSaved, Labels, LayerNormSaved,
 };
 pub use ops::optim::{clip_grad_norm, Adam, GradNorm, LrSchedule, Optimizer, Sgd};
 pub use ops::pool::{

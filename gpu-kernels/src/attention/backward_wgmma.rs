@@ -44,7 +44,7 @@
 //! sequence, heads, batches, with any strides, so that they may be heads of packed projection
 //! outputs; boxes of 64 × 64, 128-byte swizzle), which TMA reads in the kernel's parameters. The
 //! gradients are written by address with `HeadStrides`.
-use super::HeadStrides;
+use super::{load_head_box, HeadStrides};
 use crate::prelude::*;
 use crate::shapes::{
     attn_wg_padded_rows, attn_wg_stages, attn_wg_streamed_rows, TensorMaps, ATTN_WG_CONSUMERS as CONSUMERS,
@@ -208,24 +208,23 @@ impl Smem {
     }
 }
 
-/// TMA: rows `row..row + rows` of head `h` of batch `b` (all D columns: boxes of 64 rows × 64
-/// columns, the panels of `rows` rows one after the other) into the tile at `dst`, counted on
-/// `bar`.
+/// TMA: rows `row..row + rows` of head `h` of batch `b` of `heads` (all D columns: boxes of 64
+/// rows × 64 columns, the panels of `rows` rows one after the other) into the tile at `dst`,
+/// counted on `bar`; `flat`: see [`load_head_box`].
 ///
 /// # Safety
-/// As [`tma_load_4d`], `dst` a tile of `panels` panels of `rows` rows.
+/// As [`load_head_box`], `dst` a tile of `panels` panels of `rows` rows.
 #[inline(always)]
 unsafe fn load_tile(
-    dst: u32,
-    map: *const u8,
-    bar: u32,
-    (row, (h, b)): (usize, (usize, usize)),
+    (dst, map, bar): (u32, *const u8, u32),
+    (row, head): (usize, (usize, usize, usize)),
     (panels, rows): (usize, usize),
+    flat: bool,
 ) {
     for p in 0..panels {
         for r in 0..rows / ROWS {
             let at = dst + ((p * rows / ROWS + r) as u32) * PANEL;
-            tma_load_4d(at, map, bar, ((p * 64) as i32, (row + r * ROWS) as i32, h as i32, b as i32));
+            load_head_box((at, map, bar), (p * 64, row + r * ROWS), head, flat);
         }
     }
 }
@@ -242,10 +241,11 @@ unsafe fn load_tile(
 unsafe fn produce(
     sm: &Smem,
     maps: *const u8,
-    (held_maps, held_row, held_head): ([usize; 2], usize, (usize, usize)),
-    (streamed_maps, streamed_head): ([usize; 2], (usize, usize)),
+    (held_maps, held_row, held_head): ([usize; 2], usize, (usize, usize, usize)),
+    (streamed_maps, streamed_head): ([usize; 2], (usize, usize, usize)),
     (first, last): (usize, usize),
     stats: Option<(*const f32, *const f32, usize, usize)>,
+    flat: bool,
 ) {
     setmaxnreg_dec::<PRODUCER_REGS>();
     if thread_x() != 0 {
@@ -256,7 +256,7 @@ unsafe fn produce(
     for c in 0..CONSUMERS {
         for (which, &m) in held_maps.iter().enumerate() {
             let rows = (held_row + c * ROWS, held_head);
-            load_tile(sm.held(which, c), map(m), sm.held_full(), rows, (sm.panels, ROWS));
+            load_tile((sm.held(which, c), map(m), sm.held_full()), rows, (sm.panels, ROWS), flat);
         }
     }
     let stats_bytes = if stats.is_some() { 2 * sm.stats_bytes() } else { 0 };
@@ -269,7 +269,8 @@ unsafe fn produce(
         mbarrier_arrive_expect_tx(sm.full(s), 2 * sm.streamed_bytes() + stats_bytes);
         let rows = (i * sm.streamed_rows, streamed_head);
         for (which, &m) in streamed_maps.iter().enumerate() {
-            load_tile(sm.streamed(s, which), map(m), sm.full(s), rows, (sm.panels, sm.streamed_rows));
+            let to = (sm.streamed(s, which), map(m), sm.full(s));
+            load_tile(to, rows, (sm.panels, sm.streamed_rows), flat);
         }
         if let Some((lse2, delta, padded, stats_head)) = stats {
             let at = stats_head * padded + i * sm.streamed_rows;
@@ -395,7 +396,7 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     kv_at: HeadStrides,
     (sq, sk, hq, hkv): (usize, usize, usize, usize),
     (scale, scale_log2): (f32, f32),
-    causal: bool,
+    (causal, flat): (bool, bool),
 ) {
     let k0 = block_x() * ROWS * CONSUMERS;
     let (b, h) = (block_z(), block_y());
@@ -410,7 +411,7 @@ unsafe fn dkdv<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     let t = thread_x();
     if t < 128 {
         let stats = Some((lse2, delta, attn_wg_padded_rows(sq), qh));
-        produce(&sm, maps, ([1, 2], k0, (kvh, b)), ([0, 3], (h, b)), (first, last), stats);
+        produce(&sm, maps, ([1, 2], k0, (kvh, b, hkv)), ([0, 3], (h, b, hq)), (first, last), stats, flat);
         return;
     }
     setmaxnreg_inc::<CONSUMER_REGS>();
@@ -503,9 +504,8 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     (lse2, delta): (*const f32, *const f32),
     (dq, dq_at): (*mut u16, HeadStrides),
     (sq, sk, hq, hkv): (usize, usize, usize, usize),
-    scale: f32,
-    scale_log2: f32,
-    causal: bool,
+    (scale, scale_log2): (f32, f32),
+    (causal, flat): (bool, bool),
 ) {
     // Last tiles first: under the mask they see the most keys.
     let q0 = (grid_dim_x() - 1 - block_x()) * ROWS * CONSUMERS;
@@ -525,7 +525,7 @@ unsafe fn dq<E: WgmmaHalf, T: HeadTile, S: HeadTile, const D: usize>(
     sm.init();
     let t = thread_x();
     if t < 128 {
-        produce(&sm, maps, ([0, 3], q0, (h, b)), ([1, 2], (kvh, b)), (0, tiles), None);
+        produce(&sm, maps, ([0, 3], q0, (h, b, hq)), ([1, 2], (kvh, b, hkv)), (0, tiles), None, flat);
         return;
     }
     setmaxnreg_inc::<CONSUMER_REGS>();
@@ -683,11 +683,12 @@ macro_rules! wgmma_backward_kernels {
         pub unsafe extern "ptx-kernel" fn $dq(
             _maps: TensorMaps, lse2: *const f32, delta: *const f32, dq_out: *mut u16, dq_row: usize,
             dq_head: usize, dq_batch: usize, sq: usize, sk: usize, hq: usize, hkv: usize, scale: f32,
-            scale_log2: f32, causal: u32,
+            scale_log2: f32, causal: u32, flat: u32,
         ) {
             let maps = kernel_param_address!($dq, 0);
             let dq_at = HeadStrides { row: dq_row, head: dq_head, batch: dq_batch };
-            dq::<$e, $tile, $dq_scores, $d>(maps, (lse2, delta), (dq_out, dq_at), (sq, sk, hq, hkv), scale, scale_log2, causal != 0)
+            let (sizes, modes) = ((sq, sk, hq, hkv), (causal != 0, flat != 0));
+            dq::<$e, $tile, $dq_scores, $d>(maps, (lse2, delta), (dq_out, dq_at), sizes, (scale, scale_log2), modes)
         }
         /// dK and dV: f32 per query head `[B, Hq, Sk, D]` into `dk`, `dv`, or (when `dk16` is
         /// not null, for Hq = Hkv) the dtype into `dk16`, `dv16`, placed alike by `HeadStrides`
@@ -696,12 +697,13 @@ macro_rules! wgmma_backward_kernels {
         pub unsafe extern "ptx-kernel" fn $dkdv(
             _maps: TensorMaps, lse2: *const f32, delta: *const f32, dk: *mut f32, dv: *mut f32,
             dk16: *mut u16, dv16: *mut u16, kv_row: usize, kv_head: usize, kv_batch: usize, sq: usize,
-            sk: usize, hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32,
+            sk: usize, hq: usize, hkv: usize, scale: f32, scale_log2: f32, causal: u32, flat: u32,
         ) {
             let maps = kernel_param_address!($dkdv, 0);
             let kv_at = HeadStrides { row: kv_row, head: kv_head, batch: kv_batch };
+            let modes = (causal != 0, flat != 0);
             dkdv::<$e, $tile, $dkdv_scores, $d>(
-                maps, (lse2, delta), (dk, dv, dk16, dv16), kv_at, (sq, sk, hq, hkv), (scale, scale_log2), causal != 0,
+                maps, (lse2, delta), (dk, dv, dk16, dv16), kv_at, (sq, sk, hq, hkv), (scale, scale_log2), modes,
             )
         }
     )*};

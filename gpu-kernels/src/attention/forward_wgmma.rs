@@ -40,7 +40,7 @@
 //! (q, k, v; 4-D: D, rows, heads, batches, with any strides, so that q, k and v may be heads of
 //! one packed projection output; boxes of 64 columns × 128 rows; 128-byte swizzle), which TMA
 //! reads in the kernel's parameters. The output is written by address with `HeadStrides`.
-use super::{block_coords, HeadStrides};
+use super::{block_coords, load_head_box, HeadStrides};
 use crate::prelude::*;
 use crate::shapes::{
     attn_wgmma_stages, TensorMaps, ATTN_WGMMA_BLOCK_M as BM, ATTN_WGMMA_BLOCK_N as BN,
@@ -106,7 +106,7 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
     out_at: HeadStrides,
     (sq, sk, hq, hkv): (usize, usize, usize, usize),
     scale_log2: f32,
-    causal: bool,
+    (causal, flat): (bool, bool),
 ) where
     [f32; NO]: WgmmaTile,
 {
@@ -141,8 +141,8 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
             let kv_bytes = panels * KV_PANEL;
             mbarrier_arrive_expect_tx(at.q_full(), panels * Q_PANEL);
             for p in 0..panels {
-                let coords = ((p as usize * PANEL) as i32, q0 as i32, h as i32, b as i32);
-                tma_load_4d(at.q() + p * Q_PANEL, map_q, at.q_full(), coords);
+                let to = (at.q() + p * Q_PANEL, map_q, at.q_full());
+                load_head_box(to, (p as usize * PANEL, q0), (h, b, hq), flat);
             }
             for j in 0..tiles {
                 let s = j % stages;
@@ -157,8 +157,8 @@ unsafe fn forward<E: WgmmaHalf, const D: usize, const NO: usize>(
                     }
                     mbarrier_arrive_expect_tx(full, kv_bytes);
                     for p in 0..panels {
-                        let coords = ((p as usize * PANEL) as i32, (j * BN) as i32, kv_head as i32, b as i32);
-                        tma_load_4d(dst + p * KV_PANEL, map, full, coords);
+                        let to = (dst + p * KV_PANEL, map, full);
+                        load_head_box(to, (p as usize * PANEL, j * BN), (kv_head, b, hkv), flat);
                     }
                 }
             }
@@ -437,10 +437,12 @@ macro_rules! forward_wgmma_kernels {
         pub unsafe extern "ptx-kernel" fn $name(
             _maps: TensorMaps, out: *mut u16, out_row: usize, out_head: usize, out_batch: usize,
             lse: *mut f32, sq: usize, sk: usize, hq: usize, hkv: usize, scale_log2: f32, causal: u32,
+            flat: u32,
         ) {
             let maps = kernel_param_address!($name, 0);
             let out_at = HeadStrides { row: out_row, head: out_head, batch: out_batch };
-            forward::<$e, $d, { $d / 2 }>((maps, out, lse), out_at, (sq, sk, hq, hkv), scale_log2, causal != 0)
+            let modes = (causal != 0, flat != 0);
+            forward::<$e, $d, { $d / 2 }>((maps, out, lse), out_at, (sq, sk, hq, hkv), scale_log2, modes)
         }
     )*};
 }

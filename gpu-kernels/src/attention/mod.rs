@@ -191,6 +191,27 @@ impl HeadStrides {
     }
 }
 
+/// TMA: a box of rows `row..` of head `h` of batch `b` (of `heads`), columns from `col`, into `dst`
+/// counted on `bar`. `flat` maps are 3-D (D, rows, B·heads: a head-major tensor, whose heads and
+/// batches collapse into one dimension), the others 4-D (D, rows, heads, batches).
+///
+/// # Safety
+/// As [`tma_load_3d`], the map of the form `flat` says.
+#[cfg(any(feature = "attention_sm90a", feature = "attention_bwd_sm90a"))]
+#[inline(always)]
+pub(crate) unsafe fn load_head_box(
+    (dst, map, bar): (u32, *const u8, u32),
+    (col, row): (usize, usize),
+    (h, b, heads): (usize, usize, usize),
+    flat: bool,
+) {
+    if flat {
+        tma_load_3d(dst, map, bar, (col as i32, row as i32, (b * heads + h) as i32));
+    } else {
+        tma_load_4d(dst, map, bar, (col as i32, row as i32, h as i32, b as i32));
+    }
+}
+
 /// Block coordinates of a per-(row tile, head, batch · pass) launch: (tile, head, batch, pass);
 /// tiles run last-first, so the longest causal rows start first.
 #[inline(always)]

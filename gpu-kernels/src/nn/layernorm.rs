@@ -122,12 +122,13 @@ fn dx_row_sums<const K: usize>(t: &RowTeam, (xh, d): (&Slots, &Slots), w: &Slots
     Sum2(a, b)
 }
 
-/// Store `dx = rstd (g - mean(g) - x̂ mean(g x̂))` of the team's row (the first `K` chunks of
-/// each thread), from x̂ and the row's sums.
+/// Store `dx = rstd (g - mean(g) - x̂ mean(g x̂))` (plus `residual`'s values where given) of the
+/// team's row (the first `K` chunks of each thread), from x̂ and the row's sums.
 ///
 /// # Safety
 /// `dx_row` is the row's start in the output.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn store_dx<F: Float, const K: usize>(
     t: &RowTeam,
     dx_row: *mut F::Raw,
@@ -136,6 +137,7 @@ unsafe fn store_dx<F: Float, const K: usize>(
     r: f32,
     Sum2(sum_g, sum_gx): Sum2,
     cols: usize,
+    residual: Option<&Slots>,
 ) {
     let inv_n = 1.0 / cols as f32;
     let (mean_g, mean_gx) = (sum_g * inv_n, sum_gx * inv_n);
@@ -145,7 +147,13 @@ unsafe fn store_dx<F: Float, const K: usize>(
         |k| {
             let gk = dy_gamma(d, w, k);
             let mut out = [0.0f32; 8];
-            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { out[e] = r * (gk[e] - fma(xh[k][e], mean_gx, mean_g)); });
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                let centred = gk[e] - fma(xh[k][e], mean_gx, mean_g);
+                out[e] = match residual {
+                    Some(res) => fma(r, centred, res[k][e]),
+                    None => r * centred,
+                };
+            });
             out
         },
     );
@@ -181,7 +189,7 @@ unsafe fn layernorm_bwd_dx_rows<F: Float, const K: usize>(
             else {
                 return;
             };
-            store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat.1, sums, cols);
+            store_dx::<F, K>(&t, dx.wrapping_add(offset), (&v, &d), &w, stat.1, sums, cols, None);
         },
     );
 }
@@ -206,8 +214,8 @@ const _: () = assert!(2 * LAYERNORM_FUSED_COLS <= FUSED_COLUMNS_PER_THREAD * LAY
 /// stream; 1-D grid of blocks of whole warps.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
-    (x, gamma, dy): (*const F::Raw, *const F::Raw, *const F::Raw),
+unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize, const N: usize>(
+    (x, gamma, dy, residual): (*const F::Raw, *const F::Raw, *const F::Raw, *const F::Raw),
     (mean, rstd): (*const f32, *const f32),
     dx: *mut F::Raw,
     (partials, counter): (*mut f32, *mut u32),
@@ -221,12 +229,16 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
     let mut row = (block_x() * block_dim_x() + thread_x()) / 32;
     // A row's loads (its statistics, x and dy) are issued while the warp works on the row
     // before: a warp a row at ~12 warps an SM waits on memory otherwise.
+    // The rows a row reads: x, dy and (N = 3) the residual gradient added to dx.
+    let inputs = |offset: usize| -> [*const F::Raw; N] {
+        core::array::from_fn(|i| [x, dy, residual][i].wrapping_add(offset))
+    };
     let issue = |row: usize| {
         let offset = row * cols;
         let stat = (load_f32(mean.add(row)), load_f32(rstd.add(row)));
-        (stat, team.load_rows_raw::<F, K, 2>([x.add(offset), dy.add(offset)]))
+        (stat, team.load_rows_raw::<F, K, N>(inputs(offset)))
     };
-    let mut pending = if row < rows { issue(row) } else { ((0.0, 0.0), [[[0; 8]; SLOTS]; 2]) };
+    let mut pending = if row < rows { issue(row) } else { ((0.0, 0.0), [[[0; 8]; SLOTS]; N]) };
     while row < rows {
         let t = team.at_row(row, cols);
         let offset = row * cols;
@@ -235,10 +247,12 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize>(
         if next < rows {
             pending = issue(next);
         }
-        let [mut v, d] = t.widen_rows::<F, K, 2>(raw, [x.add(offset), dy.add(offset)], 0.0);
+        let values = t.widen_rows::<F, K, N>(raw, inputs(offset), 0.0);
+        let (mut v, d) = (values[0], values[1]);
         normalize::<K>(&mut v, stat);
         let sums = t.combine(dx_row_sums::<K>(&t, (&v, &d), &w));
-        store_dx::<F, K>(&t, dx.add(offset), (&v, &d), &w, stat.1, sums, cols);
+        let res = if N == 3 { Some(&values[N - 1]) } else { None };
+        store_dx::<F, K>(&t, dx.add(offset), (&v, &d), &w, stat.1, sums, cols, res);
         t.each_first::<K>(|k, e| {
             sum_dg[k][e] = fma(d[k][e], v[k][e], sum_dg[k][e]);
             sum_db[k][e] += d[k][e];
@@ -404,17 +418,18 @@ layernorm_fwd_kernels! {
 
 macro_rules! layernorm_kernels {
     ($($fused:ident, $params:ident, $params_sum:ident: $f:ty;)*) => {$(
-        /// The whole layer-norm backward in one launch, rows of up to `LAYERNORM_FUSED_COLS`.
+        /// The whole layer-norm backward in one launch, rows of up to `LAYERNORM_FUSED_COLS`
+        /// (`residual` unread).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fused(
             x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw,
-            mean: *const f32, rstd: *const f32, dx: *mut <$f as Float>::Raw, partials: *mut f32,
-            counter: *mut u32, dgamma: *mut <$f as Float>::Raw, dbeta: *mut <$f as Float>::Raw,
-            rows: usize, cols: usize,
+            residual: *const <$f as Float>::Raw, mean: *const f32, rstd: *const f32,
+            dx: *mut <$f as Float>::Raw, partials: *mut f32, counter: *mut u32,
+            dgamma: *mut <$f as Float>::Raw, dbeta: *mut <$f as Float>::Raw, rows: usize, cols: usize,
         ) {
             grid_dependency_sync();
-            layernorm_bwd_fused_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }>(
-                (x, gamma, dy), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
+            layernorm_bwd_fused_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 2>(
+                (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
             )
         }
         /// `dγ`, `dβ` of layer norm, per row group.
@@ -445,4 +460,27 @@ layernorm_kernels! {
     layernorm_bwd_f32, layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
     layernorm_bwd_f16, layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
     layernorm_bwd_bf16, layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
+}
+
+macro_rules! layernorm_bwd_add_kernels {
+    ($($name:ident: $f:ty;)*) => {$(
+        /// The one-launch backward with `dx = residual + ∂L/∂x` (a residual connection's gradient
+        /// added in the same pass, rounded once). 16-bit only: f32's third prefetched row spills.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
+            rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
+            dbeta: *mut u16, rows: usize, cols: usize,
+        ) {
+            grid_dependency_sync();
+            layernorm_bwd_fused_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 3>(
+                (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
+            )
+        }
+    )*};
+}
+
+layernorm_bwd_add_kernels! {
+    layernorm_bwd_add_f16: F16;
+    layernorm_bwd_add_bf16: BF16;
 }

@@ -3,7 +3,7 @@
 use super::{layer_error, saved, InLayer, Layer, Param, WeightBias};
 use crate::ops::nn::{
     batch_norm2d_backward, batch_norm2d_eval, batch_norm2d_train, layer_norm, layer_norm_backward,
-    BatchNormSaved, LayerNormSaved,
+    layer_norm_backward_add, BatchNormSaved, LayerNormSaved,
 };
 use crate::runtime::error::Result;
 use crate::tensor::Tensor;
@@ -24,6 +24,16 @@ impl LayerNorm {
     pub fn eps(mut self, eps: f32) -> Self {
         self.eps = eps;
         self
+    }
+
+    /// [`Layer::backward`] plus `residual` (like `dy`): the input gradient of a pre-norm residual
+    /// block in one pass where the one-launch kernel runs (`layer_norm_backward_add`).
+    pub fn backward_add(&mut self, dy: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let (x, stats) = saved(self.kept.take(), self, dy)?;
+        let gamma = Some(self.affine.weight.value());
+        let (dx, dgamma, dbeta) = layer_norm_backward_add(&x, gamma, dy, &stats, residual).in_layer(self)?;
+        self.affine.set_grads(dgamma, Some(dbeta))?;
+        Ok(dx)
     }
 }
 

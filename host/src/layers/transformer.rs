@@ -72,9 +72,9 @@ impl TransformerBlock {
         let e = self.embed();
         let dm = self.drop2.backward(&dy.reshape(&[b * s, e])?)?;
         let dh = self.fc.backward(&self.out.backward(&dm)?)?;
-        let dx1 = dy.add(&self.ln2.backward(&dh)?.reshape(&[b, s, e])?)?;
+        let dx1 = self.ln2.backward_add(&dh, &dy.reshape(&[b * s, e])?)?.reshape(&[b, s, e])?;
         let da = self.attn.backward(&self.drop1.backward(&dx1)?)?;
-        dx1.add(&self.ln1.backward(&da)?)
+        self.ln1.backward_add(&da, &dx1)
     }
 }
 

@@ -265,11 +265,26 @@ impl<'a> Heads<'a> {
         (self.at.row, self.at.head, self.at.batch)
     }
 
-    /// A 4-D TMA map (D, rows, heads, batches) of `batch` batches, boxes of 64 columns × `rows`
-    /// rows, 128-byte swizzle.
-    fn map(&self, (batch, d): (usize, usize), rows: usize) -> Result<sys::CUtensorMap> {
+    /// Whether the heads and batches collapse into one dimension (a head-major tensor's do).
+    fn flat(&self) -> bool {
+        self.at.batch == self.heads * self.at.head
+    }
+
+    /// A TMA map of `batch` batches, boxes of 64 columns × `rows` rows, 128-byte swizzle: 3-D (D,
+    /// rows, batches · heads) with `flat` (which `Heads::flat` must allow), else 4-D (D, rows,
+    /// heads, batches); the kernels' `load_head_box` reads either.
+    fn map(&self, (batch, d): (usize, usize), rows: usize, flat: bool) -> Result<sys::CUtensorMap> {
         let size = self.t.dtype().size_bytes() as u64;
         let (row, head, batch_stride) = self.strides();
+        if flat {
+            return tensor_map_tiled(
+                self.t.dtype(),
+                self.address(),
+                &[d as u64, self.seq as u64, (self.heads * batch) as u64],
+                &[row as u64 * size, head as u64 * size],
+                &[64, rows as u32, 1],
+            );
+        }
         tensor_map_tiled(
             self.t.dtype(),
             self.address(),
@@ -290,9 +305,10 @@ fn forward_wgmma(
 ) -> Result<()> {
     const OP: &str = "attention";
     let dtype = q.t.dtype();
-    let map_q = q.map((d.b, d.d), ATTN_WGMMA_BLOCK_M)?;
-    let map_k = k.map((d.b, d.d), ATTN_WGMMA_BLOCK_N)?;
-    let map_v = v.map((d.b, d.d), ATTN_WGMMA_BLOCK_N)?;
+    let flat = [q, k, v].iter().all(Heads::flat);
+    let map_q = q.map((d.b, d.d), ATTN_WGMMA_BLOCK_M, flat)?;
+    let map_k = k.map((d.b, d.d), ATTN_WGMMA_BLOCK_N, flat)?;
+    let map_v = v.map((d.b, d.d), ATTN_WGMMA_BLOCK_N, flat)?;
     let mut cfg = block_grid(OP, &d, d.sq.div_ceil(ATTN_WGMMA_BLOCK_M), attn_wgmma_shared_bytes(d.d))?;
     cfg.block = (ATTN_WGMMA_THREADS as u32, 1, 1);
     let kernel = FWD_WGMMA_KERNELS[dtype.index() - 1][usize::from(d.d == 128)];
@@ -311,9 +327,10 @@ fn forward_wgmma(
         d.hkv,
         scale_log2,
         u32::from(params.causal),
+        u32::from(flat),
     );
     // SAFETY: `attention_fwd_wgmma_<dtype>_d<D>(maps, out, out_row, out_head, out_batch, lse, sq,
-    // sk, hq, hkv, scale_log2, causal)`: `maps` holds the 4-D tensor maps of q (Hq heads of Sq
+    // sk, hq, hkv, scale_log2, causal, flat)`: `maps` holds the tensor maps (3-D where `flat`) of q (Hq heads of Sq
     // rows), k and v (Hkv heads of Sk rows) over B batches, made above for their live, 16-byte
     // aligned buffers from views whose shapes the caller checked (Hkv dividing Hq, D the
     // kernel's); `out` with its strides places B·Hq·Sq rows of D inside a fresh (or the caller's
@@ -680,14 +697,12 @@ fn gpu_backward_wgmma(
     );
     unsafe { STATS_KERNELS[di].launch(stream, cfg, args)? };
 
-    // q, k, v, dout: (D, sequence, heads, batches), boxes of 64 columns × 64 rows.
+    // q, k, v, dout: (D, sequence, heads, batches), or (D, sequence, batches · heads) where all
+    // are head-major, boxes of 64 columns × 64 rows.
     let rows = ATTN_WG_ROWS;
-    let maps = [
-        q.map((d.b, d.d), rows)?,
-        k.map((d.b, d.d), rows)?,
-        v.map((d.b, d.d), rows)?,
-        dout.map((d.b, d.d), rows)?,
-    ];
+    let flat = [q, k, v, dout].iter().all(Heads::flat);
+    let map = |t: Heads| t.map((d.b, d.d), rows, flat);
+    let maps = [map(q)?, map(k)?, map(v)?, map(dout)?];
     let maps = tensor_maps(&maps);
 
     let scale = d.scale(params);
@@ -700,7 +715,8 @@ fn gpu_backward_wgmma(
     // swizzle, by value in the launch's parameters. lse2 and delta hold `padded` rows per
     // (batch, query head), Hkv divides Hq, D is the kernel's; block, grid (x over 128-row tiles)
     // and dynamic shared memory are the kernel's. Here `attention_bwd_wgmma_dq_<dtype>_d<D>(maps,
-    // lse2, delta, dq, dq_row, dq_head, dq_batch, sq, sk, hq, hkv, scale, scale_log2, causal)`
+    // lse2, delta, dq, dq_row, dq_head, dq_batch, sq, sk, hq, hkv, scale, scale_log2, causal,
+    // flat)` (the maps 3-D where `flat`)
     // with dq and its strides placing B·Hq·Sq rows of D in a fresh (or the caller's unshared)
     // buffer, apart from every other output.
     let args = (
@@ -718,6 +734,7 @@ fn gpu_backward_wgmma(
         scale,
         scale_log2,
         causal,
+        u32::from(flat),
     );
     unsafe { WGMMA_DQ_KERNELS[di][dd].launch(stream, dq_cfg, args)? };
 
@@ -733,7 +750,7 @@ fn gpu_backward_wgmma(
     };
     let (row, head, batch) = dk.strides();
     // SAFETY: as above, `attention_bwd_wgmma_dkdv_<dtype>_d<D>(maps, lse2, delta, dk, dv, dk16,
-    // dv16, kv_row, kv_head, kv_batch, sq, sk, hq, hkv, scale, scale_log2, causal)`: with GQA, dk
+    // dv16, kv_row, kv_head, kv_batch, sq, sk, hq, hkv, scale, scale_log2, causal, flat)`: with GQA, dk
     // and dv are fresh f32 [B, Hq, Sk, D] buffers and dk16, dv16 null; else dk, dv null and dk16,
     // dv16 place B·Hkv·Sk rows of D each by the strides, in fresh (or the caller's unshared)
     // buffers, apart from each other and from dq.
@@ -755,6 +772,7 @@ fn gpu_backward_wgmma(
         scale,
         scale_log2,
         causal,
+        u32::from(flat),
     );
     unsafe { WGMMA_DKDV_KERNELS[di][dd].launch(stream, dkdv_cfg, args)? };
     if let Some((pk, pv)) = &parts {
@@ -813,9 +831,23 @@ type DkDvArgs = (
     u32,
 );
 
-/// maps, out, out's strides (row, head, batch), lse, sq, sk, hq, hkv, scale_log2, causal.
-type WgmmaForwardArgs =
-    (TensorMaps, DevPtrMut<u16>, usize, usize, usize, DevPtrMut<f32>, usize, usize, usize, usize, f32, u32);
+/// maps, out, out's strides (row, head, batch), lse, sq, sk, hq, hkv, scale_log2, causal, flat
+/// (the maps 3-D).
+type WgmmaForwardArgs = (
+    TensorMaps,
+    DevPtrMut<u16>,
+    usize,
+    usize,
+    usize,
+    DevPtrMut<f32>,
+    usize,
+    usize,
+    usize,
+    usize,
+    f32,
+    u32,
+    u32,
+);
 /// `[f16, bf16][D = 64, 128]`.
 const FWD_WGMMA_KERNELS: [[Kernel<WgmmaForwardArgs>; 2]; 2] = [
     [kernels::attention_fwd_wgmma_f16_d64, kernels::attention_fwd_wgmma_f16_d128],
@@ -893,7 +925,7 @@ type StatsArgs = (
 const STATS_KERNELS: [Kernel<StatsArgs>; 2] =
     [kernels::attention_bwd_stats_f16, kernels::attention_bwd_stats_bf16];
 /// maps, lse2, delta, dq, dq's strides (row, head, batch), sq, sk, hq, hkv, scale, scale_log2,
-/// causal.
+/// causal, flat.
 type WgmmaDqArgs = (
     TensorMaps,
     DevPtr<f32>,
@@ -909,9 +941,10 @@ type WgmmaDqArgs = (
     f32,
     f32,
     u32,
+    u32,
 );
 /// maps, lse2, delta, dk, dv (f32), dk, dv (dtype), the latter's strides (row, head, batch), sq,
-/// sk, hq, hkv, scale, scale_log2, causal.
+/// sk, hq, hkv, scale, scale_log2, causal, flat.
 type WgmmaDkDvArgs = (
     TensorMaps,
     DevPtr<f32>,
@@ -929,6 +962,7 @@ type WgmmaDkDvArgs = (
     usize,
     f32,
     f32,
+    u32,
     u32,
 );
 /// `[f16, bf16][D = 64, 128]`.

@@ -60,9 +60,10 @@ type LayerNormDxArgs<T> = (
     usize,
     u32,
 );
-/// The one-launch layer-norm backward: x, γ, dy, mean, rstd, dx, partials, counter, dγ, dβ,
-/// rows, cols.
+/// The one-launch layer-norm backward: x, γ, dy, residual (read by the `_add` kernels only),
+/// mean, rstd, dx, partials, counter, dγ, dβ, rows, cols.
 type LayerNormBwdArgs<T> = (
+    DevPtr<T>,
     DevPtr<T>,
     DevPtr<T>,
     DevPtr<T>,
@@ -137,6 +138,9 @@ const LAYERNORM_DX: RowKernels<LayerNormDxArgs<f32>, LayerNormDxArgs<u16>> = [
 ];
 const LAYERNORM_BWD: ByDType<LayerNormBwdArgs<f32>, LayerNormBwdArgs<u16>> =
     by_dtype!(layernorm_bwd_f32, layernorm_bwd_f16, layernorm_bwd_bf16);
+/// The one-launch backward adding a residual, `[f16, bf16]` (f32 rows add it after).
+const LAYERNORM_BWD_ADD: [Kernel<LayerNormBwdArgs<u16>>; 2] =
+    [kernels::layernorm_bwd_add_f16, kernels::layernorm_bwd_add_bf16];
 const LAYERNORM_PARAMS: ByDType<LayerNormParamsArgs<f32>, LayerNormParamsArgs<u16>> =
     by_dtype!(layernorm_bwd_params_f32, layernorm_bwd_params_f16, layernorm_bwd_params_bf16);
 const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
@@ -760,17 +764,40 @@ pub fn layer_norm_backward(
     dy: &Tensor,
     saved: &LayerNormSaved,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    const OP: &str = "layer_norm_backward";
-    let (rows, cols) = rows_cols_any(OP, x)?;
-    x.check_pair(OP, dy)?;
-    check_param(OP, x, gamma, cols)?;
+    layer_norm_backward_impl("layer_norm_backward", (x, gamma, dy, None), saved)
+}
+
+/// [`layer_norm_backward`] with `residual` (like x) added to dx: the input gradient of a
+/// pre-norm residual block, `residual + ∂L/∂x`, in the same pass where rows take the one-launch
+/// kernel (the transformer widths; rounded once there, as on the CPU backend), else added after.
+pub fn layer_norm_backward_add(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    dy: &Tensor,
+    saved: &LayerNormSaved,
+    residual: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    layer_norm_backward_impl("layer_norm_backward_add", (x, gamma, dy, Some(residual)), saved)
+}
+
+fn layer_norm_backward_impl(
+    op: &'static str,
+    (x, gamma, dy, residual): (&Tensor, Option<&Tensor>, &Tensor, Option<&Tensor>),
+    saved: &LayerNormSaved,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (rows, cols) = rows_cols_any(op, x)?;
+    x.check_pair(op, dy)?;
+    if let Some(r) = residual {
+        x.check_pair(op, r)?;
+    }
+    check_param(op, x, gamma, cols)?;
     for s in [&saved.mean, &saved.rstd] {
         if !x.context().same_queue(s.context()) {
-            return Err(x.context().mismatch(OP, s.context()));
+            return Err(x.context().mismatch(op, s.context()));
         }
-        s.require_f32(OP)?;
+        s.require_f32(op)?;
         if s.shape() != [rows] {
-            return Err(Error::ShapeMismatch { op: OP, lhs: s.shape().to_vec(), rhs: vec![rows] });
+            return Err(Error::ShapeMismatch { op, lhs: s.shape().to_vec(), rhs: vec![rows] });
         }
     }
     let dtype = x.dtype();
@@ -783,6 +810,7 @@ pub fn layer_norm_backward(
                 saved.rstd.to_vec()?,
             );
             let w = |i: usize| g.as_ref().map_or(1.0, |g| g[i] as f64);
+            let res = residual.map(Tensor::to_vec).transpose()?;
             let dx = cpu_rows(v, cols, |r, row, out| {
                 let (mu, rs) = (mean[r] as f64, rstd[r] as f64);
                 let dyr = &gv[r * cols..(r + 1) * cols];
@@ -791,7 +819,8 @@ pub fn layer_norm_backward(
                 let mean_g = gs.iter().sum::<f64>() / cols as f64;
                 let mean_gx = gs.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / cols as f64;
                 for (i, o) in out.iter_mut().enumerate() {
-                    *o = dtype.round(rs * (gs[i] - mean_g - xhat[i] * mean_gx));
+                    let add = res.as_ref().map_or(0.0, |res| res[r * cols + i] as f64);
+                    *o = dtype.round(rs * (gs[i] - mean_g - xhat[i] * mean_gx) + add);
                 }
             });
             let (mut dgamma, mut dbeta) = (vec![0.0f64; cols], vec![0.0f64; cols]);
@@ -812,13 +841,13 @@ pub fn layer_norm_backward(
         }
         Storage::Cuda(_) => {
             let ctx = x.context();
-            let dx = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
+            let dx = Tensor::uninit_as(ctx, x.shape(), dtype, op)?;
             let (dgamma, dbeta) =
-                (Tensor::uninit_as(ctx, &[cols], dtype, OP)?, Tensor::uninit_as(ctx, &[cols], dtype, OP)?);
+                (Tensor::uninit_as(ctx, &[cols], dtype, op)?, Tensor::uninit_as(ctx, &[cols], dtype, op)?);
             if cols == 0 {
                 return Ok((dx, dgamma, dbeta));
             }
-            let stream = ctx.stream(OP)?;
+            let stream = ctx.stream(op)?;
             let info = &stream.device.info;
             let (mean, rstd) = (saved.mean.ptr(), saved.rstd.ptr());
             if rows > 0 && (LAYERNORM_FUSED_MIN_COLS..=LAYERNORM_FUSED_COLS).contains(&cols) {
@@ -830,36 +859,55 @@ pub fn layer_norm_backward(
                     block: (LAYERNORM_FUSED_BLOCK as u32, 1, 1),
                     shared_bytes: 0,
                 };
-                let partials = stream.device.pool.alloc(stream, blocks * 2 * cols * 4, OP)?;
+                let partials = stream.device.pool.alloc(stream, blocks * 2 * cols * 4, op)?;
                 let counter = DevPtrMut::new(stream.reduce_counter()?);
-                launch_by_dtype!(LAYERNORM_BWD, dtype, |k| {
-                    let args = (
-                        x.ptr(),
-                        Tensor::ptr_or_null(gamma),
-                        dy.ptr(),
-                        mean,
-                        rstd,
-                        dx.ptr_mut(),
-                        partials.dev_ptr_mut(),
-                        counter,
-                        dgamma.ptr_mut(),
-                        dbeta.ptr_mut(),
-                        rows,
-                        cols,
-                    );
-                    // SAFETY: `layernorm_bwd_<dtype>`: x, dy, dx hold rows·cols values of the
-                    // kernel's type, gamma cols or null, mean/rstd rows floats, dgamma/dbeta
-                    // cols values, partials 2·cols floats per block of this 1-D grid of
-                    // whole-warp blocks; `counter` is this stream's zeroed counter (launches writing
-                    // it never overlap, and the kernel leaves it zero); cols ≤
-                    // LAYERNORM_FUSED_COLS, what a warp holds.
-                    unsafe { k.launch(stream, cfg, args) }
-                })?;
+                // 16-bit rows add the residual in the kernel; f32 rows (whose third prefetched row
+                // would spill) after it.
+                let in_kernel = residual.filter(|_| dtype != DType::F32);
+                macro_rules! args {
+                    ($residual:expr) => {
+                        (
+                            x.ptr(),
+                            Tensor::ptr_or_null(gamma),
+                            dy.ptr(),
+                            $residual,
+                            mean,
+                            rstd,
+                            dx.ptr_mut(),
+                            partials.dev_ptr_mut(),
+                            counter,
+                            dgamma.ptr_mut(),
+                            dbeta.ptr_mut(),
+                            rows,
+                            cols,
+                        )
+                    };
+                }
+                // SAFETY (both launches): `layernorm_bwd_<dtype>` (residual null, unread) or
+                // `layernorm_bwd_add_<dtype>`: x, dy, dx and the residual (checked like x) hold
+                // rows·cols values of the kernel's type, gamma cols or null, mean/rstd rows
+                // floats, dgamma/dbeta cols values, partials 2·cols floats per block of this 1-D
+                // grid of whole-warp blocks; `counter` is this stream's zeroed counter (launches
+                // writing it never overlap, and the kernel leaves it zero); cols ≤
+                // LAYERNORM_FUSED_COLS, what a warp holds.
+                match in_kernel {
+                    Some(r) => {
+                        let k = &LAYERNORM_BWD_ADD[dtype.index() - 1];
+                        unsafe { k.launch(stream, cfg, args!(r.ptr()))? }
+                    }
+                    None => launch_by_dtype!(LAYERNORM_BWD, dtype, |k| {
+                        unsafe { k.launch(stream, cfg, args!(DevPtr::null())) }
+                    })?,
+                }
+                let dx = match (residual, in_kernel) {
+                    (Some(r), None) => dx.add(r)?,
+                    _ => dx,
+                };
                 return Ok((dx, dgamma, dbeta));
             }
             if rows > 0 {
-                let plan = RowPlan::new(OP, x.shape(), (rows, cols), info)?;
-                plan.run(OP, stream, 2, |l, partials| {
+                let plan = RowPlan::new(op, x.shape(), (rows, cols), info)?;
+                plan.run(op, stream, 2, |l, partials| {
                     launch_by_dtype!(LAYERNORM_DX[l.variant()], dtype, |k| {
                         let args = (
                             x.ptr(),
@@ -882,8 +930,8 @@ pub fn layer_norm_backward(
                     })
                 })?;
             }
-            let plan = ColumnPlan::new(OP, x.shape(), rows, cols, info)?;
-            let (partials, p) = plan.partials(OP, stream, 2 * cols)?;
+            let plan = ColumnPlan::new(op, x.shape(), rows, cols, info)?;
+            let (partials, p) = plan.partials(op, stream, 2 * cols)?;
             launch_by_dtype!(LAYERNORM_PARAMS, dtype, |k| {
                 let args = (
                     x.ptr(),
@@ -923,6 +971,11 @@ pub fn layer_norm_backward(
                     })?;
                 }
             }
+            // Rows the one-launch kernel does not take: the residual added after.
+            let dx = match residual {
+                Some(r) => dx.add(r)?,
+                None => dx,
+            };
             Ok((dx, dgamma, dbeta))
         }
     }
