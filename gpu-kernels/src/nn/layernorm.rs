@@ -16,7 +16,8 @@
 //! `dγ = Σ_rows dy x̂`, `dβ = Σ_rows dy` by column teams over row groups, then a pass that adds
 //! the groups' partial sums in order (deterministic, no atomics). Rows a warp holds (the
 //! transformer widths) take one fused launch instead (`layernorm_bwd_<dtype>`): dx and the
-//! parameter sums from one read of x and dy.
+//! parameter sums from one read of x and dy; `layernorm_bwd_add_<16-bit dtype>` also reads a
+//! residual connection's gradient and adds it to dx (a pre-norm block's input gradient).
 use crate::prelude::*;
 use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_CLUSTER};
 
@@ -227,9 +228,9 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize, const N: usize>(
     let (mut sum_dg, mut sum_db) = ([[0.0f32; 8]; SLOTS], [[0.0f32; 8]; SLOTS]);
     let w = gamma_slots::<F, K>(&team, gamma);
     let mut row = (block_x() * block_dim_x() + thread_x()) / 32;
-    // A row's loads (its statistics, x and dy) are issued while the warp works on the row
-    // before: a warp a row at ~12 warps an SM waits on memory otherwise.
-    // The rows a row reads: x, dy and (N = 3) the residual gradient added to dx.
+    // A row's loads (its statistics, x, dy and with N = 3 the residual gradient added to dx)
+    // are issued while the warp works on the row before: a warp a row at ~12 warps an SM waits
+    // on memory otherwise.
     let inputs = |offset: usize| -> [*const F::Raw; N] {
         core::array::from_fn(|i| [x, dy, residual][i].wrapping_add(offset))
     };
