@@ -42,8 +42,9 @@
 //! Launch: block `ATTN_WG_THREADS` (PTX `.maxntid` set by build.rs), dynamic shared memory
 //! `attn_wg_bwd_shared_bytes`; `maps` holds four tensor maps by value (q, k, v, dout; 4-D: D,
 //! sequence, heads, batches, with any strides, so that they may be heads of packed projection
-//! outputs; boxes of 64 × 64, 128-byte swizzle), which TMA reads in the kernel's parameters. The
-//! gradients are written by address with `HeadStrides`.
+//! outputs, or with `flat` 3-D: D, sequence, batch · heads; boxes of 64 × 64, 128-byte swizzle;
+//! see `load_head_box`), which TMA reads in the kernel's parameters. The gradients are written
+//! by address with `HeadStrides`.
 use super::{load_head_box, HeadStrides};
 use crate::prelude::*;
 use crate::shapes::{

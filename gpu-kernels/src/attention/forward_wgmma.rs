@@ -38,8 +38,9 @@
 //! Launch: block `ATTN_WGMMA_THREADS` (PTX `.maxntid` set by build.rs), grid `(⌈Sq/128⌉, Hq, B)`,
 //! dynamic shared memory `attn_wgmma_shared_bytes(D)`; `maps` holds three tensor maps by value
 //! (q, k, v; 4-D: D, rows, heads, batches, with any strides, so that q, k and v may be heads of
-//! one packed projection output; boxes of 64 columns × 128 rows; 128-byte swizzle), which TMA
-//! reads in the kernel's parameters. The output is written by address with `HeadStrides`.
+//! one packed projection output, or with `flat` 3-D: D, rows, batch · heads; boxes of 64 columns
+//! × 128 rows; 128-byte swizzle; see `load_head_box`), which TMA reads in the kernel's
+//! parameters. The output is written by address with `HeadStrides`.
 use super::{block_coords, load_head_box, HeadStrides};
 use crate::prelude::*;
 use crate::shapes::{

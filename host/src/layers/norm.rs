@@ -29,9 +29,18 @@ impl LayerNorm {
     /// [`Layer::backward`] plus `residual` (like `dy`): the input gradient of a pre-norm residual
     /// block in one pass where the one-launch kernel runs (`layer_norm_backward_add`).
     pub fn backward_add(&mut self, dy: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        self.backward_with(dy, Some(residual))
+    }
+
+    /// The parameters' gradients (stored) and the input's, plus `residual` where given.
+    fn backward_with(&mut self, dy: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
         let (x, stats) = saved(self.kept.take(), self, dy)?;
         let gamma = Some(self.affine.weight.value());
-        let (dx, dgamma, dbeta) = layer_norm_backward_add(&x, gamma, dy, &stats, residual).in_layer(self)?;
+        let (dx, dgamma, dbeta) = match residual {
+            Some(r) => layer_norm_backward_add(&x, gamma, dy, &stats, r),
+            None => layer_norm_backward(&x, gamma, dy, &stats),
+        }
+        .in_layer(self)?;
         self.affine.set_grads(dgamma, Some(dbeta))?;
         Ok(dx)
     }
@@ -45,11 +54,7 @@ impl Layer for LayerNorm {
         Ok(y)
     }
     fn backward(&mut self, dy: &Tensor) -> Result<Tensor> {
-        let (x, stats) = saved(self.kept.take(), self, dy)?;
-        let (dx, dgamma, dbeta) =
-            layer_norm_backward(&x, Some(self.affine.weight.value()), dy, &stats).in_layer(self)?;
-        self.affine.set_grads(dgamma, Some(dbeta))?;
-        Ok(dx)
+        self.backward_with(dy, None)
     }
     fn params_mut(&mut self) -> Vec<&mut Param> {
         self.affine.params_mut()

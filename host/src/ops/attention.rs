@@ -330,9 +330,9 @@ fn forward_wgmma(
         u32::from(flat),
     );
     // SAFETY: `attention_fwd_wgmma_<dtype>_d<D>(maps, out, out_row, out_head, out_batch, lse, sq,
-    // sk, hq, hkv, scale_log2, causal, flat)`: `maps` holds the tensor maps (3-D where `flat`) of q (Hq heads of Sq
-    // rows), k and v (Hkv heads of Sk rows) over B batches, made above for their live, 16-byte
-    // aligned buffers from views whose shapes the caller checked (Hkv dividing Hq, D the
+    // sk, hq, hkv, scale_log2, causal, flat)`: `maps` holds the tensor maps (3-D where `flat`,
+    // else 4-D) of q (Hq heads of Sq rows), k and v (Hkv heads of Sk rows) over B batches, made
+    // above for their live, 16-byte aligned buffers from views whose shapes the caller checked (Hkv dividing Hq, D the
     // kernel's); `out` with its strides places B·Hq·Sq rows of D inside a fresh (or the caller's
     // unshared) buffer of the dtype, lse is a fresh f32 [B, Hq, Sq]; block, grid (B ≤ 65535
     // checked by `block_grid`) and dynamic shared memory are the kernel's; Sq, Sk > 0;
@@ -405,6 +405,19 @@ fn packed_dims(op: &'static str, qkv: &Tensor, (hq, hkv): (usize, usize)) -> Res
     Ok(Dims { b, hq, hkv, sq: s, sk: s, d })
 }
 
+/// The heads `(first, count)` of q, k and v in a packed projection output: the query heads, then
+/// the key heads, then the value heads.
+fn qkv_heads((hq, hkv): (usize, usize)) -> [(usize, usize); 3] {
+    [(0, hq), (hq, hkv), (hq + hkv, hkv)]
+}
+
+/// q, k and v of a packed projection output, each copied to [`attention`]'s head-major layout
+/// (the path off the Hopper kernels).
+fn split_heads(qkv: &Tensor, heads: (usize, usize)) -> Result<(Tensor, Tensor, Tensor)> {
+    let [q, k, v] = qkv_heads(heads);
+    Ok((to_heads(qkv, q)?, to_heads(qkv, k)?, to_heads(qkv, v)?))
+}
+
 /// Self-attention over the output of a fused QKV projection, read where it lies: `qkv` is
 /// token-major `[B, S, Hq + 2·Hkv, D]` (the query heads, then the key heads, then the value
 /// heads: `x · Wqkvᵀ` reshaped), the output token-major `[B, S, Hq, D]` (the output projection's
@@ -423,8 +436,8 @@ pub fn attention_qkv_packed(
     let out_shape = [d.b, d.sq, hq, d.d];
     if matches!(qkv.storage(), Storage::Cuda(_)) && d.b * hq * d.sq > 0 {
         let stream = ctx.stream(OP)?;
-        let tm = |h| Heads::token_major(qkv, h);
-        let views = (tm((0, hq)), tm((hq, hkv)), tm((hq + hkv, hkv)));
+        let [q, k, v] = qkv_heads((hq, hkv)).map(|h| Heads::token_major(qkv, h));
+        let views = (q, k, v);
         if uses_wgmma_forward(stream, &d, views, &params) {
             let out = Tensor::uninit_as(ctx, &out_shape, qkv.dtype(), OP)?;
             let lse = Tensor::uninit(ctx, &d.lse_shape(), OP)?;
@@ -432,7 +445,7 @@ pub fn attention_qkv_packed(
             return Ok((out, lse));
         }
     }
-    let (q, k, v) = (to_heads(qkv, (0, hq))?, to_heads(qkv, (hq, hkv))?, to_heads(qkv, (hq + hkv, hkv))?);
+    let (q, k, v) = split_heads(qkv, (hq, hkv))?;
     let (heads_out, lse) = attention(&q, &k, &v, params)?;
     // Every head of `out` is written by `from_heads`.
     let mut out = Tensor::uninit_as(ctx, &out_shape, qkv.dtype(), OP)?;
@@ -479,17 +492,12 @@ pub fn attention_qkv_packed_backward(
             // grouped heads by `from_heads`.
             let mut dqkv = Tensor::uninit_as(ctx, qkv.shape(), dtype, OP)?;
             let tm = Heads::token_major;
-            let inputs = (
-                tm(dout, (0, hq)),
-                tm(qkv, (0, hq)),
-                tm(qkv, (hq, hkv)),
-                tm(qkv, (hq + hkv, hkv)),
-                tm(out, (0, hq)),
-                lse,
-            );
+            let heads = qkv_heads((hq, hkv));
+            let [q, k, v] = heads.map(|h| tm(qkv, h));
+            let inputs = (tm(dout, (0, hq)), q, k, v, tm(out, (0, hq)), lse);
             if d.group() == 1 {
-                let grads = (tm(&dqkv, (0, hq)), tm(&dqkv, (hq, hkv)), tm(&dqkv, (hq + hkv, hkv)));
-                gpu_backward_wgmma(stream, d, inputs, grads, &params)?;
+                let [dq, dk, dv] = heads.map(|h| tm(&dqkv, h));
+                gpu_backward_wgmma(stream, d, inputs, (dq, dk, dv), &params)?;
             } else {
                 // Grouped kv heads: dK and dV are sums over query heads into head-major tensors.
                 let kv_shape = [d.b, hkv, d.sk, d.d];
@@ -497,22 +505,22 @@ pub fn attention_qkv_packed_backward(
                     Tensor::uninit_as(ctx, &kv_shape, dtype, OP)?,
                     Tensor::uninit_as(ctx, &kv_shape, dtype, OP)?,
                 );
-                let grads = (tm(&dqkv, (0, hq)), Heads::head_major(&dk), Heads::head_major(&dv));
+                let grads = (tm(&dqkv, heads[0]), Heads::head_major(&dk), Heads::head_major(&dv));
                 gpu_backward_wgmma(stream, d, inputs, grads, &params)?;
-                from_heads(&dk, &mut dqkv, hq)?;
-                from_heads(&dv, &mut dqkv, hq + hkv)?;
+                from_heads(&dk, &mut dqkv, heads[1].0)?;
+                from_heads(&dv, &mut dqkv, heads[2].0)?;
             }
             return Ok(dqkv);
         }
     }
-    let (q, k, v) = (to_heads(qkv, (0, hq))?, to_heads(qkv, (hq, hkv))?, to_heads(qkv, (hq + hkv, hkv))?);
+    let (q, k, v) = split_heads(qkv, (hq, hkv))?;
     let (heads_dout, heads_out) = (to_heads(dout, (0, hq))?, to_heads(out, (0, hq))?);
     let (dq, dk, dv) = attention_backward(&heads_dout, &q, &k, &v, &heads_out, lse, params)?;
     // Every head of `dqkv` is written by `from_heads`.
     let mut dqkv = Tensor::uninit_as(ctx, qkv.shape(), dtype, OP)?;
-    from_heads(&dq, &mut dqkv, 0)?;
-    from_heads(&dk, &mut dqkv, hq)?;
-    from_heads(&dv, &mut dqkv, hq + hkv)?;
+    for (grad, (first, _)) in [dq, dk, dv].iter().zip(qkv_heads((hq, hkv))) {
+        from_heads(grad, &mut dqkv, first)?;
+    }
     Ok(dqkv)
 }
 
@@ -709,16 +717,15 @@ fn gpu_backward_wgmma(
     let scale_log2 = scale * std::f32::consts::LOG2_E;
     let causal = u32::from(params.causal);
     let (row, head, batch) = dq.strides();
-    // SAFETY (this launch and the next): `maps` holds the 4-D tensor maps of q, dout (Hq heads of
-    // Sq rows) and k, v (Hkv heads of Sk rows) over B batches, views of live buffers of this
-    // stream whose shapes the caller checked, made above with 64 × 64 boxes and 128-byte
-    // swizzle, by value in the launch's parameters. lse2 and delta hold `padded` rows per
-    // (batch, query head), Hkv divides Hq, D is the kernel's; block, grid (x over 128-row tiles)
-    // and dynamic shared memory are the kernel's. Here `attention_bwd_wgmma_dq_<dtype>_d<D>(maps,
-    // lse2, delta, dq, dq_row, dq_head, dq_batch, sq, sk, hq, hkv, scale, scale_log2, causal,
-    // flat)` (the maps 3-D where `flat`)
-    // with dq and its strides placing B·Hq·Sq rows of D in a fresh (or the caller's unshared)
-    // buffer, apart from every other output.
+    // SAFETY (this launch and the next): `maps` holds the tensor maps (3-D where `flat`, else
+    // 4-D) of q, dout (Hq heads of Sq rows) and k, v (Hkv heads of Sk rows) over B batches, views
+    // of live buffers of this stream whose shapes the caller checked, made above with 64 × 64
+    // boxes and 128-byte swizzle, by value in the launch's parameters. lse2 and delta hold
+    // `padded` rows per (batch, query head), Hkv divides Hq, D is the kernel's; block, grid (x
+    // over 128-row tiles) and dynamic shared memory are the kernel's. Here
+    // `attention_bwd_wgmma_dq_<dtype>_d<D>(maps, lse2, delta, dq, dq_row, dq_head, dq_batch, sq,
+    // sk, hq, hkv, scale, scale_log2, causal, flat)` with dq and its strides placing B·Hq·Sq rows
+    // of D in a fresh (or the caller's unshared) buffer, apart from every other output.
     let args = (
         maps,
         lse2.ptr(),
@@ -750,9 +757,9 @@ fn gpu_backward_wgmma(
     };
     let (row, head, batch) = dk.strides();
     // SAFETY: as above, `attention_bwd_wgmma_dkdv_<dtype>_d<D>(maps, lse2, delta, dk, dv, dk16,
-    // dv16, kv_row, kv_head, kv_batch, sq, sk, hq, hkv, scale, scale_log2, causal, flat)`: with GQA, dk
-    // and dv are fresh f32 [B, Hq, Sk, D] buffers and dk16, dv16 null; else dk, dv null and dk16,
-    // dv16 place B·Hkv·Sk rows of D each by the strides, in fresh (or the caller's unshared)
+    // dv16, kv_row, kv_head, kv_batch, sq, sk, hq, hkv, scale, scale_log2, causal, flat)`: with
+    // GQA, dk and dv are fresh f32 [B, Hq, Sk, D] buffers and dk16, dv16 null; else dk, dv null
+    // and dk16, dv16 place B·Hkv·Sk rows of D each by the strides, in fresh (or the caller's unshared)
     // buffers, apart from each other and from dq.
     let args = (
         maps,

@@ -844,6 +844,11 @@ fn layer_norm_backward_impl(
             let dx = Tensor::uninit_as(ctx, x.shape(), dtype, op)?;
             let (dgamma, dbeta) =
                 (Tensor::uninit_as(ctx, &[cols], dtype, op)?, Tensor::uninit_as(ctx, &[cols], dtype, op)?);
+            // dx plus the residual where a kernel has not added it.
+            let with_residual = |dx: Tensor, added: bool| match residual {
+                Some(r) if !added => dx.add(r),
+                _ => Ok(dx),
+            };
             if cols == 0 {
                 return Ok((dx, dgamma, dbeta));
             }
@@ -899,11 +904,7 @@ fn layer_norm_backward_impl(
                         unsafe { k.launch(stream, cfg, args!(DevPtr::null())) }
                     })?,
                 }
-                let dx = match (residual, in_kernel) {
-                    (Some(r), None) => dx.add(r)?,
-                    _ => dx,
-                };
-                return Ok((dx, dgamma, dbeta));
+                return Ok((with_residual(dx, in_kernel.is_some())?, dgamma, dbeta));
             }
             if rows > 0 {
                 let plan = RowPlan::new(op, x.shape(), (rows, cols), info)?;
@@ -971,12 +972,7 @@ fn layer_norm_backward_impl(
                     })?;
                 }
             }
-            // Rows the one-launch kernel does not take: the residual added after.
-            let dx = match residual {
-                Some(r) => dx.add(r)?,
-                None => dx,
-            };
-            Ok((dx, dgamma, dbeta))
+            Ok((with_residual(dx, false)?, dgamma, dbeta))
         }
     }
 }

@@ -54,6 +54,14 @@ macro_rules! device_pointer {
             pub(crate) fn new(addr: u64) -> Self {
                 Self { addr, elem: PhantomData }
             }
+
+            /// The pointer `elems` elements further; null stays null.
+            pub(crate) fn offset(self, elems: usize) -> Self {
+                if self.addr == 0 {
+                    return self;
+                }
+                Self::new(self.addr + (elems * std::mem::size_of::<T>()) as u64)
+            }
         }
     )*};
 }
@@ -64,25 +72,12 @@ impl<T: DeviceElement> DevPtr<T> {
     pub(crate) fn null() -> Self {
         Self::new(0)
     }
-
-    /// The pointer `elems` elements further; null stays null.
-    pub(crate) fn offset(self, elems: usize) -> Self {
-        if self.addr == 0 {
-            return self;
-        }
-        Self::new(self.addr + (elems * std::mem::size_of::<T>()) as u64)
-    }
 }
 
 impl<T: DeviceElement> DevPtrMut<T> {
     /// The null pointer, for optional outputs (a kernel checks for 0 before writing).
     pub(crate) fn null() -> Self {
         Self::new(0)
-    }
-
-    /// The pointer `elems` elements further; null stays null.
-    pub(crate) fn offset(self, elems: usize) -> Self {
-        Self { addr: DevPtr::<T>::new(self.addr).offset(elems).addr, elem: PhantomData }
     }
 }
 
