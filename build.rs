@@ -65,7 +65,7 @@ mod kernels;
 
 /// Kernels whose PTX gets `.maxntid` (so that ptxas budgets registers for that many threads and
 /// `setmaxnreg` may move them): name prefix, threads per block.
-const MAX_THREADS: [(&str, usize); 15] = [
+const MAX_THREADS: [(&str, usize); 16] = [
     ("gemm_wgmma_", shapes::WGMMA_THREADS),
     ("conv2d_fwd_wgmma_", shapes::WGMMA_THREADS),
     ("conv2d_bwd_weight_wgmma_", shapes::WGMMA_THREADS),
@@ -74,6 +74,7 @@ const MAX_THREADS: [(&str, usize); 15] = [
     ("layernorm_bwd_f", shapes::LAYERNORM_FUSED_BLOCK),
     ("layernorm_bwd_bf", shapes::LAYERNORM_FUSED_BLOCK),
     ("layernorm_bwd_add_", shapes::LAYERNORM_FUSED_BLOCK),
+    ("layernorm_warp_bwd_", shapes::LAYERNORM_FUSED_BLOCK),
     ("attention_fwd_wgmma_", shapes::ATTN_WGMMA_THREADS),
     // At most 64 registers a thread: two blocks of CE_BLOCK_MAX threads fit an SM.
     ("cross_entropy_f", shapes::CE_BLOCKS_PER_SM * shapes::CE_BLOCK_MAX),

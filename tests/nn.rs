@@ -1035,11 +1035,13 @@ fn dropout_16_bit_matches_cpu(gpu: &Context) {
 }
 
 /// `layer_norm_backward_add`: dx + residual, GPU against the CPU in every dtype, on rows the
-/// one-launch kernel takes (257-512 columns: the residual added in it for 16-bit rows, after it
-/// for f32) and on rows it does not; and against `layer_norm_backward`'s dx plus the residual.
+/// one-launch kernels take (257-512 columns: the residual added in them for 16-bit rows, after
+/// for f32; the warp-row kernels where 16-bit rows are whole vectors) and on rows they do not; and against `layer_norm_backward`'s dx plus the residual.
 fn layer_norm_backward_add_matches_cpu(gpu: &Context) {
     for (i, &(rows, cols)) in
-        [(1, 384), (33, 300), (1000, 512), (7, 257), (65, 1000), (3, 4096), (40, 31)].iter().enumerate()
+        [(1, 384), (33, 300), (1000, 512), (7, 257), (31, 264), (65, 1000), (3, 4096), (40, 31)]
+            .iter()
+            .enumerate()
     {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             let shape = [rows, cols];

@@ -341,6 +341,10 @@ kernel_table! {
                 rstd: *const f32, dx: *mut f32, partials: *mut f32, counter: *mut u32, dgamma: *mut f32,
                 dbeta: *mut f32, rows: usize, cols: usize
             );
+            [layernorm_warp_fwd_f32, layernorm_warp_fwd_v2_f32](
+                x: *const f32, gamma: *const f32, beta: *const f32, y: *mut f32, mean_out: *mut f32,
+                rstd_out: *mut f32, rows: usize, cols: usize, eps: f32
+            );
             [layernorm_bwd_params_f32](
                 x: *const f32, dy: *const f32, mean: *const f32, rstd: *const f32, partials: *mut f32,
                 dgamma: *mut f32, dbeta: *mut f32, rows: usize, cols: usize, c_lanes: usize,
@@ -367,6 +371,18 @@ kernel_table! {
                 mode: u32
             );
             [layernorm_bwd_f16, layernorm_bwd_bf16, layernorm_bwd_add_f16, layernorm_bwd_add_bf16](
+                x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
+                rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
+                dbeta: *mut u16, rows: usize, cols: usize
+            );
+            [layernorm_warp_fwd_f16, layernorm_warp_fwd_bf16, layernorm_warp_fwd_v2_f16, layernorm_warp_fwd_v2_bf16](
+                x: *const u16, gamma: *const u16, beta: *const u16, y: *mut u16, mean_out: *mut f32,
+                rstd_out: *mut f32, rows: usize, cols: usize, eps: f32
+            );
+            [
+                layernorm_warp_bwd_f16, layernorm_warp_bwd_bf16, layernorm_warp_bwd_add_f16,
+                layernorm_warp_bwd_add_bf16
+            ](
                 x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
                 rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
                 dbeta: *mut u16, rows: usize, cols: usize

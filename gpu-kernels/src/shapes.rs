@@ -123,6 +123,13 @@ pub const LAYERNORM_FUSED_COLS: usize = 512;
 /// last block adds up few.
 pub const LAYERNORM_FUSED_BLOCK: usize = 384;
 
+/// 16-byte vectors a lane holds in the layer-norm forward of rows a warp holds
+/// (`layernorm_warp_fwd_*`): rows of up to 1024 16-bit or 512 f32 values.
+pub const LAYERNORM_WARP_VECTORS: usize = 4;
+/// Rows over this many values take the warp-row layer-norm forward (narrower rows share a warp in
+/// the row teams' builds).
+pub const LAYERNORM_WARP_MIN_COLS: usize = 128;
+
 /// Cross-entropy (`nn::cross_entropy`): 16-byte vectors each thread loads before it uses any.
 pub const CE_UNROLL: usize = 4;
 /// Threads of a cross-entropy block over a (part of a) row: a power of two in this range, about

@@ -185,6 +185,8 @@ pub fn row_dispatch_shapes() -> Vec<[usize; 2]> {
     };
     shapes.extend([[300, 1501], [270, 4000], [265, 8192], [5003, 384], [1001, 257], [129, 512]]);
     shapes.extend([[7, 8], [33, 256], [33, 264], [200, 4099], [5, 8193], [300, 9001], [31, 16411]]);
+    // The warp-row layer norm's edges: a lane's vectors partly past the row, its widest rows.
+    shapes.extend([[17, 136], [9, 1024]]);
     shapes
 }
 

@@ -18,8 +18,12 @@
 //! transformer widths) take one fused launch instead (`layernorm_bwd_<dtype>`): dx and the
 //! parameter sums from one read of x and dy; `layernorm_bwd_add_<16-bit dtype>` also reads a
 //! residual connection's gradient and adds it to dx (a pre-norm block's input gradient).
+//! 16-byte aligned rows of 129 to 1024 16-bit (512 f32) values, the transformer widths, take the
+//! warp-row forms (`prelude::rows::WarpRow`: no scalar or partial-chunk paths, plain float
+//! butterflies): `layernorm_warp_fwd_*`, a row a warp, and for 16-bit rows the one-launch
+//! backward `layernorm_warp_bwd[_add]_*`.
 use crate::prelude::*;
-use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, ROW_CLUSTER};
+use crate::shapes::{LAYERNORM_FUSED_BLOCK, LAYERNORM_FUSED_COLS, LAYERNORM_WARP_VECTORS, ROW_CLUSTER};
 
 /// Forward; `gamma`/`beta` may be null (no affine part). Each thread holds its first `K` chunks.
 /// `CLUSTER`: a build launched only for rows split over a cluster (`ROW_CLUSTER`), so that the
@@ -260,16 +264,160 @@ unsafe fn layernorm_bwd_fused_rows<F: Float, const K: usize, const N: usize>(
         });
         row = next;
     }
+    let add_warp_sums = |scratch: *mut f32, first: bool| {
+        team.each_first::<K>(|k, e| {
+            let (g, b) =
+                (scratch.add(team.index(k, e)), scratch.add(LAYERNORM_FUSED_COLS + team.index(k, e)));
+            *g = if first { sum_dg[k][e] } else { *g + sum_dg[k][e] };
+            *b = if first { sum_db[k][e] } else { *b + sum_db[k][e] };
+        });
+    };
+    fused_params_tail::<F>(add_warp_sums, (partials, counter), (dgamma, dbeta), cols);
+}
+
+/// The one-launch backward for 16-byte aligned rows a warp holds ([`WarpRow`], at most `32 · V`
+/// vectors): as `layernorm_bwd_fused_rows` (warps walking rows, the next row's loads issued
+/// before the current row's work, dγ and dβ summed in registers), in the lean row form. Values
+/// past the row's end load as zeros, so their dy = 0 adds nothing to the row's or the columns'
+/// sums.
+///
+/// # Safety
+/// As `layernorm_bwd_fused_rows`, with rows of at most `32 · V` 16-byte vectors.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn layernorm_bwd_warp_rows<F: Float, const V: usize, const N: usize>(
+    (x, gamma, dy, residual): (*const F::Raw, *const F::Raw, *const F::Raw, *const F::Raw),
+    (mean, rstd): (*const f32, *const f32),
+    dx: *mut F::Raw,
+    (partials, counter): (*mut f32, *mut u32),
+    (dgamma, dbeta): (*mut F::Raw, *mut F::Raw),
+    (rows, cols): (usize, usize),
+) {
+    let w = WarpRow::<V>::new::<F>(cols);
+    let warps = grid_dim_x() * block_dim_x() / 32;
+    // γ held as its bits and widened each row: its values would take 8 more registers, and the
+    // add form uses 164 of the 170 that twelve warps an SM allow.
+    let gamma_raw = if gamma.is_null() { [[0u32; 4]; V] } else { w.load_raw::<F>(gamma) };
+    let (mut sum_dg, mut sum_db) = ([[0.0f32; 8]; V], [[0.0f32; 8]; V]);
+    let inv = rcp_approx(cols as f32);
+    let issue = |row: usize| {
+        let offset = row * cols;
+        let stat = (load_f32(mean.add(row)), load_f32(rstd.add(row)));
+        let raw: [[[u32; 4]; V]; N] =
+            core::array::from_fn(|i| w.load_raw::<F>([x, dy, residual][i].wrapping_add(offset)));
+        (stat, raw)
+    };
+    let mut row = (block_x() * block_dim_x() + thread_x()) / 32;
+    let mut pending = if row < rows { issue(row) } else { ((0.0, 0.0), [[[0; 4]; V]; N]) };
+    while row < rows {
+        let ((mu, r), raw) = pending;
+        let next = row + warps;
+        if next < rows {
+            pending = issue(next);
+        }
+        let shift = -mu * r;
+        let xh = WarpRow::<V>::widen::<F>(raw[0]).map(|v| v.map(|e| fma(e, r, shift)));
+        let d = WarpRow::<V>::widen::<F>(raw[1]);
+        let gam = if gamma.is_null() { [[1.0f32; 8]; V] } else { WarpRow::<V>::widen::<F>(gamma_raw) };
+        let mean_g = w.sum::<F>(|i, e| d[i][e] * gam[i][e]) * inv;
+        let mean_gx = w.sum::<F>(|i, e| d[i][e] * gam[i][e] * xh[i][e]) * inv;
+        let res = if N == 3 { WarpRow::<V>::widen::<F>(raw[N - 1]) } else { [[0.0; 8]; V] };
+        let mut out = [[0.0f32; 8]; V];
+        unroll!(i in [0, 1, 2, 3] => {
+            if i < V {
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    if e < F::PER_16B {
+                        let centred = d[i][e] * gam[i][e] - fma(xh[i][e], mean_gx, mean_g);
+                        out[i][e] = if N == 3 { fma(r, centred, res[i][e]) } else { r * centred };
+                        sum_dg[i][e] = fma(d[i][e], xh[i][e], sum_dg[i][e]);
+                        sum_db[i][e] += d[i][e];
+                    }
+                });
+            }
+        });
+        w.store::<F>(dx.add(row * cols), &out);
+        row = next;
+    }
+    let add_warp_sums = |scratch: *mut f32, first: bool| {
+        unroll!(i in [0, 1, 2, 3] => {
+            if i < V && w.holds(i) {
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    if e < F::PER_16B {
+                        let col = w.at(i) + e;
+                        let (g, b) = (scratch.add(col), scratch.add(LAYERNORM_FUSED_COLS + col));
+                        *g = if first { sum_dg[i][e] } else { *g + sum_dg[i][e] };
+                        *b = if first { sum_db[i][e] } else { *b + sum_db[i][e] };
+                    }
+                });
+            }
+        });
+    };
+    fused_params_tail::<F>(add_warp_sums, (partials, counter), (dgamma, dbeta), cols);
+}
+
+/// Forward for 16-byte aligned rows a warp holds ([`WarpRow`], at most `32 · V` vectors), a row
+/// a warp: the mean, then the squares about it (an exact two-pass over the registers), each one
+/// butterfly of one float; `gamma`/`beta` may be null.
+///
+/// # Safety
+/// x and y hold rows·cols values in such rows, gamma/beta cols values or null, mean/rstd rows
+/// floats; 1-D grid of whole-warp blocks.
+#[inline(always)]
+unsafe fn layernorm_warp_rows<F: Float, const V: usize>(
+    (x, gamma, beta): (*const F::Raw, *const F::Raw, *const F::Raw),
+    y: *mut F::Raw,
+    (mean_out, rstd_out): (*mut f32, *mut f32),
+    (rows, cols): (usize, usize),
+    eps: f32,
+) {
+    let row = (block_x() * block_dim_x() + thread_x()) / 32;
+    if row >= rows {
+        return;
+    }
+    let w = WarpRow::<V>::new::<F>(cols);
+    let offset = row * cols;
+    let v = w.load::<F>(x.add(offset));
+    // The count is an exact small integer: a reciprocal within an ulp.
+    let inv = rcp_approx(cols as f32);
+    let mean = w.sum::<F>(|i, e| v[i][e]) * inv;
+    let var = w.sum::<F>(|i, e| (v[i][e] - mean) * (v[i][e] - mean)) * inv;
+    let rstd = 1.0 / sqrt_rn(var + eps);
+    if w.lane == 0 {
+        store_f32(mean_out.add(row), mean);
+        store_f32(rstd_out.add(row), rstd);
+    }
+    let mut out = [[0.0f32; 8]; V];
+    unroll!(i in [0, 1, 2, 3] => {
+        if i < V && w.holds(i) {
+            let g = if gamma.is_null() { [1.0; 8] } else { F::load_vec(gamma.add(w.at(i))) };
+            let b = if beta.is_null() { [0.0; 8] } else { F::load_vec(beta.add(w.at(i))) };
+            unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => { out[i][e] = fma((v[i][e] - mean) * rstd, g[e], b[e]); });
+        }
+    });
+    w.store::<F>(y.add(offset), &out);
+}
+
+/// The end of a one-launch backward (`layernorm_bwd_fused_rows`, `layernorm_bwd_warp_rows`): the
+/// block's warps add their column sums of dγ and dβ in warp order in shared memory
+/// (`add_warp_sums(scratch, first)`: dγ of column c at `scratch[c]`, dβ at
+/// `scratch[LAYERNORM_FUSED_COLS + c]`, stored on the first warp's turn, added after), the block
+/// stores them in `partials[block · 2·cols ..]`, and the last block to finish adds the blocks' in
+/// block order into `dgamma`/`dbeta`.
+///
+/// # Safety
+/// As `layernorm_bwd_fused_rows`; every thread of the block calls it.
+#[inline(always)]
+unsafe fn fused_params_tail<F: Float>(
+    add_warp_sums: impl Fn(*mut f32, bool),
+    (partials, counter): (*mut f32, *mut u32),
+    (dgamma, dbeta): (*mut F::Raw, *mut F::Raw),
+    cols: usize,
+) {
     let scratch = shared_ptr(&raw mut FUSED_PARAMS_SCRATCH);
     let warp = thread_x() / 32;
     for w in 0..block_dim_x() / 32 {
         if warp == w {
-            team.each_first::<K>(|k, e| {
-                let (g, b) =
-                    (scratch.add(team.index(k, e)), scratch.add(LAYERNORM_FUSED_COLS + team.index(k, e)));
-                *g = if w == 0 { sum_dg[k][e] } else { *g + sum_dg[k][e] };
-                *b = if w == 0 { sum_db[k][e] } else { *b + sum_db[k][e] };
-            });
+            add_warp_sums(scratch, w == 0);
         }
         sync_threads();
     }
@@ -415,6 +563,67 @@ layernorm_fwd_kernels! {
     layernorm_fwd_cluster_f32: f32, 4, true;
     layernorm_fwd_cluster_f16: F16, 4, true;
     layernorm_fwd_cluster_bf16: BF16, 4, true;
+}
+
+macro_rules! layernorm_warp_kernels {
+    ($($fwd:ident: $f:ty, $v:expr;)*) => {$(
+        /// Forward for 16-byte aligned rows a warp holds (the build's vectors a lane at most), a
+        /// row a warp.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $fwd(
+            x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, beta: *const <$f as Float>::Raw,
+            y: *mut <$f as Float>::Raw, mean_out: *mut f32, rstd_out: *mut f32, rows: usize, cols: usize,
+            eps: f32,
+        ) {
+            grid_dependency_sync();
+            layernorm_warp_rows::<$f, { $v }>((x, gamma, beta), y, (mean_out, rstd_out), (rows, cols), eps)
+        }
+    )*};
+}
+
+// Two builds: rows of up to half the widest take the one of fewer registers (more warps an SM).
+layernorm_warp_kernels! {
+    layernorm_warp_fwd_f32: f32, LAYERNORM_WARP_VECTORS;
+    layernorm_warp_fwd_f16: F16, LAYERNORM_WARP_VECTORS;
+    layernorm_warp_fwd_bf16: BF16, LAYERNORM_WARP_VECTORS;
+    layernorm_warp_fwd_v2_f32: f32, LAYERNORM_WARP_VECTORS / 2;
+    layernorm_warp_fwd_v2_f16: F16, LAYERNORM_WARP_VECTORS / 2;
+    layernorm_warp_fwd_v2_bf16: BF16, LAYERNORM_WARP_VECTORS / 2;
+}
+
+macro_rules! layernorm_bwd_warp_kernels {
+    ($($plain:ident, $add:ident: $f:ty;)*) => {$(
+        /// The one-launch backward for 16-byte aligned 16-bit rows of up to
+        /// `LAYERNORM_FUSED_COLS` values (`residual` unread).
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $plain(
+            x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
+            rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
+            dbeta: *mut u16, rows: usize, cols: usize,
+        ) {
+            grid_dependency_sync();
+            layernorm_bwd_warp_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 2>(
+                (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
+            )
+        }
+        /// As the plain one, with `dx = residual + ∂L/∂x` (rounded once).
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $add(
+            x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
+            rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
+            dbeta: *mut u16, rows: usize, cols: usize,
+        ) {
+            grid_dependency_sync();
+            layernorm_bwd_warp_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 3>(
+                (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
+            )
+        }
+    )*};
+}
+
+layernorm_bwd_warp_kernels! {
+    layernorm_warp_bwd_f16, layernorm_warp_bwd_add_f16: F16;
+    layernorm_warp_bwd_bf16, layernorm_warp_bwd_add_bf16: BF16;
 }
 
 macro_rules! layernorm_kernels {

@@ -22,7 +22,7 @@ use super::sync::sync_threads;
 #[cfg(any(feature = "sm90a", target_feature = "sm_90"))]
 use super::sync::{cluster_sync, load_cluster_shared_f32};
 use super::tensor_core::shared_addr;
-use super::warp::shfl_xor;
+use super::warp::{shfl_xor, warp_reduce};
 use crate::shapes::{NN_ROW_BLOCK, ROW_APPLY, ROW_CLUSTER, ROW_PARTIAL, ROW_WHOLE};
 use core::marker::PhantomData;
 
@@ -71,6 +71,19 @@ pub trait Float {
     unsafe fn load8_raw(p: *const Self::Raw, second: usize) -> [u32; 8];
     /// The values of [`Float::load8_raw`]'s bits.
     fn widen8(raw: [u32; 8]) -> [f32; 8];
+    /// One 16-byte vector's bits (`PER_16B` values), not yet converted ([`Float::widen_vec`]).
+    ///
+    /// # Safety
+    /// As [`Float::load_vec`].
+    #[inline(always)]
+    unsafe fn load_vec_raw(p: *const Self::Raw) -> [u32; 4] {
+        load_u32x4(p as *const u32)
+    }
+    /// The values of [`Float::load_vec_raw`]'s bits, in the first `PER_16B` entries.
+    #[inline(always)]
+    fn widen_vec(raw: [u32; 4]) -> [f32; 8] {
+        Self::widen8([raw[0], raw[1], raw[2], raw[3], 0, 0, 0, 0])
+    }
     /// The store of [`Float::load8`]'s layout.
     ///
     /// # Safety
@@ -592,6 +605,102 @@ impl RowTeam {
         if self.lane == 0 && self.begin < self.end {
             s.write(partials.add((self.row * self.chunks + self.chunk) * S::WIDTH));
         }
+    }
+}
+
+/// A row that one warp holds as 16-byte vectors, for 16-byte aligned rows (`cols` a multiple of
+/// `F::PER_16B`) of at most `32 · V` vectors: lane `l`'s vector `i` is the row's vector
+/// `l + 32·i`, so that each load instruction of the warp reads one contiguous span. The row teams
+/// above cover every row shape (scalar rows, partial chunks, splits), which costs their warp rows
+/// ~3× the instructions a value of this form (perf-notes, thirty-eighth session).
+#[derive(Clone, Copy)]
+pub struct WarpRow<const V: usize> {
+    pub lane: u32,
+    vectors: u32,
+    per: u32,
+}
+
+impl<const V: usize> WarpRow<V> {
+    /// This lane's part of rows of `cols` values of format `F`.
+    #[inline(always)]
+    pub fn new<F: Float>(cols: usize) -> Self {
+        WarpRow { lane: lane() as u32, vectors: (cols / F::PER_16B) as u32, per: F::PER_16B as u32 }
+    }
+
+    /// Whether this lane's vector `i` lies in the row.
+    #[inline(always)]
+    pub fn holds(&self, i: usize) -> bool {
+        self.lane + 32 * (i as u32) < self.vectors
+    }
+
+    /// The index in the row of the first value of this lane's vector `i`.
+    #[inline(always)]
+    pub fn at(&self, i: usize) -> usize {
+        ((self.lane + 32 * i as u32) * self.per) as usize
+    }
+
+    /// The bits of this lane's vectors of the row at `row` (zeros past its end), not yet
+    /// converted: a warp walking rows issues the next row's before it works on this one.
+    ///
+    /// # Safety
+    /// `row` is the start of a 16-byte aligned row of `cols` readable values.
+    #[inline(always)]
+    pub unsafe fn load_raw<F: Float>(&self, row: *const F::Raw) -> [[u32; 4]; V] {
+        let mut raw = [[0u32; 4]; V];
+        unroll!(i in [0, 1, 2, 3] => {
+            if i < V && self.holds(i) {
+                raw[i] = F::load_vec_raw(row.add(self.at(i)));
+            }
+        });
+        raw
+    }
+
+    /// The values of [`WarpRow::load_raw`]'s bits (zeros past the row's end).
+    #[inline(always)]
+    pub fn widen<F: Float>(raw: [[u32; 4]; V]) -> [[f32; 8]; V] {
+        raw.map(F::widen_vec)
+    }
+
+    /// This lane's values of the row at `row` (zeros past its end).
+    ///
+    /// # Safety
+    /// As [`WarpRow::load_raw`].
+    #[inline(always)]
+    pub unsafe fn load<F: Float>(&self, row: *const F::Raw) -> [[f32; 8]; V] {
+        Self::widen::<F>(self.load_raw::<F>(row))
+    }
+
+    /// Store this lane's values `v` (those in the row) to the row at `row`.
+    ///
+    /// # Safety
+    /// `row` is the start of a 16-byte aligned row of `cols` writable values.
+    #[inline(always)]
+    pub unsafe fn store<F: Float>(&self, row: *mut F::Raw, v: &[[f32; 8]; V]) {
+        unroll!(i in [0, 1, 2, 3] => {
+            if i < V && self.holds(i) {
+                F::store_vec(row.add(self.at(i)), v[i]);
+            }
+        });
+    }
+
+    /// `Σ f(i, e)` over this lane's values in the row (`e` < `F::PER_16B`), each vector's sum a
+    /// tree (short dependency chains), then the warp's butterfly: every lane gets the row's sum.
+    #[inline(always)]
+    pub fn sum<F: Float>(&self, f: impl Fn(usize, usize) -> f32) -> f32 {
+        let mut total = 0.0f32;
+        unroll!(i in [0, 1, 2, 3] => {
+            if i < V && self.holds(i) {
+                let mut s = [0.0f32; 8];
+                unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+                    if e < F::PER_16B {
+                        s[e] = f(i, e);
+                    }
+                });
+                let low = (s[0] + s[1]) + (s[2] + s[3]);
+                total += if F::PER_16B == 8 { low + ((s[4] + s[5]) + (s[6] + s[7])) } else { low };
+            }
+        });
+        warp_reduce::<Sum>(total)
     }
 }
 

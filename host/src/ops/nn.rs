@@ -14,7 +14,8 @@ use crate::runtime::stream::Stream;
 use crate::shapes::{
     BATCHNORM_BLOCK, BATCHNORM_BLOCKS_PER_SM, BATCHNORM_UNROLL, CE_BLOCKS_PER_SM, CE_BLOCK_MAX, CE_BLOCK_MIN,
     CE_MIN_SEGMENT, CE_NARROW_BLOCK, CE_NARROW_COLS, CE_UNROLL, ELEMENTWISE_BLOCK, LAYERNORM_FUSED_BLOCK,
-    LAYERNORM_FUSED_COLS, LOSS_BLOCK, ROW_APPLY, ROW_PARTIAL, ROW_WHOLE,
+    LAYERNORM_FUSED_COLS, LAYERNORM_WARP_MIN_COLS, LAYERNORM_WARP_VECTORS, LOSS_BLOCK, ROW_APPLY,
+    ROW_PARTIAL, ROW_WHOLE,
 };
 use crate::tensor::{Storage, Tensor};
 use crate::DType;
@@ -45,6 +46,9 @@ type LayerNormArgs<T> = (
     u32,
     f32,
 );
+/// The warp-row layer norm: x, γ, β, y, mean, rstd, rows, cols, eps.
+type LayerNormWarpArgs<T> =
+    (DevPtr<T>, DevPtr<T>, DevPtr<T>, DevPtrMut<T>, DevPtrMut<f32>, DevPtrMut<f32>, usize, usize, f32);
 /// Layer norm's dx: x, γ, dy, mean, rstd, dx, partials, rows, cols, team, chunk, mode.
 type LayerNormDxArgs<T> = (
     DevPtr<T>,
@@ -141,6 +145,18 @@ const LAYERNORM_BWD: ByDType<LayerNormBwdArgs<f32>, LayerNormBwdArgs<u16>> =
 /// The one-launch backward adding a residual, `[f16, bf16]` (f32 rows add it after).
 const LAYERNORM_BWD_ADD: [Kernel<LayerNormBwdArgs<u16>>; 2] =
     [kernels::layernorm_bwd_add_f16, kernels::layernorm_bwd_add_bf16];
+/// The forward of 16-byte aligned rows a warp holds (`layer_norm_warp_rows`): the builds of
+/// `LAYERNORM_WARP_VECTORS` vectors a lane and of half as many (fewer registers).
+const LAYERNORM_WARP_FWD: [ByDType<LayerNormWarpArgs<f32>, LayerNormWarpArgs<u16>>; 2] = [
+    by_dtype!(layernorm_warp_fwd_f32, layernorm_warp_fwd_f16, layernorm_warp_fwd_bf16),
+    by_dtype!(layernorm_warp_fwd_v2_f32, layernorm_warp_fwd_v2_f16, layernorm_warp_fwd_v2_bf16),
+];
+/// The one-launch backward of 16-byte aligned 16-bit rows, `[f16, bf16]`, plain and adding a
+/// residual.
+const LAYERNORM_WARP_BWD: [[Kernel<LayerNormBwdArgs<u16>>; 2]; 2] = [
+    [kernels::layernorm_warp_bwd_f16, kernels::layernorm_warp_bwd_add_f16],
+    [kernels::layernorm_warp_bwd_bf16, kernels::layernorm_warp_bwd_add_bf16],
+];
 const LAYERNORM_PARAMS: ByDType<LayerNormParamsArgs<f32>, LayerNormParamsArgs<u16>> =
     by_dtype!(layernorm_bwd_params_f32, layernorm_bwd_params_f16, layernorm_bwd_params_bf16);
 const LAYERNORM_PARAMS_SUM: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
@@ -149,6 +165,15 @@ const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> =
     by_dtype!(dropout_f32, dropout_f16, dropout_bf16);
 const DROPOUT_DEV: ByDType<DropoutDevArgs<f32>, DropoutDevArgs<u16>> =
     by_dtype!(dropout_dev_f32, dropout_dev_f16, dropout_dev_bf16);
+
+/// Whether rows of `cols` values of `dtype` take the warp-row layer-norm forward: 16-byte aligned
+/// rows (whole vectors) wider than the row teams' shared warps and within what a warp holds.
+fn layer_norm_warp_rows(dtype: DType, cols: usize) -> bool {
+    let per_vector = 16 / dtype.size_bytes();
+    cols % per_vector == 0
+        && cols > LAYERNORM_WARP_MIN_COLS
+        && cols <= 32 * LAYERNORM_WARP_VECTORS * per_vector
+}
 
 /// `(rows, cols)` of a tensor of any dtype viewed as rows of its last axis; rank ≥ 1.
 fn rows_cols_any(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
@@ -719,7 +744,34 @@ pub fn layer_norm(
             let ctx = x.context();
             let y = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
-            if rows > 0 {
+            if rows > 0 && layer_norm_warp_rows(dtype, cols) {
+                let stream = ctx.stream(OP)?;
+                // A warp a row, eight rows a block.
+                let cfg = LaunchConfig {
+                    grid: (rows.div_ceil(8) as u32, 1, 1),
+                    block: (256, 1, 1),
+                    shared_bytes: 0,
+                };
+                let half = cols <= 16 * LAYERNORM_WARP_VECTORS * (16 / dtype.size_bytes());
+                launch_by_dtype!(LAYERNORM_WARP_FWD[usize::from(half)], dtype, |k| {
+                    let args = (
+                        x.ptr(),
+                        Tensor::ptr_or_null(gamma),
+                        Tensor::ptr_or_null(beta),
+                        y.ptr_mut(),
+                        mean.ptr_mut(),
+                        rstd.ptr_mut(),
+                        rows,
+                        cols,
+                        eps,
+                    );
+                    // SAFETY: `layernorm_warp_fwd_<dtype>`: x and y hold rows·cols values of the
+                    // kernel's type in 16-byte aligned rows of at most the vectors a warp holds
+                    // (`layer_norm_warp_rows`), gamma/beta cols values of it (checked) or null,
+                    // mean/rstd rows floats; a warp a row over the grid's whole-warp blocks.
+                    unsafe { k.launch(stream, cfg, args) }
+                })?;
+            } else if rows > 0 {
                 let stream = ctx.stream(OP)?;
                 let plan = RowPlan::new(OP, x.shape(), (rows, cols), &stream.device.info)?;
                 plan.run(OP, stream, 3, |l, partials| {
@@ -888,17 +940,28 @@ fn layer_norm_backward_impl(
                         )
                     };
                 }
-                // SAFETY (both launches): `layernorm_bwd_<dtype>` (residual null, unread) or
-                // `layernorm_bwd_add_<dtype>`: x, dy, dx and the residual (checked like x) hold
-                // rows·cols values of the kernel's type, gamma cols or null, mean/rstd rows
-                // floats, dgamma/dbeta cols values, partials 2·cols floats per block of this 1-D
-                // grid of whole-warp blocks; `counter` is this stream's zeroed counter (launches
-                // writing it never overlap, and the kernel leaves it zero); cols ≤
-                // LAYERNORM_FUSED_COLS, what a warp holds.
+                // 16-bit rows of whole 16-byte vectors take the warp-row kernels (same arguments).
+                let warp_rows = dtype != DType::F32 && cols % 8 == 0;
+                // SAFETY (every launch): `layernorm_[warp_]bwd_<dtype>` (residual null, unread)
+                // or `layernorm_[warp_]bwd_add_<dtype>`: x, dy, dx and the residual (checked like
+                // x) hold rows·cols values of the kernel's type, gamma cols or null, mean/rstd
+                // rows floats, dgamma/dbeta cols values, partials 2·cols floats per block of
+                // this 1-D grid of whole-warp blocks; `counter` is this stream's zeroed counter
+                // (launches writing it never overlap, and the kernel leaves it zero); cols ≤
+                // LAYERNORM_FUSED_COLS, what a warp holds (the warp-row kernels: 16-byte vectors,
+                // cols a multiple of 8 of a 16-bit dtype).
                 match in_kernel {
+                    Some(r) if warp_rows => {
+                        let k = &LAYERNORM_WARP_BWD[dtype.index() - 1][1];
+                        unsafe { k.launch(stream, cfg, args!(r.ptr()))? }
+                    }
                     Some(r) => {
                         let k = &LAYERNORM_BWD_ADD[dtype.index() - 1];
                         unsafe { k.launch(stream, cfg, args!(r.ptr()))? }
+                    }
+                    None if warp_rows => {
+                        let k = &LAYERNORM_WARP_BWD[dtype.index() - 1][0];
+                        unsafe { k.launch(stream, cfg, args!(DevPtr::null()))? }
                     }
                     None => launch_by_dtype!(LAYERNORM_BWD, dtype, |k| {
                         unsafe { k.launch(stream, cfg, args!(DevPtr::null())) }
