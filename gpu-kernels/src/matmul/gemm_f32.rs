@@ -263,8 +263,7 @@ unsafe fn gemm<const BM: usize, const BN: usize, const TN: usize, const TA: bool
     let has_c = !g.c.is_null() && g.beta != 0.0;
     let out_vec_ok = g.ldc % 4 == 0 && (g.m * g.n) % 4 == 0;
     unroll!(i in [0, 1, 2, 3, 4, 5, 6, 7] => {
-        let (row, col) = simt_coords::<BM, BN, TN>(i, 0);
-        let row = m0 + row;
+        let row = m0 + simt_coords::<BM, BN, TN>(i, 0).0;
         if row < g.m {
             unroll!(h in [0, 1, 2, 3] => {
                 if h < TN / 4 {
