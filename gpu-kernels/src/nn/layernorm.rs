@@ -591,57 +591,8 @@ layernorm_warp_kernels! {
     layernorm_warp_fwd_v2_bf16: BF16, LAYERNORM_WARP_VECTORS / 2;
 }
 
-macro_rules! layernorm_bwd_warp_kernels {
-    ($($plain:ident, $add:ident: $f:ty;)*) => {$(
-        /// The one-launch backward for 16-byte aligned 16-bit rows of up to
-        /// `LAYERNORM_FUSED_COLS` values (`residual` unread).
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $plain(
-            x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
-            rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
-            dbeta: *mut u16, rows: usize, cols: usize,
-        ) {
-            grid_dependency_sync();
-            layernorm_bwd_warp_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 2>(
-                (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
-            )
-        }
-        /// As the plain one, with `dx = residual + ∂L/∂x` (rounded once).
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $add(
-            x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
-            rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
-            dbeta: *mut u16, rows: usize, cols: usize,
-        ) {
-            grid_dependency_sync();
-            layernorm_bwd_warp_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 3>(
-                (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
-            )
-        }
-    )*};
-}
-
-layernorm_bwd_warp_kernels! {
-    layernorm_warp_bwd_f16, layernorm_warp_bwd_add_f16: F16;
-    layernorm_warp_bwd_bf16, layernorm_warp_bwd_add_bf16: BF16;
-}
-
 macro_rules! layernorm_kernels {
-    ($($fused:ident, $params:ident, $params_sum:ident: $f:ty;)*) => {$(
-        /// The whole layer-norm backward in one launch, rows of up to `LAYERNORM_FUSED_COLS`
-        /// (`residual` unread).
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $fused(
-            x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw,
-            residual: *const <$f as Float>::Raw, mean: *const f32, rstd: *const f32,
-            dx: *mut <$f as Float>::Raw, partials: *mut f32, counter: *mut u32,
-            dgamma: *mut <$f as Float>::Raw, dbeta: *mut <$f as Float>::Raw, rows: usize, cols: usize,
-        ) {
-            grid_dependency_sync();
-            layernorm_bwd_fused_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 2>(
-                (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
-            )
-        }
+    ($($params:ident, $params_sum:ident: $f:ty;)*) => {$(
         /// `dγ`, `dβ` of layer norm, per row group.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $params(
@@ -667,30 +618,41 @@ macro_rules! layernorm_kernels {
 }
 
 layernorm_kernels! {
-    layernorm_bwd_f32, layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
-    layernorm_bwd_f16, layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
-    layernorm_bwd_bf16, layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
+    layernorm_bwd_params_f32, layernorm_params_sum_f32: f32;
+    layernorm_bwd_params_f16, layernorm_params_sum_f16: F16;
+    layernorm_bwd_params_bf16, layernorm_params_sum_bf16: BF16;
 }
 
-macro_rules! layernorm_bwd_add_kernels {
-    ($($name:ident: $f:ty;)*) => {$(
-        /// The one-launch backward with `dx = residual + ∂L/∂x` (a residual connection's gradient
-        /// added in the same pass, rounded once). 16-bit only: f32's third prefetched row spills.
+macro_rules! layernorm_one_launch_kernels {
+    ($($name:ident: $f:ty, $rows:ident, $inputs:literal;)*) => {$(
+        /// The whole layer-norm backward in one launch (see the table below).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            x: *const u16, gamma: *const u16, dy: *const u16, residual: *const u16, mean: *const f32,
-            rstd: *const f32, dx: *mut u16, partials: *mut f32, counter: *mut u32, dgamma: *mut u16,
-            dbeta: *mut u16, rows: usize, cols: usize,
+            x: *const <$f as Float>::Raw, gamma: *const <$f as Float>::Raw, dy: *const <$f as Float>::Raw,
+            residual: *const <$f as Float>::Raw, mean: *const f32, rstd: *const f32,
+            dx: *mut <$f as Float>::Raw, partials: *mut f32, counter: *mut u32,
+            dgamma: *mut <$f as Float>::Raw, dbeta: *mut <$f as Float>::Raw, rows: usize, cols: usize,
         ) {
             grid_dependency_sync();
-            layernorm_bwd_fused_rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, 3>(
+            $rows::<$f, { LAYERNORM_FUSED_COLS / 256 }, $inputs>(
                 (x, gamma, dy, residual), (mean, rstd), dx, (partials, counter), (dgamma, dbeta), (rows, cols),
             )
         }
     )*};
 }
 
-layernorm_bwd_add_kernels! {
-    layernorm_bwd_add_f16: F16;
-    layernorm_bwd_add_bf16: BF16;
+// The whole backward in one launch, rows of up to `LAYERNORM_FUSED_COLS`: `_add_` kernels read a
+// residual connection's gradient and add it to dx (rounded once; 16-bit only: f32's third
+// prefetched row spills), the others leave `residual` unread; `_warp_` kernels take 16-byte
+// aligned 16-bit rows (`WarpRow`).
+layernorm_one_launch_kernels! {
+    layernorm_bwd_f32: f32, layernorm_bwd_fused_rows, 2;
+    layernorm_bwd_f16: F16, layernorm_bwd_fused_rows, 2;
+    layernorm_bwd_bf16: BF16, layernorm_bwd_fused_rows, 2;
+    layernorm_bwd_add_f16: F16, layernorm_bwd_fused_rows, 3;
+    layernorm_bwd_add_bf16: BF16, layernorm_bwd_fused_rows, 3;
+    layernorm_warp_bwd_f16: F16, layernorm_bwd_warp_rows, 2;
+    layernorm_warp_bwd_bf16: BF16, layernorm_bwd_warp_rows, 2;
+    layernorm_warp_bwd_add_f16: F16, layernorm_bwd_warp_rows, 3;
+    layernorm_warp_bwd_add_bf16: BF16, layernorm_bwd_warp_rows, 3;
 }
