@@ -612,7 +612,8 @@ impl RowTeam {
 /// `F::PER_16B`) of at most `32 · V` vectors: lane `l`'s vector `i` is the row's vector
 /// `l + 32·i`, so that each load instruction of the warp reads one contiguous span. The row teams
 /// above cover every row shape (scalar rows, partial chunks, splits), which costs their warp rows
-/// ~3× the instructions a value of this form (perf-notes, thirty-eighth session).
+/// 1.8× the instructions a row of this form at 384 16-bit values (perf-notes, thirty-eighth
+/// session).
 #[derive(Clone, Copy)]
 pub struct WarpRow<const V: usize> {
     pub lane: u32,
