@@ -145,7 +145,7 @@ const LAYERNORM_BWD: ByDType<LayerNormBwdArgs<f32>, LayerNormBwdArgs<u16>> =
 /// The one-launch backward adding a residual, `[f16, bf16]` (f32 rows add it after).
 const LAYERNORM_BWD_ADD: [Kernel<LayerNormBwdArgs<u16>>; 2] =
     [kernels::layernorm_bwd_add_f16, kernels::layernorm_bwd_add_bf16];
-/// The forward of 16-byte aligned rows a warp holds (`layer_norm_warp_rows`): the builds of
+/// The forward of 16-byte aligned rows a warp holds (`layer_norm_warp_build`): the builds of
 /// `LAYERNORM_WARP_VECTORS` vectors a lane and of half as many (fewer registers).
 const LAYERNORM_WARP_FWD: [ByDType<LayerNormWarpArgs<f32>, LayerNormWarpArgs<u16>>; 2] = [
     by_dtype!(layernorm_warp_fwd_f32, layernorm_warp_fwd_f16, layernorm_warp_fwd_bf16),
@@ -166,13 +166,14 @@ const DROPOUT: ByDType<DropoutArgs<f32>, DropoutArgs<u16>> =
 const DROPOUT_DEV: ByDType<DropoutDevArgs<f32>, DropoutDevArgs<u16>> =
     by_dtype!(dropout_dev_f32, dropout_dev_f16, dropout_dev_bf16);
 
-/// Whether rows of `cols` values of `dtype` take the warp-row layer-norm forward: 16-byte aligned
-/// rows (whole vectors) wider than the row teams' shared warps and within what a warp holds.
-fn layer_norm_warp_rows(dtype: DType, cols: usize) -> bool {
+/// The warp-row layer-norm forward build (`LAYERNORM_WARP_FWD`) for rows of `cols` values of
+/// `dtype`, if they take one: 16-byte aligned rows (whole vectors) wider than the row teams'
+/// shared warps and within what a warp holds; the 2-vector build where it holds the row.
+fn layer_norm_warp_build(dtype: DType, cols: usize) -> Option<usize> {
     let per_vector = 16 / dtype.size_bytes();
-    cols % per_vector == 0
-        && cols > LAYERNORM_WARP_MIN_COLS
-        && cols <= 32 * LAYERNORM_WARP_VECTORS * per_vector
+    let fits = |vectors: usize| cols <= 32 * vectors * per_vector;
+    (cols % per_vector == 0 && cols > LAYERNORM_WARP_MIN_COLS && fits(LAYERNORM_WARP_VECTORS))
+        .then(|| usize::from(fits(LAYERNORM_WARP_VECTORS / 2)))
 }
 
 /// `(rows, cols)` of a tensor of any dtype viewed as rows of its last axis; rank ≥ 1.
@@ -744,7 +745,8 @@ pub fn layer_norm(
             let ctx = x.context();
             let y = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
             let (mean, rstd) = (Tensor::uninit(ctx, &[rows], OP)?, Tensor::uninit(ctx, &[rows], OP)?);
-            if rows > 0 && layer_norm_warp_rows(dtype, cols) {
+            let warp_build = layer_norm_warp_build(dtype, cols).filter(|_| rows > 0);
+            if let Some(build) = warp_build {
                 let stream = ctx.stream(OP)?;
                 // A warp a row, eight rows a block.
                 let cfg = LaunchConfig {
@@ -752,8 +754,7 @@ pub fn layer_norm(
                     block: (256, 1, 1),
                     shared_bytes: 0,
                 };
-                let half = cols <= 16 * LAYERNORM_WARP_VECTORS * (16 / dtype.size_bytes());
-                launch_by_dtype!(LAYERNORM_WARP_FWD[usize::from(half)], dtype, |k| {
+                launch_by_dtype!(LAYERNORM_WARP_FWD[build], dtype, |k| {
                     let args = (
                         x.ptr(),
                         Tensor::ptr_or_null(gamma),
@@ -767,7 +768,7 @@ pub fn layer_norm(
                     );
                     // SAFETY: `layernorm_warp_fwd_<dtype>`: x and y hold rows·cols values of the
                     // kernel's type in 16-byte aligned rows of at most the vectors a warp holds
-                    // (`layer_norm_warp_rows`), gamma/beta cols values of it (checked) or null,
+                    // (`layer_norm_warp_build`), gamma/beta cols values of it (checked) or null,
                     // mean/rstd rows floats; a warp a row over the grid's whole-warp blocks.
                     unsafe { k.launch(stream, cfg, args) }
                 })?;
