@@ -540,6 +540,12 @@ fn dropout_matches_cpu(gpu: &Context) {
             let (x, d) = (xc.to_vec().unwrap(), dc.to_vec().unwrap());
             let mask = dropout(&gpu.full(&shape, 1.0).unwrap(), p, seed).unwrap().to_vec().unwrap();
             let scale = 1.0 / (1.0 - p);
+            if n > 1 << 20 {
+                // 16 random bits an element: the kept share within 6 standard deviations of 1 - p.
+                let kept = mask.iter().filter(|m| **m != 0.0).count() as f64 / n as f64;
+                let sd = (p as f64 * (1.0 - p as f64) / n as f64).sqrt();
+                assert!((kept - (1.0 - p as f64)).abs() <= 6.0 * sd + 1e-9, "dropout p={p}: kept {kept}");
+            }
             for i in 0..n {
                 let kept = mask[i] != 0.0;
                 assert_eq!(yg[i], if kept { x[i] * scale } else { 0.0 });

@@ -1,15 +1,16 @@
 //! `dropout_f32` (and `_f16`, `_bf16`: computed in f32, rounded once): `y = x · scale` where the element is kept, `x · 0` where dropped (NaN and ∞
 //! stay NaN, as PyTorch's multiply by the mask). Element `i` is kept
-//! when the uniform float `i` of Philox under `seed` (the same numbers as `rand_f32`, see
-//! [`crate::random::philox`]) is ≥ `p`; the backward pass is the same kernel on `dy`, so the
+//! when the 16-bit uniform `i` of Philox under `seed` (`philox::uniform8_16`: eight values a
+//! Philox call, half of `rand_f32`'s rounds a value; see [`crate::random::philox`]) is ≥ `p`;
+//! the backward pass is the same kernel on `dy`, so the
 //! mask is regenerated, never stored, and matches the CPU backend's bit for bit. With a
 //! `residual` (not null) the kernel adds it before the one rounding: `y = r + mask(x) · scale`, a
 //! residual connection's dropout and add in one pass (12 B per f32 element instead of 20).
 //!
-//! Floor: 8 B per f32 element (read, write; 4 B for 16-bit) plus the Philox rounds (~40 integer multiplies per 4
-//! elements): memory-bound; 2^26 elements → 0.18 ms at 3.0 TB/s.
-//! Launch: one thread per 16-byte vector (4 f32: one Philox call of 4; 8 16-bit values: two);
-//! the last, partial vector element by element.
+//! Floor: 8 B per f32 element (read, write; 4 B for 16-bit) plus the Philox rounds (~40 integer
+//! multiplies per 8 elements): memory-bound; 2^26 elements → 0.18 ms at 3.0 TB/s.
+//! Launch: one thread per 8 values (one Philox call; two 16-byte vectors of f32 or one of 16-bit
+//! values); the last, partial group element by element.
 //!
 //! `dropout_dev_*` read the seed from device memory instead (`seeds[1]`), where `dropout_advance`
 //! put it: a CUDA graph replays launch arguments unchanged, so a seed that must change at every
@@ -20,7 +21,7 @@ use crate::random::philox;
 
 /// Dropout of `n` elements of format `F` with drop probability `p` and `scale = 1/(1 - p)` (from
 /// the host, so both backends use the same f32), plus `residual` where it is not null. Each
-/// thread takes one 16-byte vector: 4 f32 (one Philox call) or 8 16-bit values (two).
+/// thread takes 8 values and one Philox call: one 16-byte vector of 16-bit values, or two of f32.
 #[inline(always)]
 unsafe fn dropout<F: Float>(
     (x, residual, y): (*const F::Raw, *const F::Raw, *mut F::Raw),
@@ -30,24 +31,21 @@ unsafe fn dropout<F: Float>(
     scale: f32,
 ) {
     let add = !residual.is_null();
-    let per = F::PER_16B;
-    let full = n / per;
-    for g in grid_stride(n.div_ceil(per)) {
-        let group = (g * per / 4) as u64;
-        let a = philox::uniform4(seed, group);
-        let b = if per == 8 { philox::uniform4(seed, group + 1) } else { a };
-        let u = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+    let full = n / 8;
+    for g in grid_stride(n.div_ceil(8)) {
+        let u = philox::uniform8_16(seed, g as u64);
         let keep = |k: usize, v: f32| v * if u[k] >= p { scale } else { 0.0 };
+        let at = 8 * g;
         if g < full {
-            let v = F::load_vec(x.add(per * g));
-            let r = if add { F::load_vec(residual.add(per * g)) } else { [0.0; 8] };
+            let v = F::load8(x.add(at), 4);
+            let r = if add { F::load8(residual.add(at), 4) } else { [0.0; 8] };
             let mut out = [0.0f32; 8];
             unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => { out[k] = keep(k, v[k]) + r[k]; });
-            F::store_vec(y.add(per * g), out);
+            F::store8(y.add(at), 4, out);
         } else {
-            for k in 0..n - per * g {
-                let r = if add { F::load(residual.add(per * g + k)) } else { 0.0 };
-                F::store(y.add(per * g + k), keep(k, F::load(x.add(per * g + k))) + r);
+            for k in 0..n - at {
+                let r = if add { F::load(residual.add(at + k)) } else { 0.0 };
+                F::store(y.add(at + k), keep(k, F::load(x.add(at + k))) + r);
             }
         }
     }

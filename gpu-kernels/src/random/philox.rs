@@ -45,6 +45,24 @@ pub fn uniform4(seed: u64, group: u64) -> [f32; 4] {
     bits(seed, group).map(|x| (x >> 8) as f32 * TWO_POW_M24)
 }
 
+const TWO_POW_M16: f32 = 1.0 / 65_536.0;
+
+/// Eight uniform floats in [0, 1) of 16 bits each, from the halves of group `group`'s four words
+/// (value `e` from word `e / 2`, low half first): half the Philox rounds a value of
+/// [`uniform4`], for draws whose 2^-16 resolution is enough (dropout's masks: keeping
+/// probability off by < 2^-16).
+#[inline(always)]
+pub fn uniform8_16(seed: u64, group: u64) -> [f32; 8] {
+    let w = bits(seed, group);
+    let mut u = [0.0; 8];
+    let mut e = 0;
+    while e < 8 {
+        u[e] = ((w[e / 2] >> (16 * (e % 2))) & 0xffff) as f32 * TWO_POW_M16;
+        e += 1;
+    }
+    u
+}
+
 /// The four standard-normal floats of group `group`: Box–Muller on words (0, 1) and (2, 3).
 #[inline(always)]
 pub fn normal4(seed: u64, group: u64) -> [f32; 4] {
