@@ -465,8 +465,7 @@ kernel_table! {
             [embedding_bwd_table_f16, embedding_bwd_table_bf16](
                 partials: *const f32, starts: *const u32, dtable: *mut u16, c: usize
             );
-            [embedding_bwd_pos_f32](dy: *const f32, dpos: *mut f32, n: usize, c: usize, t: usize);
-            [embedding_bwd_pos_f16, embedding_bwd_pos_bf16](dy: *const u16, dpos: *mut u16, n: usize, c: usize, t: usize);
+            [embedding_onehot_b16](ids: *const u32, one: u32, out: *mut u16, n: usize, width: usize);
         }
         nn::loss {
             [mse_loss_f32, bce_loss_f32, bce_with_logits_loss_f32](
@@ -611,17 +610,11 @@ kernel_table! {
         reduce::leading {
             [sum_leading_f32](
                 x: *const f32, rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize,
-                partials: *mut f32, out: *mut f32
+                partials: *mut f32, counters: *mut u32, out: *mut f32
             );
             [sum_leading_f16, sum_leading_bf16](
                 x: *const u16, rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize,
-                partials: *mut f32, out: *mut u16
-            );
-            [sum_partials_f32](
-                partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut f32
-            );
-            [sum_partials_f16, sum_partials_bf16](
-                partials: *const f32, groups: usize, cols: usize, stride: usize, c_lanes: usize, out: *mut u16
+                partials: *mut f32, counters: *mut u32, out: *mut u16
             );
         }
     }

@@ -5,8 +5,8 @@
 //! per f32 output element (16384 ids × 768: 101 MB, ~34 µs at ~3.0 TB/s); 12 B with positions
 //! (whose T rows stay in L2).
 //!
-//! Backward: `dtable[v] = Σ dy[i]` over the i with `ids[i] = v`, in increasing i, accumulated in
-//! f32: the same sums in the same order on every run (no float atomics). The positions i are
+//! Backward: `dtable[v] = Σ dy[i]` over the i with `ids[i] = v`, accumulated in f32: the same
+//! sums in the same order on every run (no float atomics); here in increasing i. The positions i are
 //! sorted by the 64-bit key `(id, i)` with a bitonic network (`embedding_sort_tile` sorts tiles
 //! of `EMBEDDING_SORT_TILE` keys in shared memory, or finishes a merge stage below the tile's
 //! stride; `embedding_sort_step` is one compare-exchange step of a wider stride);
@@ -15,8 +15,10 @@
 //! into an f32 partial row, stored at the run's first position in the tile; and
 //! `embedding_bwd_table_*` adds an id's partials in tile order into its table row (zeros for an
 //! id that does not occur). Floor: dy read once and the dense `[vocab, C]` gradient written once;
-//! the partials add an f32 write and read per dy element. `embedding_bwd_pos_*`:
-//! `dpos[t] = Σ_b dy[b·T + t]`, in increasing b.
+//! the partials add an f32 write and read per dy element. For 16-bit gradients of small
+//! vocabularies the host takes `onehotᵀ · dy` instead (`embedding_onehot_b16`, then a matrix
+//! product), and the positional gradient `dpos[t] = Σ_b dy[b·T + t]` is a column sum of dy seen
+//! as `[n / T, T·C]` (`sum_leading`).
 use super::element::{Elem, F32};
 use crate::prelude::*;
 use crate::shapes::{EMBEDDING_SORT_THREADS as SORT_THREADS, EMBEDDING_SUM_TILE as SUM_TILE};
@@ -255,34 +257,8 @@ unsafe fn bwd_table<E: Elem>(partials: *const f32, starts: *const u32, dtable: *
     }
 }
 
-/// One block per position t < T: `dpos[t] = Σ_b dy[b·T + t]`.
-#[inline(always)]
-unsafe fn bwd_pos<E: Elem>(dy: *const E::Bits, dpos: *mut E::Bits, n: usize, c: usize, t: usize) {
-    let w = unit_width::<E>(c);
-    let mut u = thread_x() * w;
-    while u < c {
-        let mut acc = [0.0f32; 8];
-        let mut i = block_x();
-        while i < n {
-            // Eight rows in flight before the first is added (in row order).
-            let mut v = [[0.0f32; 8]; 8];
-            unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                if i + k * t < n {
-                    v[k] = load_unit::<E>(dy.add((i + k * t) * c + u), w);
-                }
-            });
-            unroll!(k in [0, 1, 2, 3, 4, 5, 6, 7] => {
-                add8(&mut acc, v[k]);
-            });
-            i += 8 * t;
-        }
-        store_unit::<E>(dpos.add(block_x() * c + u), w, acc);
-        u += block_dim_x() * w;
-    }
-}
-
 macro_rules! embedding_kernels {
-    ($($fwd:ident, $tiles:ident, $table:ident, $pos:ident: $e:ty, $bits:ty;)*) => {$(
+    ($($fwd:ident, $tiles:ident, $table:ident: $e:ty, $bits:ty;)*) => {$(
         /// `out[i] = table[ids[i]] (+ pos[i % t])` for `[n, c]` outputs (`pos` may be null).
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $fwd(
@@ -320,17 +296,34 @@ macro_rules! embedding_kernels {
             grid_dependency_sync();
             bwd_table::<$e>(partials, starts, dtable, c)
         }
-        /// The positional gradient, one block per position.
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $pos(dy: *const $bits, dpos: *mut $bits, n: usize, c: usize, t: usize) {
-            grid_dependency_sync();
-            bwd_pos::<$e>(dy, dpos, n, c, t)
-        }
     )*};
 }
 
 embedding_kernels! {
-    embedding_f32, embedding_bwd_tiles_f32, embedding_bwd_table_f32, embedding_bwd_pos_f32: F32, f32;
-    embedding_f16, embedding_bwd_tiles_f16, embedding_bwd_table_f16, embedding_bwd_pos_f16: F16, u16;
-    embedding_bf16, embedding_bwd_tiles_bf16, embedding_bwd_table_bf16, embedding_bwd_pos_bf16: BF16, u16;
+    embedding_f32, embedding_bwd_tiles_f32, embedding_bwd_table_f32: F32, f32;
+    embedding_f16, embedding_bwd_tiles_f16, embedding_bwd_table_f16: F16, u16;
+    embedding_bf16, embedding_bwd_tiles_bf16, embedding_bwd_table_bf16: BF16, u16;
+}
+
+/// The one-hot rows of `ids` for the small-vocabulary table gradient (`onehotᵀ · dy`, a
+/// matrix product): `out[i][v]` = `one` (1.0's bits in the 16-bit format) where `ids[i] = v`,
+/// else 0, for `[n, width]` with `width` a multiple of 8 (≥ every id + 1); a thread per 16-byte
+/// vector.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn embedding_onehot_b16(
+    ids: *const u32,
+    one: u32,
+    out: *mut u16,
+    n: usize,
+    width: usize,
+) {
+    grid_dependency_sync();
+    let per_row = width / 8;
+    for g in grid_stride(n * per_row) {
+        let (i, v0) = (g / per_row, (g % per_row) * 8);
+        // The id's place in this vector (≥ 8 when it lies elsewhere: every word zero).
+        let k = (*ids.add(i) as usize).wrapping_sub(v0);
+        let word = |j: usize| if k / 2 == j { one << (16 * (k % 2)) } else { 0 };
+        store_u32x4(out.add(i * width + v0) as *mut u32, [word(0), word(1), word(2), word(3)]);
+    }
 }

@@ -90,13 +90,24 @@ shared_array!(static LAST_BLOCK_FLAG: [u32; 1]);
 /// 1-D grid.
 #[inline(always)]
 pub unsafe fn last_block_to_finish(counter: *mut u32) -> bool {
+    last_of_blocks(counter, grid_dim_x())
+}
+
+/// [`last_block_to_finish`] among `blocks` blocks that count on `counter` (e.g. the blocks of
+/// one column of a 2-D grid, each column with its own counter).
+///
+/// # Safety
+/// `counter` (zero on entry) is one u32 in global memory that only these `blocks` blocks of
+/// the running kernels use, each once.
+#[inline(always)]
+pub unsafe fn last_of_blocks(counter: *mut u32, blocks: usize) -> bool {
     let is_last = shared_ptr(&raw mut LAST_BLOCK_FLAG);
     // Every thread's partial writes happen before thread 0's fence and count.
     sync_threads();
     if thread_x() == 0 {
         fence_gpu();
         let finished = atomic_add_u32(counter, 1);
-        *is_last = (finished as usize == grid_dim_x() - 1) as u32;
+        *is_last = (finished as usize == blocks - 1) as u32;
     }
     sync_threads();
     if *is_last == 0 {

@@ -25,8 +25,8 @@ pub mod wgmma_operands;
 pub mod wgmma_tile;
 
 pub use block::{
-    block_reduce, block_welford, grid_reduce_in_last_block, last_block_to_finish, welford_combine, Max, Min,
-    ReduceOp, Sum,
+    block_reduce, block_welford, grid_reduce_in_last_block, last_block_to_finish, last_of_blocks,
+    welford_combine, Max, Min, ReduceOp, Sum,
 };
 pub use half::{HalfFloat, BF16, F16};
 pub use index::*;

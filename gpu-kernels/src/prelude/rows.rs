@@ -960,6 +960,12 @@ impl ColumnTeam {
     #[inline(always)]
     pub fn new<F: Float>(rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize) -> Self {
         let rows_begin = block_y() * rows_per_group;
+        Self::on_rows::<F>(rows_begin, rows.min(rows_begin + rows_per_group), cols, c_lanes)
+    }
+
+    /// The block's team over rows `[rows_begin, rows_end)` (whatever `blockIdx.y`).
+    #[inline(always)]
+    pub fn on_rows<F: Float>(rows_begin: usize, rows_end: usize, cols: usize, c_lanes: usize) -> Self {
         let mut team = ColumnTeam {
             c_lane: thread_x() % c_lanes,
             c_lanes,
@@ -968,7 +974,7 @@ impl ColumnTeam {
             col0: block_x() * 8 * c_lanes,
             cols,
             rows_begin,
-            rows_end: rows.min(rows_begin + rows_per_group),
+            rows_end,
             vec: if cols % F::PER_16B == 0 { F::PER_16B } else { 0 },
             vectors: false,
         };
@@ -1002,6 +1008,28 @@ impl ColumnTeam {
         unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
             if self.column(e) < self.cols {
                 v[e] = F::load(row_start.add(self.column(e)));
+            }
+        });
+        v
+    }
+
+    /// [`ColumnTeam::load`] of an f32 row through L2 (`ld.global.cg`), for rows other blocks
+    /// wrote before a GPU-scope fence (a team made for f32 rows).
+    ///
+    /// # Safety
+    /// As [`ColumnTeam::load`].
+    #[inline(always)]
+    pub unsafe fn load_l2(&self, row_start: *const f32) -> [f32; 8] {
+        let mut v = [0.0f32; 8];
+        if self.vectors {
+            let (a, b) = (row_start.add(self.column(0)), row_start.add(self.column(4)));
+            v[..4].copy_from_slice(&load_l2_f32x4(a).0);
+            v[4..].copy_from_slice(&load_l2_f32x4(b).0);
+            return v;
+        }
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            if self.column(e) < self.cols {
+                v[e] = load_l2_f32(row_start.add(self.column(e)));
             }
         });
         v

@@ -3,12 +3,14 @@
 //! `gpu-kernels/src/nn/embedding.rs`.
 use super::nn::{LabelStorage, Labels};
 use crate::kernels;
+use crate::ops::matmul::Gemm;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::pool::DeviceBuffer;
 use crate::shapes::{
     ELEMENTWISE_BLOCK, EMBEDDING_BLOCK, EMBEDDING_SORT_THREADS, EMBEDDING_SORT_TILE, EMBEDDING_SUM_TILE,
 };
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{DType, Storage, Tensor};
 
 /// `(vocab, C)` of a `[vocab, C]` table.
 fn table_dims(op: &'static str, table: &Tensor) -> Result<(usize, usize)> {
@@ -130,9 +132,11 @@ pub fn embedding(table: &Tensor, ids: &Labels, positions: Option<&Tensor>) -> Re
 
 /// The gradients of [`embedding`] from `dy` `[ids.len(), C]`: `(dtable [vocab, C], dpos [T, C]`
 /// when `positions` is `Some(T)`), in dy's dtype, accumulated in f32. `dtable[v]` sums the rows
-/// of dy whose id is v in increasing row order (zeros for ids that do not occur), `dpos[t]` the
-/// rows `t, t + T, ...`: the results are bit-identical from run to run (no float atomics; the
-/// rows are sorted by id on the device).
+/// of dy whose id is v (zeros for ids that do not occur), `dpos[t]` the rows `t, t + T, ...`: the
+/// results are bit-identical from run to run (no float atomics). On the GPU, the rows are sorted
+/// by id and summed in row order; 16-bit gradients of at most `ONEHOT_MAX_VOCAB` ids take
+/// `onehot(ids)ᵀ · dy` instead (a matrix product in f32), and `dpos` is a column sum of dy as
+/// `[ids / T, T·C]`.
 pub fn embedding_backward(
     dy: &Tensor,
     ids: &Labels,
@@ -176,89 +180,132 @@ pub fn embedding_backward(
                 let dpos = t.map(|t| ctx.full_as(&[t, c], 0.0, dtype)).transpose()?;
                 return Ok((ctx.full_as(&[vocab, c], 0.0, dtype)?, dpos));
             }
-            let stream = ctx.stream(OP)?;
-            let shape = dy.shape();
-            let pool = &stream.device.pool;
-            let (padded, tile) = (n.next_power_of_two().max(EMBEDDING_SORT_TILE), EMBEDDING_SORT_TILE);
-            let keys = pool.alloc(stream, padded * 8, OP)?;
-            let mut sort_cfg = blocks_of(OP, shape, padded / tile, EMBEDDING_SORT_THREADS)?;
-            sort_cfg.shared_bytes = (tile * 8) as u32;
-            let mut stage = 0;
-            loop {
-                // SAFETY: `embedding_sort_tile(ids, keys, n, k, tile)`: one block of SORT_THREADS
-                // per tile of the `padded` keys (tile a power of two dividing it, 8·tile bytes of
-                // dynamic shared memory); ids holds n u32.
-                unsafe {
-                    kernels::embedding_sort_tile.launch(
-                        stream,
-                        sort_cfg,
-                        (buf.dev_ptr(), keys.dev_ptr_mut(), n, stage, tile),
-                    )?
-                };
-                stage = if stage == 0 { 2 * tile } else { 2 * stage };
-                if stage > padded {
-                    break;
-                }
-                let mut j = stage / 2;
-                while j >= tile {
-                    let cfg = LaunchConfig::covering(padded / 2, ELEMENTWISE_BLOCK);
-                    // SAFETY: `embedding_sort_step(keys, half, k, j)`: pairs (i, i + j) of the
-                    // `padded` = 2·half keys, j < k ≤ padded, powers of two; any grid.
-                    unsafe {
-                        kernels::embedding_sort_step.launch(
-                            stream,
-                            cfg,
-                            (keys.dev_ptr_mut(), padded / 2, stage, j),
-                        )?
-                    };
-                    j /= 2;
-                }
-            }
-            let starts = pool.alloc(stream, (vocab + 1) * 4, OP)?;
-            // SAFETY: `embedding_bucket_starts(keys, starts, n, vocab)`: the first n keys are the
-            // sorted (id < vocab, position) pairs; starts holds vocab + 1 u32, each written once.
-            unsafe {
-                let cfg = LaunchConfig::covering(n + 1, ELEMENTWISE_BLOCK);
-                kernels::embedding_bucket_starts.launch(
-                    stream,
-                    cfg,
-                    (keys.dev_ptr(), starts.dev_ptr_mut(), n, vocab),
-                )?
+            let dtable = if dtype.size_bytes() == 2 && onehot_fits(n, vocab) {
+                onehot_table_grad(dy, buf, vocab)?
+            } else {
+                sorted_table_grad(dy, buf, vocab)?
             };
-            let partials = pool.alloc(stream, n * c * 4, OP)?;
-            let tiles = by_dtype!(embedding_bwd_tiles_f32, embedding_bwd_tiles_f16, embedding_bwd_tiles_bf16);
-            let cfg = blocks_of(OP, shape, n.div_ceil(EMBEDDING_SUM_TILE), EMBEDDING_BLOCK)?;
-            // SAFETY: `embedding_bwd_tiles_*(dy, keys, partials, n, c)`: one block per tile of
-            // SUM_TILE sorted keys, whose positions index dy's n rows of c elements; partials
-            // holds n·c floats (16-byte vectors only when c is a whole number of them).
-            launch_by_dtype!(tiles, dtype, |k| unsafe {
-                k.launch(stream, cfg, (dy.ptr(), keys.dev_ptr(), partials.dev_ptr_mut(), n, c))?
-            });
-            let dtable = Tensor::uninit_as(ctx, &[vocab, c], dtype, OP)?;
-            let table = by_dtype!(embedding_bwd_table_f32, embedding_bwd_table_f16, embedding_bwd_table_bf16);
-            let cfg = blocks_of(OP, shape, vocab, EMBEDDING_BLOCK)?;
-            // SAFETY: `embedding_bwd_table_*(partials, starts, dtable, c)`: one block per id
-            // v < vocab, whose bucket [starts[v], starts[v+1]) ⊆ [0, n) indexes written partials;
-            // dtable holds vocab·c elements.
-            launch_by_dtype!(table, dtype, |k| unsafe {
-                k.launch(stream, cfg, (partials.dev_ptr(), starts.dev_ptr(), dtable.ptr_mut(), c))?
-            });
-            let dpos = match t {
-                None => None,
-                Some(t) => {
-                    let dpos = Tensor::uninit_as(ctx, &[t, c], dtype, OP)?;
-                    let pos = by_dtype!(embedding_bwd_pos_f32, embedding_bwd_pos_f16, embedding_bwd_pos_bf16);
-                    let cfg = blocks_of(OP, shape, t, EMBEDDING_BLOCK)?;
-                    // SAFETY: `embedding_bwd_pos_*(dy, dpos, n, c, t)`: one block per position
-                    // < t, reading dy's n rows of c elements; dpos holds t·c elements.
-                    launch_by_dtype!(pos, dtype, |k| unsafe {
-                        k.launch(stream, cfg, (dy.ptr(), dpos.ptr_mut(), n, c, t))?
-                    });
-                    Some(dpos)
-                }
-            };
+            // Row b·T + t of dy is column block t of row b of dy as `[n / T, T·C]`.
+            let dpos = t.map(|t| dy.reshape(&[n / t, t * c])?.sum_leading()?.reshape(&[t, c])).transpose()?;
             Ok((dtable, dpos))
         }
         _ => Err(ctx.mismatch(OP, ids.context())),
     }
+}
+
+/// Ids at most for the one-hot table gradient (`onehot_table_grad`), and its one-hot matrix's
+/// bytes at most: its product costs `2·vocab·n·C` flops against the sort's fixed ~0.1 ms at
+/// 16384 ids (the GPT's 75 ids: ~25 µs against ~95).
+const ONEHOT_MAX_VOCAB: usize = 256;
+const ONEHOT_MAX_BYTES: usize = 64 << 20;
+
+fn onehot_fits(n: usize, vocab: usize) -> bool {
+    vocab <= ONEHOT_MAX_VOCAB && n.saturating_mul(vocab.next_multiple_of(8) * 2) <= ONEHOT_MAX_BYTES
+}
+
+/// `dtable = onehot(ids)ᵀ · dy` for 16-bit `dy` `[n, C]`: the one-hot rows (1.0 at each id,
+/// `vocab` rounded up to whole 16-byte vectors) then one matrix product, whose f32 sums are
+/// deterministic (split-K slices added in order).
+fn onehot_table_grad(dy: &Tensor, ids: &DeviceBuffer, vocab: usize) -> Result<Tensor> {
+    const OP: &str = "embedding_backward";
+    let (ctx, dtype, n) = (dy.context(), dy.dtype(), dy.shape()[0]);
+    let width = vocab.next_multiple_of(8);
+    let onehot = Tensor::uninit_as(ctx, &[n, width], dtype, OP)?;
+    let one_bits = match dtype {
+        DType::BF16 => half::bf16::ONE.to_bits(),
+        _ => half::f16::ONE.to_bits(),
+    } as u32;
+    let stream = ctx.stream(OP)?;
+    let cfg = LaunchConfig::covering(n * (width / 8), ELEMENTWISE_BLOCK);
+    // SAFETY: `embedding_onehot_b16(ids, one, out, n, width)`: ids holds n u32 below `vocab`
+    // (checked by `check_ids`) ≤ width, out n·width 16-bit values (width a multiple of 8, the
+    // pool block 16-byte aligned); any grid.
+    unsafe {
+        kernels::embedding_onehot_b16.launch(
+            stream,
+            cfg,
+            (ids.dev_ptr(), one_bits, onehot.ptr_mut(), n, width),
+        )?
+    };
+    let table = Gemm::new(&onehot, dy).transpose_a(true).run()?;
+    if width == vocab {
+        Ok(table)
+    } else {
+        table.rows(0..vocab)
+    }
+}
+
+/// The table gradient through a sort of the ids (any dtype and vocabulary; see the kernels'
+/// module documentation): rows summed in increasing row order.
+fn sorted_table_grad(dy: &Tensor, buf: &DeviceBuffer, vocab: usize) -> Result<Tensor> {
+    const OP: &str = "embedding_backward";
+    let (ctx, dtype, shape) = (dy.context(), dy.dtype(), dy.shape());
+    let (n, c) = (shape[0], shape[1]);
+    let stream = ctx.stream(OP)?;
+    let pool = &stream.device.pool;
+    let (padded, tile) = (n.next_power_of_two().max(EMBEDDING_SORT_TILE), EMBEDDING_SORT_TILE);
+    let keys = pool.alloc(stream, padded * 8, OP)?;
+    let mut sort_cfg = blocks_of(OP, shape, padded / tile, EMBEDDING_SORT_THREADS)?;
+    sort_cfg.shared_bytes = (tile * 8) as u32;
+    let mut stage = 0;
+    loop {
+        // SAFETY: `embedding_sort_tile(ids, keys, n, k, tile)`: one block of SORT_THREADS
+        // per tile of the `padded` keys (tile a power of two dividing it, 8·tile bytes of
+        // dynamic shared memory); ids holds n u32.
+        unsafe {
+            kernels::embedding_sort_tile.launch(
+                stream,
+                sort_cfg,
+                (buf.dev_ptr(), keys.dev_ptr_mut(), n, stage, tile),
+            )?
+        };
+        stage = if stage == 0 { 2 * tile } else { 2 * stage };
+        if stage > padded {
+            break;
+        }
+        let mut j = stage / 2;
+        while j >= tile {
+            let cfg = LaunchConfig::covering(padded / 2, ELEMENTWISE_BLOCK);
+            // SAFETY: `embedding_sort_step(keys, half, k, j)`: pairs (i, i + j) of the
+            // `padded` = 2·half keys, j < k ≤ padded, powers of two; any grid.
+            unsafe {
+                kernels::embedding_sort_step.launch(
+                    stream,
+                    cfg,
+                    (keys.dev_ptr_mut(), padded / 2, stage, j),
+                )?
+            };
+            j /= 2;
+        }
+    }
+    let starts = pool.alloc(stream, (vocab + 1) * 4, OP)?;
+    // SAFETY: `embedding_bucket_starts(keys, starts, n, vocab)`: the first n keys are the
+    // sorted (id < vocab, position) pairs; starts holds vocab + 1 u32, each written once.
+    unsafe {
+        let cfg = LaunchConfig::covering(n + 1, ELEMENTWISE_BLOCK);
+        kernels::embedding_bucket_starts.launch(
+            stream,
+            cfg,
+            (keys.dev_ptr(), starts.dev_ptr_mut(), n, vocab),
+        )?
+    };
+    let partials = pool.alloc(stream, n * c * 4, OP)?;
+    let tiles = by_dtype!(embedding_bwd_tiles_f32, embedding_bwd_tiles_f16, embedding_bwd_tiles_bf16);
+    let cfg = blocks_of(OP, shape, n.div_ceil(EMBEDDING_SUM_TILE), EMBEDDING_BLOCK)?;
+    // SAFETY: `embedding_bwd_tiles_*(dy, keys, partials, n, c)`: one block per tile of
+    // SUM_TILE sorted keys, whose positions index dy's n rows of c elements; partials
+    // holds n·c floats (16-byte vectors only when c is a whole number of them).
+    launch_by_dtype!(tiles, dtype, |k| unsafe {
+        k.launch(stream, cfg, (dy.ptr(), keys.dev_ptr(), partials.dev_ptr_mut(), n, c))?
+    });
+    let dtable = Tensor::uninit_as(ctx, &[vocab, c], dtype, OP)?;
+    let table = by_dtype!(embedding_bwd_table_f32, embedding_bwd_table_f16, embedding_bwd_table_bf16);
+    let cfg = blocks_of(OP, shape, vocab, EMBEDDING_BLOCK)?;
+    // SAFETY: `embedding_bwd_table_*(partials, starts, dtable, c)`: one block per id
+    // v < vocab, whose bucket [starts[v], starts[v+1]) ⊆ [0, n) indexes written partials;
+    // dtable holds vocab·c elements.
+    launch_by_dtype!(table, dtype, |k| unsafe {
+        k.launch(stream, cfg, (partials.dev_ptr(), starts.dev_ptr(), dtable.ptr_mut(), c))?
+    });
+    Ok(dtable)
 }

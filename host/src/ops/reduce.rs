@@ -4,7 +4,6 @@
 //! Deterministic on both backends: the GPU's combine order depends only on the size and the
 //! device; the CPU folds fixed chunks in f64 and combines them in order. Sum of nothing is 0 and
 //! mean of nothing NaN (as in PyTorch); max and min of nothing are errors.
-use super::nn::ColumnPartialsArgs;
 use super::rows::{ColumnPlan, RowKernels, RowPlan};
 use super::CPU_CHUNK;
 use crate::runtime::error::{Error, Result};
@@ -18,13 +17,11 @@ use rayon::prelude::*;
 type AllArgs<T> = (DevPtr<T>, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<T>, f32);
 /// x, partials, out, rows, cols, team, chunk, mode, scale.
 type RowsArgs<T> = (DevPtr<T>, DevPtrMut<f32>, DevPtrMut<T>, usize, usize, usize, usize, u32, f32);
-/// x, rows, cols, c_lanes, rows per group, partials, out.
-type LeadingArgs<T> = (DevPtr<T>, usize, usize, usize, usize, DevPtrMut<f32>, DevPtrMut<T>);
+/// x, rows, cols, c_lanes, rows per group, partials, counters, out.
+type LeadingArgs<T> = (DevPtr<T>, usize, usize, usize, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<T>);
 
 const SUM_LEADING: ByDType<LeadingArgs<f32>, LeadingArgs<u16>> =
     by_dtype!(sum_leading_f32, sum_leading_f16, sum_leading_bf16);
-const SUM_PARTIALS: ByDType<ColumnPartialsArgs<f32>, ColumnPartialsArgs<u16>> =
-    by_dtype!(sum_partials_f32, sum_partials_f16, sum_partials_bf16);
 
 #[derive(Clone, Copy, Debug)]
 enum Reduce {
@@ -232,24 +229,19 @@ fn sum_leading(x: &Tensor) -> Result<Tensor> {
             let out = Tensor::uninit_as(x.context(), &[cols], dtype, OP)?;
             let stream = x.context().stream(OP)?;
             let plan = ColumnPlan::new(OP, x.shape(), rows, cols, &stream.device.info)?;
-            let (partials, p) = plan.partials(OP, stream, cols)?;
+            let (_partials, p) = plan.partials(OP, stream, cols)?;
+            let counters = DevPtrMut::new(if plan.groups > 1 { stream.column_counters()? } else { 0 });
             launch_by_dtype!(SUM_LEADING, dtype, |k| {
-                let args = (x.ptr(), rows, cols, plan.c_lanes, plan.rows_per_group, p, out.ptr_mut());
+                let args =
+                    (x.ptr(), rows, cols, plan.c_lanes, plan.rows_per_group, p, counters, out.ptr_mut());
                 // SAFETY: `sum_leading_<dtype>`: x holds rows·cols values of the kernel's type,
                 // out cols values; with more than one row group, partials holds cols floats per
-                // group (else null, unread); ColumnPlan's grid.
+                // group and counters is this stream's `COLUMN_COUNTERS` zeroed words, at least one
+                // per column block (ColumnPlan keeps a split grid that narrow; launches writing
+                // them never overlap, and the kernel leaves them zero), else both null, unread;
+                // ColumnPlan's grid.
                 unsafe { k.launch(stream, plan.cfg, args) }
             })?;
-            if let Some(partials) = &partials {
-                let (cfg, c_lanes) = plan.final_pass();
-                launch_by_dtype!(SUM_PARTIALS, dtype, |k| {
-                    let args = (partials.dev_ptr(), plan.groups, cols, cols, c_lanes, out.ptr_mut());
-                    // SAFETY: `sum_partials_<dtype>`: partials holds `groups` rows of cols floats,
-                    // written by the launch before on this stream; out cols values; the final
-                    // pass's grid for its column lanes.
-                    unsafe { k.launch(stream, cfg, args) }
-                })?;
-            }
             Ok(out)
         }
     }

@@ -25,7 +25,7 @@ use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
 use crate::runtime::pool::DeviceBuffer;
-use crate::runtime::stream::Stream;
+use crate::runtime::stream::{Stream, COLUMN_COUNTERS};
 use crate::shapes::{
     NN_ROW_BLOCK, ROW_APPLY, ROW_CLUSTER, ROW_CLUSTER_MAX, ROW_PARTIAL, ROW_THREAD_VALUES, ROW_WHOLE,
 };
@@ -257,6 +257,8 @@ impl ColumnPlan {
             });
         }
         let wanted = (4 * info.sm_count as usize).div_ceil(col_blocks);
+        // A split grid counts its groups on one of the stream's counters per column block.
+        let wanted = if col_blocks > COLUMN_COUNTERS { 1 } else { wanted };
         let groups = wanted.min(rows.div_ceil(MIN_GROUP_ROWS)).clamp(1, u16::MAX as usize);
         let rows_per_group = rows.div_ceil(groups).max(1);
         let groups = rows.div_ceil(rows_per_group).max(1);

@@ -18,13 +18,17 @@ pub(crate) struct CapturedOp {
 /// The stream-K flags each stream keeps zeroed for the `wgmma` GEMM (`Stream::stream_k_flags`):
 /// one per region tile and consumer warpgroup of a launch's stream-K region.
 pub(crate) const STREAM_K_FLAGS: usize = 1023;
+/// Per-column-block counters of the one-launch column sums (`sum_leading`): a split grid is at
+/// most this many column blocks wide (`ColumnPlan`).
+pub(crate) const COLUMN_COUNTERS: usize = 1024;
 
 /// A CUDA stream of one device. Work on one stream runs in order; different streams may overlap.
 pub struct Stream {
     raw: sys::CUstream,
     pub(crate) device: Arc<CudaDevice>,
     /// Zeroed `u32`s that kernels count on and leave zero: the whole-tensor reductions' block
-    /// counter, then `STREAM_K_FLAGS` flags of the `wgmma` GEMM's stream-K region. One set per
+    /// counter, then `STREAM_K_FLAGS` flags of the `wgmma` GEMM's stream-K region, then
+    /// `COLUMN_COUNTERS` counters of the column sums' column blocks. One set per
     /// stream: launches that use them never overlap (a stream runs them in order, and a captured
     /// graph orders them by their write of them, or as barriers: the `wgmma` launches).
     zeroed_words: OnceLock<sys::CUdeviceptr>,
@@ -160,12 +164,17 @@ impl Stream {
         Ok(self.zeroed_words()? + 4)
     }
 
+    /// The column sums' `COLUMN_COUNTERS` zeroed counters (they leave them zero).
+    pub(crate) fn column_counters(&self) -> Result<sys::CUdeviceptr> {
+        Ok(self.zeroed_words()? + 4 * (1 + STREAM_K_FLAGS) as u64)
+    }
+
     fn zeroed_words(&self) -> Result<sys::CUdeviceptr> {
         if let Some(p) = self.zeroed_words.get() {
             return Ok(*p);
         }
         self.device.bind()?;
-        let bytes = 4 * (1 + STREAM_K_FLAGS);
+        let bytes = 4 * (1 + STREAM_K_FLAGS + COLUMN_COUNTERS);
         // SAFETY: a fresh allocation, zeroed before any kernel sees it; freed in Drop.
         let p = unsafe {
             let p = result::malloc_sync(bytes).call("cuMemAlloc")?;
