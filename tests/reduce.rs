@@ -2,7 +2,7 @@
 //! backend against plain f64 loops.
 mod common;
 use common::*;
-use ferrocuda::{Context, DType, Error, Tensor};
+use ferrocuda::{gelu_backward_bias, Context, DType, Error, Tensor};
 
 type Reduction = fn(&Tensor) -> ferrocuda::Result<Tensor>;
 
@@ -248,6 +248,59 @@ fn sum_leading_matches_cpu(gpu: &Context) {
     assert!(first == again, "sum_leading changed between runs");
 }
 
+/// `gelu_backward_bias` in every dtype: dx the same bits as `gelu_backward`'s on the GPU and
+/// within the dtype's tolerance of the CPU backend's; the bias gradient against the CPU's column
+/// sums of its dx (relative to the sums of magnitudes), through one row group and many;
+/// mismatched shapes and dtypes typed.
+fn gelu_backward_bias_matches_cpu(gpu: &Context) {
+    let tall = if under_sanitizer() { 4099 } else { (1 << 20) + 3 };
+    let shapes: [&[usize]; 8] =
+        [&[1, 1], &[7], &[3, 5, 7], &[1000, 31], &[tall, 16], &[16384, 1536], &[0, 9], &[4, 0]];
+    let bits = |t: &Tensor| t.to_vec().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for (s, shape) in shapes.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let cols = *shape.last().unwrap();
+        let (x, dy) = (randn_host(n, 950 + s as u64), randn_host(n, 960 + s as u64));
+        for dtype in DTYPES {
+            let what = format!("gelu_backward_bias {dtype:?} {shape:?}");
+            let ((xg, xc), (dg, dc)) = (pair_as(gpu, &x, shape, dtype), pair_as(gpu, &dy, shape, dtype));
+            poison_pool_as(gpu, shape, dtype);
+            let (dx, db) = gelu_backward_bias(&xg, &dg).unwrap();
+            assert_eq!((dx.shape(), db.shape(), db.dtype()), (&shape[..], &[cols][..], dtype), "{what}");
+            assert!(
+                bits(&dx) == bits(&xg.gelu_backward(&dg).unwrap()),
+                "{what}: dx differs from gelu_backward"
+            );
+            let (dx_cpu, db_cpu) = gelu_backward_bias(&xc, &dc).unwrap();
+            let (dxv, dxc) = (dx.to_vec().unwrap(), dx_cpu.to_vec().unwrap());
+            let scale = dxc.iter().map(|v| v.abs() as f64).fold(1e-30, f64::max);
+            for (i, (g, c)) in dxv.iter().zip(&dxc).enumerate() {
+                assert!(((g - c).abs() as f64) <= tol_of(dtype) * scale, "{what} dx[{i}]: {g} vs {c}");
+            }
+            let magnitude: Vec<f64> =
+                (0..cols).map(|c| dxc.iter().skip(c).step_by(cols).map(|v| v.abs() as f64).sum()).collect();
+            check_reduced_within(
+                &what,
+                &db.to_vec().unwrap(),
+                &db_cpu.to_vec().unwrap(),
+                &magnitude,
+                tol_of(dtype),
+            );
+        }
+    }
+    let x = gpu.randn(&[20_000, 300], 7).unwrap();
+    let dy = gpu.randn(&[20_000, 300], 8).unwrap();
+    let first = bits(&gelu_backward_bias(&x, &dy).unwrap().1);
+    assert!(
+        first == bits(&gelu_backward_bias(&x, &dy).unwrap().1),
+        "gelu_backward_bias changed between runs"
+    );
+    let err = gelu_backward_bias(&x, &gpu.zeros(&[20_000, 299]).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { op: "gelu_backward_bias", .. }), "{err}");
+    let err = gelu_backward_bias(&x, &dy.to_dtype(DType::BF16).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::DTypeMismatch { op: "gelu_backward_bias", .. }), "{err}");
+}
+
 fn cpu_sum_leading_matches_f64_loops() {
     let cpu = Context::cpu();
     let x = randn_host(5 * 3 * 7, 12);
@@ -276,6 +329,7 @@ fn main() {
         ("cpu_matches_f64_loops", Case::Cpu(cpu_matches_f64_loops)),
         ("gpu_every_dtype_and_branch_matches_cpu", Case::Gpu(every_dtype_and_branch_matches_cpu)),
         ("gpu_sum_leading_matches_cpu", Case::Gpu(sum_leading_matches_cpu)),
+        ("gpu_gelu_backward_bias_matches_cpu", Case::Gpu(gelu_backward_bias_matches_cpu)),
         ("cpu_sum_leading_matches_f64_loops", Case::Cpu(cpu_sum_leading_matches_f64_loops)),
     ]);
 }

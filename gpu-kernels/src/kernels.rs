@@ -616,6 +616,14 @@ kernel_table! {
                 x: *const u16, rows: usize, cols: usize, c_lanes: usize, rows_per_group: usize,
                 partials: *mut f32, counters: *mut u32, out: *mut u16
             );
+            [gelu_bwd_sum_leading_f32](
+                x: *const f32, dy: *const f32, dx: *mut f32, rows: usize, cols: usize, c_lanes: usize,
+                rows_per_group: usize, partials: *mut f32, counters: *mut u32, out: *mut f32
+            );
+            [gelu_bwd_sum_leading_f16, gelu_bwd_sum_leading_bf16](
+                x: *const u16, dy: *const u16, dx: *mut u16, rows: usize, cols: usize, c_lanes: usize,
+                rows_per_group: usize, partials: *mut f32, counters: *mut u32, out: *mut u16
+            );
         }
     }
     module layout("layout", portable) {

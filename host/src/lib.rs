@@ -105,6 +105,7 @@ pub use ops::optim::{clip_grad_norm, Adam, GradNorm, LrSchedule, Optimizer, Sgd}
 pub use ops::pool::{
     avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, MaxPoolSaved, Pool2dParams,
 };
+pub use ops::reduce::gelu_backward_bias;
 pub use runtime::context::{Context, Device};
 pub use runtime::device::{cuda_device_count, cuda_devices, DeviceInfo};
 pub use runtime::error::{Error, Result};

@@ -2,7 +2,7 @@
 //! and bf16: `relu_bwd` and `gelu_bwd` take the forward input x, `sigmoid_bwd` and `tanh_bwd` the
 //! forward output y. Floor: 8 B read and 4 B written per f32 element.
 use crate::elementwise::{map2, map2_half};
-use crate::prelude::{exp_fast, fma, grid_dependency_sync, rcp_approx, BF16, F16};
+use crate::prelude::{gelu_grad, grid_dependency_sync, BF16, F16};
 
 /// d relu / dx · dy.
 #[inline(always)]
@@ -24,18 +24,6 @@ fn sigmoid_grad(y: f32, dy: f32) -> f32 {
 #[inline(always)]
 fn tanh_grad(y: f32, dy: f32) -> f32 {
     dy * (1.0 - y * y)
-}
-
-/// d gelu / dx · dy for the tanh form, written as `gelu = x·s` with `s = sigmoid(2u)`,
-/// `u = √(2/π)(x + 0.044715 x³)`: `gelu' = s + x·s(1-s)·2√(2/π)(1 + 3·0.044715 x²)`.
-#[inline(always)]
-fn gelu_grad(x: f32, dy: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    const C: f32 = 0.044_715;
-    let u = SQRT_2_OVER_PI * fma(C * x, x * x, x);
-    let s = rcp_approx(1.0 + exp_fast(-2.0 * u));
-    let du = 2.0 * SQRT_2_OVER_PI * fma(3.0 * C * x, x, 1.0);
-    dy * fma(x * s * (1.0 - s), du, s)
 }
 
 macro_rules! grad_kernels {

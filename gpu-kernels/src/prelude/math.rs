@@ -167,6 +167,18 @@ pub fn gelu_tanh(x: f32) -> f32 {
     x * sigmoid(2.0 * u)
 }
 
+/// d gelu / dx · dy for the tanh form ([`gelu_tanh`]), written as `gelu = x·s` with `s =
+/// sigmoid(2u)`, `u = √(2/π)(x + 0.044715 x³)`: `gelu' = s + x·s(1-s)·2√(2/π)(1 + 3·0.044715 x²)`.
+#[inline(always)]
+pub fn gelu_grad(x: f32, dy: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const C: f32 = 0.044_715;
+    let u = SQRT_2_OVER_PI * fma(C * x, x * x, x);
+    let s = rcp_approx(1.0 + exp_fast(-2.0 * u));
+    let du = 2.0 * SQRT_2_OVER_PI * fma(3.0 * C * x, x, 1.0);
+    dy * fma(x * s * (1.0 - s), du, s)
+}
+
 /// [`gelu_tanh`] through `tanh.approx.f32` (`x/2 · (1 + tanh u)`): one special-function op
 /// where `gelu_tanh` takes two (`ex2`, `rcp`), for outputs rounded to 16 bits: its error,
 /// below |x|·2^-12, is under their rounding of values of x's size.

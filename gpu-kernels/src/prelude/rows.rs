@@ -1035,12 +1035,37 @@ impl ColumnTeam {
         v
     }
 
+    /// Store this thread's 8 values `v` (those inside the row) to the row at `row_start`.
+    ///
+    /// # Safety
+    /// As [`ColumnTeam::load`], writable.
+    #[inline(always)]
+    pub unsafe fn store<F: Float>(&self, row_start: *mut F::Raw, v: [f32; 8]) {
+        if self.vectors {
+            return F::store8(row_start.add(self.column(0)), self.column(4) - self.column(0), v);
+        }
+        unroll!(e in [0, 1, 2, 3, 4, 5, 6, 7] => {
+            if self.column(e) < self.cols {
+                F::store(row_start.add(self.column(e)), v[e]);
+            }
+        });
+    }
+
     /// `Σ_r f(r)` over this group's rows, then over the block's row lanes; `out(column, sums)`
     /// for each of the block's columns (called by one thread per column).
     #[inline(always)]
-    pub fn sum<const K: usize>(
+    pub fn sum<const K: usize>(&self, f: impl Fn(usize) -> [[f32; 8]; K], out: impl FnMut(usize, [f32; K])) {
+        self.sum_with(f, |_, v| v, out)
+    }
+
+    /// [`ColumnTeam::sum`] of `map(r, load(r))`: every load of a step's four rows is issued
+    /// before the first `map` (which may store: a stored row would otherwise hold the next
+    /// row's loads behind it).
+    #[inline(always)]
+    pub fn sum_with<L: Copy, const K: usize>(
         &self,
-        f: impl Fn(usize) -> [[f32; 8]; K],
+        load: impl Fn(usize) -> L,
+        mut map: impl FnMut(usize, L) -> [[f32; 8]; K],
         mut out: impl FnMut(usize, [f32; K]),
     ) {
         let mut acc = [[0.0f32; 8]; K];
@@ -1056,15 +1081,13 @@ impl ColumnTeam {
             // time would (the same bits). The test is made once here, so the loads' own branch
             // folds away.
             while r + 3 * step < self.rows_end {
-                let v = [f(r), f(r + step), f(r + 2 * step), f(r + 3 * step)];
-                for v in v {
-                    add(&mut acc, v);
-                }
+                let v = [load(r), load(r + step), load(r + 2 * step), load(r + 3 * step)];
+                unroll!(i in [0, 1, 2, 3] => { add(&mut acc, map(r + i * step, v[i])); });
                 r += 4 * step;
             }
         }
         while r < self.rows_end {
-            add(&mut acc, f(r));
+            add(&mut acc, map(r, load(r)));
             r += step;
         }
         let scratch = shared_ptr(&raw mut COLUMN_SCRATCH_F32);

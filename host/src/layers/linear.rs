@@ -1,6 +1,7 @@
 //! [`Linear`]: `y = x·Wᵀ + b` on the fused GEMM.
 use super::{bias_grad, layer_error, saved, uniform_init, InLayer, Layer, Param, WeightBias};
 use crate::ops::matmul::{linear, Activation, Gemm};
+use crate::ops::reduce::gelu_backward_bias;
 use crate::runtime::error::Result;
 use crate::tensor::{DType, Tensor};
 use crate::Context;
@@ -64,13 +65,21 @@ impl Linear {
         let (x, pre) = saved(self.kept.take(), self, dy)?;
         let grads = (|| {
             let w = self.weights.weight.value();
-            let dpre = match (self.activation, pre) {
-                (Activation::Relu, Some(pre)) => pre.relu_backward(dy)?,
-                (Activation::Gelu, Some(pre)) => pre.gelu_backward(dy)?,
-                _ => dy.clone(),
+            let biased = self.weights.bias.is_some();
+            let (dpre, db) = match (self.activation, pre) {
+                (Activation::Relu, Some(pre)) => (pre.relu_backward(dy)?, None),
+                (Activation::Gelu, Some(pre)) if biased => {
+                    let (dpre, db) = gelu_backward_bias(&pre, dy)?;
+                    (dpre, Some(db))
+                }
+                (Activation::Gelu, Some(pre)) => (pre.gelu_backward(dy)?, None),
+                _ => (dy.clone(), None),
             };
             let dw = Gemm::new(&dpre, &x).transpose_a(true).run()?;
-            let db = self.weights.bias.as_ref().map(|_| bias_grad(&dpre)).transpose()?;
+            let db = match db {
+                Some(db) => Some(db),
+                None => biased.then(|| bias_grad(&dpre)).transpose()?,
+            };
             let dx = input_grad.then(|| dpre.matmul(w)).transpose()?;
             Ok((dx, dw, db))
         })();

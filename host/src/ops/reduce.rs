@@ -9,9 +9,11 @@ use super::CPU_CHUNK;
 use crate::runtime::error::{Error, Result};
 use crate::runtime::kernel::{ByDType, DevPtr, DevPtrMut};
 use crate::runtime::launch::LaunchConfig;
+use crate::runtime::stream::Stream;
 use crate::shapes::{REDUCE_ALL_BLOCK, ROW_APPLY};
 use crate::tensor::{DType, Storage, Tensor};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// x, n, partials, counter, out, scale.
 type AllArgs<T> = (DevPtr<T>, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<T>, f32);
@@ -19,9 +21,24 @@ type AllArgs<T> = (DevPtr<T>, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<T
 type RowsArgs<T> = (DevPtr<T>, DevPtrMut<f32>, DevPtrMut<T>, usize, usize, usize, usize, u32, f32);
 /// x, rows, cols, c_lanes, rows per group, partials, counters, out.
 type LeadingArgs<T> = (DevPtr<T>, usize, usize, usize, usize, DevPtrMut<f32>, DevPtrMut<u32>, DevPtrMut<T>);
+/// x, dy, dx, rows, cols, c_lanes, rows per group, partials, counters, out.
+type GeluSumArgs<T> = (
+    DevPtr<T>,
+    DevPtr<T>,
+    DevPtrMut<T>,
+    usize,
+    usize,
+    usize,
+    usize,
+    DevPtrMut<f32>,
+    DevPtrMut<u32>,
+    DevPtrMut<T>,
+);
 
 const SUM_LEADING: ByDType<LeadingArgs<f32>, LeadingArgs<u16>> =
     by_dtype!(sum_leading_f32, sum_leading_f16, sum_leading_bf16);
+const GELU_BWD_SUM_LEADING: ByDType<GeluSumArgs<f32>, GeluSumArgs<u16>> =
+    by_dtype!(gelu_bwd_sum_leading_f32, gelu_bwd_sum_leading_f16, gelu_bwd_sum_leading_bf16);
 
 #[derive(Clone, Copy, Debug)]
 enum Reduce {
@@ -227,24 +244,67 @@ fn sum_leading(x: &Tensor) -> Result<Tensor> {
                 return x.context().full_as(&[cols], 0.0, dtype);
             }
             let out = Tensor::uninit_as(x.context(), &[cols], dtype, OP)?;
-            let stream = x.context().stream(OP)?;
-            let plan = ColumnPlan::new(OP, x.shape(), rows, cols, &stream.device.info)?;
-            let (_partials, p) = plan.partials(OP, stream, cols)?;
-            let counters = DevPtrMut::new(if plan.groups > 1 { stream.column_counters()? } else { 0 });
-            launch_by_dtype!(SUM_LEADING, dtype, |k| {
-                let args =
-                    (x.ptr(), rows, cols, plan.c_lanes, plan.rows_per_group, p, counters, out.ptr_mut());
-                // SAFETY: `sum_leading_<dtype>`: x holds rows·cols values of the kernel's type,
-                // out cols values; with more than one row group, partials holds cols floats per
-                // group and counters is this stream's `COLUMN_COUNTERS` zeroed words, at least one
-                // per column block (ColumnPlan keeps a split grid that narrow; launches writing
-                // them never overlap, and the kernel leaves them zero), else both null, unread;
-                // ColumnPlan's grid.
-                unsafe { k.launch(stream, plan.cfg, args) }
+            column_sums_launch(OP, x, (rows, cols), |stream, (plan, p, counters)| {
+                launch_by_dtype!(SUM_LEADING, dtype, |k| {
+                    let args =
+                        (x.ptr(), rows, cols, plan.c_lanes, plan.rows_per_group, p, counters, out.ptr_mut());
+                    // SAFETY: `sum_leading_<dtype>`: x holds rows·cols values of the kernel's
+                    // type, out cols values; partials and counters as `column_sums_launch` gives
+                    // them; ColumnPlan's grid.
+                    unsafe { k.launch(stream, plan.cfg, args) }
+                })
             })?;
             Ok(out)
         }
     }
+}
+
+/// The setup of a one-launch column sum over `rows × cols` (`launch(stream, (plan, partials,
+/// counters))`): with more than one row group, `partials` holds cols floats per group and
+/// `counters` is this stream's `COLUMN_COUNTERS` zeroed words, at least one per column block
+/// (ColumnPlan keeps a split grid that narrow; launches writing them never overlap, and the
+/// kernels leave them zero); else both are null (unread).
+fn column_sums_launch(
+    op: &'static str,
+    x: &Tensor,
+    (rows, cols): (usize, usize),
+    launch: impl FnOnce(&Arc<Stream>, (&ColumnPlan, DevPtrMut<f32>, DevPtrMut<u32>)) -> Result<()>,
+) -> Result<()> {
+    let stream = x.context().stream(op)?;
+    let plan = ColumnPlan::new(op, x.shape(), rows, cols, &stream.device.info)?;
+    let (_partials, p) = plan.partials(op, stream, cols)?;
+    let counters = DevPtrMut::new(if plan.groups > 1 { stream.column_counters()? } else { 0 });
+    launch(stream, (&plan, p, counters))
+}
+
+/// A GELU layer's input and bias gradients in one pass: `(dx, db)` with `dx = gelu_backward(x,
+/// dy)` (`x` the GELU's input, `[.., n]` like `dy`, one dtype) and `db` `[n]` its sums over every
+/// axis but the last, accumulated in f32 (on the GPU from dx's values before their rounding to a
+/// 16-bit dtype); deterministic. On the GPU, dx is not read again for the sums.
+pub fn gelu_backward_bias(x: &Tensor, dy: &Tensor) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "gelu_backward_bias";
+    x.check_pair(OP, dy)?;
+    let (rows, cols) = last_axis(OP, x)?;
+    let (ctx, dtype) = (x.context(), x.dtype());
+    if matches!(x.storage(), Storage::Cpu(_)) || rows == 0 || cols == 0 {
+        let dx = x.gelu_backward(dy)?;
+        let db = dx.sum_leading()?;
+        return Ok((dx, db));
+    }
+    let dx = Tensor::uninit_as(ctx, x.shape(), dtype, OP)?;
+    let out = Tensor::uninit_as(ctx, &[cols], dtype, OP)?;
+    column_sums_launch(OP, x, (rows, cols), |stream, (plan, p, counters)| {
+        launch_by_dtype!(GELU_BWD_SUM_LEADING, dtype, |k| {
+            let (groups, c_lanes) = (plan.rows_per_group, plan.c_lanes);
+            let args =
+                (x.ptr(), dy.ptr(), dx.ptr_mut(), rows, cols, c_lanes, groups, p, counters, out.ptr_mut());
+            // SAFETY: `gelu_bwd_sum_leading_<dtype>`: x and dy hold rows·cols values of the
+            // kernel's type (same shape and dtype, checked above), dx as many (fresh), out cols
+            // values; partials and counters as `column_sums_launch` gives them; ColumnPlan's grid.
+            unsafe { k.launch(stream, plan.cfg, args) }
+        })
+    })?;
+    Ok((dx, out))
 }
 
 macro_rules! reduce_ops {
