@@ -6,8 +6,9 @@
 //! each sum one group of rows for `8 · c_lanes` columns and write the group's sums to
 //! `partials[g·cols ..]` (or the result itself when the grid has one group); the last group of a
 //! column block to finish (`counters[blockIdx.x]`, see `last_of_blocks`) then adds every group's
-//! sums of its columns in group order. (A second launch for that last pass cost ~2-4 µs more a
-//! call, 24 calls a GPT step.)
+//! sums of its columns in group order. (Against a second launch for that pass: ~0.5 µs less
+//! kernel time and one launch less a bias gradient in the GPT's step, but ~1 µs slower alone at
+//! 384 columns, where the last block's fence and fold end the launch; perf-notes.)
 //!
 //! `gelu_bwd_sum_leading_*`: a GELU layer's backward and its bias gradient in one pass, `dx =
 //! gelu'(x)·dy` stored and its column sums (of the f32 values, before the rounding to 16 bits)
